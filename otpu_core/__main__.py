@@ -1,0 +1,4 @@
+"""`python -m otpu_core` is `otpu`."""
+from .cli import main
+
+main()

@@ -1,0 +1,87 @@
+"""The `otpu` root command: mounts every plugin's sub-app and turns user errors into exit codes.
+
+`run_app` is the one place a Typer app is run, for `otpu` and for each `otpu-<tool>` console
+script, so every tool shares the exit-code contract of `errors.py` and no traceback reaches a
+user.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+from rich.table import Table
+
+from . import __version__, plugins
+from .console import print_error, print_json, stdout
+from .errors import EXIT_USAGE, OtpuError
+
+
+def run_app(app: typer.Typer, prog_name: str, args: list[str] | None = None) -> int:
+    """Run a Typer app; returns the exit code instead of raising."""
+    try:
+        rv = app(args=args, prog_name=prog_name, standalone_mode=False)
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code if e.exit_code else EXIT_USAGE
+    except click.exceptions.Abort:
+        print_error("aborted", prog_name)
+        return 130
+    except OtpuError as e:
+        print_error(e, prog_name)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return rv if isinstance(rv, int) else 0
+
+
+def tool_main(app: typer.Typer, prog_name: str) -> None:
+    """Body of an `otpu-<tool>` console script."""
+    sys.exit(run_app(app, prog_name))
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"otpu {__version__}")
+        raise typer.Exit(0)
+
+
+def _plugins_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List loaded plugins, their versions and the hooks each implements (and any that failed)."""
+    infos = plugins.get().infos
+    if json_out:
+        print_json([vars(i) for i in infos])
+        return
+    table = Table(title="otpu plugins")
+    for col in ("plugin", "module", "version", "hooks", "status"):
+        table.add_column(col)
+    for i in infos:
+        status = f"[red]failed: {i.error}[/]" if i.error else ("built-in" if i.builtin else "loaded")
+        table.add_row(i.name, i.module, i.version, ", ".join(i.hooks), status)
+    stdout().print(table)
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(name="otpu", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                      help="openTPU tools: bring up, calibrate, watch, debug and run models on openTPU cards.")
+
+    @app.callback()
+    def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                           help="Print the version and exit.")) -> None:
+        """openTPU tools."""
+
+    app.command("plugins")(_plugins_cmd)
+    mgr = plugins.get()
+    # One call per implementation so a plugin whose commands fail to mount takes only itself down.
+    for impl in mgr.hook.otpu_commands.get_hookimpls():
+        try:
+            impl.function(app=app)
+        except Exception as e:
+            print(f"otpu: plugin '{impl.plugin_name}' could not add its commands: {type(e).__name__}: {e}", file=sys.stderr)
+    return app
+
+
+def main() -> None:
+    sys.exit(run_app(build_app(), "otpu"))

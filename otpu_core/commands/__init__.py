@@ -1,0 +1,1 @@
+"""Built-in plugins: the core's own commands, registered through the same hooks as any tool."""

@@ -1,0 +1,43 @@
+"""Terminal output shared by every tool: Rich consoles (colour only on a tty), JSON, user errors."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from .errors import OtpuError
+
+
+def stdout() -> Console:
+    # Made per call so tests that swap sys.stdout (CliRunner) see the output.
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+
+
+def stderr() -> Console:
+    return Console(file=sys.stderr, highlight=False, soft_wrap=True)
+
+
+def print_json(obj: Any) -> None:
+    """Machine-readable output: plain JSON on stdout, never coloured, one document per call."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=_jsonable) + "\n")
+
+
+def _jsonable(o: Any) -> Any:
+    if hasattr(o, "as_dict"):
+        return o.as_dict()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    return str(o)
+
+
+def print_error(err: OtpuError | str, prog: str = "otpu") -> None:
+    con = stderr()
+    message = err.message if isinstance(err, OtpuError) else err
+    con.print(f"[bold red]{prog}: error:[/] {message}", markup=True, highlight=False)
+    hint = getattr(err, "hint", None)
+    if hint:
+        con.print(f"  hint: {hint}", markup=False)

@@ -1,0 +1,1 @@
+"""otpu-tt: Tenstorrent Blackhole cards (being built; see issue 7)."""
