@@ -1,0 +1,1 @@
+"""otpu-selftest plugin."""
