@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 from rich.table import Table
 
@@ -16,17 +15,25 @@ from . import __version__, plugins
 from .console import print_error, print_json, stdout
 from .errors import EXIT_USAGE, OtpuError
 
+try:  # typer >= 0.16 vendors click; older releases use the click package
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import ClickException, NoArgsIsHelpError
+
 
 def run_app(app: typer.Typer, prog_name: str, args: list[str] | None = None) -> int:
     """Run a Typer app; returns the exit code instead of raising."""
     try:
         rv = app(args=args, prog_name=prog_name, standalone_mode=False)
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         return e.exit_code
-    except click.ClickException as e:
+    except NoArgsIsHelpError as e:
+        e.show()
+        return EXIT_USAGE
+    except ClickException as e:
         e.show()
         return e.exit_code if e.exit_code else EXIT_USAGE
-    except click.exceptions.Abort:
+    except typer.Abort:
         print_error("aborted", prog_name)
         return 130
     except OtpuError as e:
@@ -65,6 +72,7 @@ def _plugins_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON
 
 def build_app() -> typer.Typer:
     app = typer.Typer(name="otpu", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                      context_settings={"help_option_names": ["-h", "--help"]},
                       help="openTPU tools: bring up, calibrate, watch, debug and run models on openTPU cards.")
 
     @app.callback()

@@ -10,13 +10,21 @@ from rich.console import Console
 from .errors import OtpuError
 
 
+PIPE_WIDTH = 160  # tables written to a pipe or file are not squeezed to 80 columns
+
+
+def _console(file) -> Console:
+    width = None if file.isatty() else PIPE_WIDTH
+    return Console(file=file, highlight=False, soft_wrap=True, width=width)
+
+
 def stdout() -> Console:
     # Made per call so tests that swap sys.stdout (CliRunner) see the output.
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    return _console(sys.stdout)
 
 
 def stderr() -> Console:
-    return Console(file=sys.stderr, highlight=False, soft_wrap=True)
+    return _console(sys.stderr)
 
 
 def print_json(obj: Any) -> None:

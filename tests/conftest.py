@@ -1,0 +1,13 @@
+"""Shared fixtures: every test gets its own run directory, so simulated cards never leak between tests."""
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_run_dir(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.setenv("OTPU_RUN_DIR", str(run))
+    monkeypatch.delenv("OTPU_TARGET", raising=False)
+    monkeypatch.delenv("OTPU_DEV", raising=False)
+    monkeypatch.delenv("OTPU_SIM_FAULTS", raising=False)
+    yield
