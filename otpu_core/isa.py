@@ -17,6 +17,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from . import fp32
 from .errors import UsageError
 
 WORDS_PER_INSTR = 8
@@ -534,15 +535,8 @@ def waitw_holds(value: int, ref: int, cmp: int, mask: int) -> bool:
 
 
 def f2i(bits: int) -> int:
-    """RLD's fp32 -> int32 conversion, truncating toward zero, as a 32-bit pattern (reference 3.2)."""
-    e = (bits >> 23) & 0xFF
-    if e < 127:
-        return 0
-    if e >= 158:
-        return 0x80000000
-    m = (bits & 0x7FFFFF) | 0x800000
-    v = m << (e - 150) if e >= 150 else m >> (150 - e)
-    return (-v if bits >> 31 else v) & MASK32
+    """RLD's fp32 -> int32 conversion (truncation toward zero) of one word, as a 32-bit pattern."""
+    return int(fp32.f2i(np.uint32(bits)))
 
 
 # --- program images -----------------------------------------------------------------------------
@@ -589,7 +583,7 @@ class Queue(IntEnum):
 
 
 NQUEUES = 7
-WC_ANY = 15              # a count of 15 never waits (the window has 16 slots, so at most 15 others)
+WC_ANY = 15              # a count of 15 is no condition at all (not "at most 15")
 WC_MASK_BITS = 31
 WC_SYNC_BIT = 59
 WC_RESERVED = 0xF << 60
@@ -605,12 +599,13 @@ def queue_of(op: Op) -> Queue | None:
 
 @dataclass(frozen=True)
 class WaitEntry:
-    """One instruction's 64-bit wait entry.
+    """One instruction's 64-bit wait entry (docs/isa.md "WAITC"); dispatch waits until all hold.
 
-    counts[q]: before dispatch, wait until at most counts[q] earlier instructions of queue q are
-    incomplete (WC_ANY = no wait). mask bit i: wait until the queued instruction dispatched i+1
-    queued dispatches earlier has *released* (finished reading its sources): the WAR wait.
-    sync: wait until every earlier instruction has completed.
+    counts[q] < 15: at most counts[q] earlier instructions of queue q are incomplete (RAW/WAW on
+    an in-order queue); 15 (WC_ANY) is no condition. mask bit j: the queued instruction
+    dispatched j+1 queued dispatches earlier has released, i.e. read all its operands (WAR).
+    sync: every earlier instruction has completed. Distances and counts follow the dynamic
+    dispatch order, so loop-carried dependencies are counted across the back edge.
     """
     counts: tuple[int, ...] = (WC_ANY,) * NQUEUES
     mask: int = 0
