@@ -1,0 +1,230 @@
+"""Matrix-side semantics: MM (streamed weights x stationary ACT rows), QACT and QST.
+
+The field checks, operand fetch and epilogue addressing of reference/isa.md 3.5-3.6 live here;
+the MM arithmetic (public per-block fp32 terms with the 4-partial tree, the seed's exact integer
+accumulation) is `otpu_core.mxu`'s, and quantisation is `fp32.quantize`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import fp32, isa
+from ..isa import Instr
+from .fault import Fault
+
+
+# -- quantiser -----------------------------------------------------------------------------------
+def _quant_source(sl, src: int, rows: int, kb: int, srs: int, what: str) -> np.ndarray:
+    return sl.tmem.tile(src, rows, kb * sl.cfg.D, srs, what)
+
+
+def _quantize(x: np.ndarray, kb: int, d: int, row_mode: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 codes [rows, kb*d], scale bits [rows, kb]); ROW mode replicates the row's scale."""
+    rows = x.shape[0]
+    if row_mode:
+        q, s = fp32.quantize(x, axis=-1)
+        return q, np.repeat(s.reshape(rows, 1), kb, axis=1)
+    q, s = fp32.quantize(x.reshape(rows, kb, d), axis=-1)
+    return q.reshape(rows, kb * d), s
+
+
+def qact(sl, ins: Instr, w: list[int]) -> None:
+    """TMEM fp32 rows -> ACT RAM int8 with one scale per (row, block)."""
+    f, cfg = ins.fields, sl.cfg
+    rows, ab, kb, srs = f["rows"], f["ab"], f["kb"], f["srs"]
+    dup = ins.has(isa.F_DUP)
+    if rows < 1 or kb < 1:
+        raise Fault("shape", f"QACT rows and KB must be at least 1 (rows={rows}, KB={kb})")
+    if dup:
+        if not cfg.PAIR:
+            raise Fault("illegal-opcode", "QACT DUP needs column reuse (arch PAIR = false on this target)")
+        if 2 * rows > cfg.MCOLS:
+            raise Fault("shape", f"QACT DUP writes 2*rows = {2 * rows} rows; MCOLS is {cfg.MCOLS}")
+    elif rows > cfg.act_rows:
+        raise Fault("shape", f"QACT rows={rows} exceeds the ACT RAM's {cfg.act_rows} rows")
+    if ab + kb > cfg.ACT_BLOCKS:
+        raise Fault("out-of-range", f"QACT blocks [{ab}, {ab + kb}) exceed ACT_BLOCKS={cfg.ACT_BLOCKS}")
+    x = _quant_source(sl, w[1], rows, kb, srs, "QACT source")
+    if ins.has(isa.F_RSCALE):
+        x = fp32.mul(x, sl.tmem.read(f["rscale"], rows, "QACT rscale")[:, None])
+    if ins.has(isa.F_CSCALE):
+        x = fp32.mul(x, sl.tmem.read(f["cscale"], kb * cfg.D, "QACT cscale")[None, :])
+    q, s = _quantize(x, kb, cfg.D, ins.has(isa.F_ROW))
+    d = cfg.D
+    act = sl.act
+    for base in ((0, rows) if dup else (0,)):
+        act.q[base: base + rows, ab * d: (ab + kb) * d] = q
+        act.scale[base: base + rows, ab: ab + kb] = s
+
+
+def qst(sl, ins: Instr, w: list[int]) -> None:
+    """TMEM fp32 rows -> DRAM int8 bytes at dst + r*drs + c*es, scales at sdst."""
+    f, cfg = ins.fields, sl.cfg
+    src, dst, sdst = w[1], w[2], w[3]
+    rows, kb, srs, drs, es = f["rows"], f["kb"], f["srs"], f["drs"], f["es"]
+    row_mode, half = ins.has(isa.F_ROW), ins.has(isa.F_HALF)
+    if rows < 1 or kb < 1:
+        raise Fault("shape", f"QST rows and KB must be at least 1 (rows={rows}, KB={kb})")
+    if half and not row_mode:
+        raise Fault("shape", "QST HALF needs ROW mode")
+    x = _quant_source(sl, src, rows, kb, srs, "QST source")
+    q, s = _quantize(x, kb, cfg.D, row_mode)
+    ncols = kb * cfg.D // 2 if half else kb * cfg.D
+    q = q[:, :ncols]
+    idx = dst + drs * np.arange(rows, dtype=np.int64)[:, None] + es * np.arange(ncols, dtype=np.int64)[None, :]
+    lo, hi = int(idx.min()), int(idx.max()) + 1
+    sl.dram.check(lo, hi - lo, 1, "QST data")
+    if row_mode:
+        scales, nsc = s[:, 0], rows
+    else:
+        scales, nsc = s.reshape(-1), rows * kb
+    sl.dram.check(sdst, 4 * nsc, 4, "QST scales")
+    if lo < sdst + 4 * nsc and sdst < hi:
+        raise Fault("shape", f"QST data bytes [0x{lo:x}, 0x{hi:x}) overlap its scales "
+                             f"[0x{sdst:x}, 0x{sdst + 4 * nsc:x})")
+    sl.dram.bytes[idx] = q.view(np.uint8)
+    sl.dram.note_write(lo, hi)
+    sl.dram.write_words(sdst, scales, "QST scales")
+
+
+# -- MM ------------------------------------------------------------------------------------------
+# 4-bit codes as the MXU multiplies them: int4 two's complement; E2M1 stored as twice its value.
+DEC_INT4 = np.array([0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1], np.float32)
+DEC_FP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.float32)
+
+
+def mm_check(sl, ins: Instr, w: list[int]) -> tuple[int, int]:
+    """The MM validity checks in the reference's order; returns (ACT rows used, weight bytes per row)."""
+    f, cfg = ins.fields, sl.cfg
+    n, kb, m, ab = f["n"], f["kb"], f["m"], f["ab"]
+    pair, wf = ins.has(isa.F_PAIR), ins.wf
+    if n < 1 or kb < 1:
+        raise Fault("shape", f"MM: N and KB must be at least 1 (N={n}, KB={kb})")
+    r = 2 * m if pair else m
+    if not 0 < r <= cfg.act_rows:
+        raise Fault("shape", f"MM uses {r} ACT rows; must be 1..{cfg.act_rows}")
+    if ab + kb > cfg.ACT_BLOCKS:
+        raise Fault("out-of-range", f"MM ACT blocks [{ab}, {ab + kb}) exceed ACT_BLOCKS={cfg.ACT_BLOCKS}")
+    if (ins.has(isa.F_RMAX) or ins.has(isa.F_ASCALE)) and m > cfg.MCOLS:
+        raise Fault("shape", f"MM RMAX/ASCALE need M <= MCOLS={cfg.MCOLS}, got M={m}")
+    if pair:
+        if not cfg.PAIR:
+            raise Fault("illegal-opcode", "MM PAIR needs column reuse (arch PAIR = false on this target)")
+        if 2 * m > cfg.MCOLS or wf not in (isa.WF_INT4, isa.WF_E2M1):
+            raise Fault("shape", f"MM PAIR needs 2M <= MCOLS={cfg.MCOLS} and a 4-bit WF (M={m}, WF={wf})")
+        if not ins.has(isa.F_UNIT) and (w[2] % 8 or f["srs"] % 8):
+            raise Fault("misaligned", f"MM PAIR scales: ssa 0x{w[2]:x} and srs {f['srs']} must be multiples of 8")
+    if wf not in isa.WF_PUBLIC:
+        raise Fault("illegal-opcode", f"MM weight format WF={wf} is not one of the public formats 0, 1, 2")
+    if ins.has(isa.F_ASCALE) and not (ins.has(isa.F_UNIT) and ins.has(isa.F_ACC)):
+        raise Fault("shape", "MM ASCALE needs UNIT and ACC")
+    d = cfg.D
+    bpb = d // 2 if wf in isa.WF_4BIT else d
+    row_bytes = -(-kb * bpb // d) * d
+    sa, rs = w[1], f["rs"]
+    if sa % d or rs % d:
+        raise Fault("misaligned", f"MM weight rows: sa 0x{sa:x} and rs {rs} must be multiples of D={d}")
+    sl.dram.check(sa, (n - 1) * rs + row_bytes, d, "MM weights")
+    return r, row_bytes
+
+
+def _decoded_weights(sl, ins: Instr, sa: int, ssa: int, row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(weights as exact float32 [KB, D, N] with 4-bit multipliers folded in, ws scale bits [N, KB]),
+    from the slice's decode cache when the DRAM they come from has not been written since."""
+    f, d = ins.fields, sl.cfg.D
+    n, kb, rs, srs, wf = f["n"], f["kb"], f["rs"], f["srs"], ins.wf
+    unit = ins.has(isa.F_UNIT)
+    lo, hi = sa, sa + (n - 1) * rs + row_bytes
+    slo, shi = (ssa, ssa + (n - 1) * srs + 4 * kb) if not unit else (0, 0)
+    key = (sa, rs, n, kb, wf, unit, ssa if not unit else 0, srs if not unit else 0)
+    gen = (sl.dram.generation(lo, hi), sl.dram.generation(slo, shi))
+    hit = sl.wcache.get(key)
+    if hit is not None and hit[0] == gen:
+        return hit[1], hit[2]
+    if unit:
+        sw = None
+    else:
+        sl.dram.check(ssa, (n - 1) * srs + 4 * kb, 4, "MM scales")
+        if srs % 4:
+            raise Fault("misaligned", f"MM scale row stride {srs} is not a multiple of 4")
+        sw = sl.dram.rows(ssa, n, srs, 4 * kb, "MM scales", align=4).copy().view("<u4").reshape(n, kb)
+    raw = sl.dram.rows(sa, n, rs, row_bytes, "MM weights", align=d)
+    if wf == isa.WF_INT8:
+        wts = raw[:, :kb * d].view(np.int8).astype(np.float32).reshape(n, kb, d)
+        ws = np.full((n, kb), fp32.ONE, np.uint32) if unit else sw
+    else:
+        codes = np.empty((n, 2 * row_bytes), np.uint8)
+        codes[:, 0::2] = raw & 15           # element i: low nibble when i is even
+        codes[:, 1::2] = raw >> 4
+        table = DEC_INT4 if wf == isa.WF_INT4 else DEC_FP4
+        wts = table[codes[:, :kb * d]].reshape(n, kb, isa.NSUB, d // isa.NSUB)
+        if unit:
+            ws = np.full((n, kb), fp32.ONE, np.uint32)
+        else:
+            mult = (sw[:, :, None] >> (16 + 4 * np.arange(isa.NSUB, dtype=np.uint32))) & 15
+            wts = wts * mult[..., None].astype(np.float32)
+            ws = fp32.ftz((sw & 0xFFFF) << 16)
+        wts = wts.reshape(n, kb, d)
+    wts = np.ascontiguousarray(wts.transpose(1, 2, 0))
+    sl.wcache.put(key, (gen, wts, ws), wts.nbytes)
+    return wts, ws
+
+
+def mm(sl, ins: Instr, w: list[int]) -> None:
+    """Streamed weight rows x stationary ACT rows, public numerics (reference 3.5)."""
+    f, cfg, tm = ins.fields, sl.cfg, sl.tmem
+    rows_act, row_bytes = mm_check(sl, ins, w)
+    sa, ssa, out = w[1], w[2], w[3]
+    n, kb, m, ab, ors = f["n"], f["kb"], f["m"], f["ab"], f["ors"]
+    pair, d = ins.has(isa.F_PAIR), cfg.D
+    idx = tm.tile_index(out, m, n, ors, "MM out")
+    if ins.has(isa.F_RMAX):
+        tm.check(out + m * ors, m, "MM row maxima")
+    alpha = tm.read(ssa, m, "MM ASCALE factors") if ins.has(isa.F_ASCALE) else None
+    wts, ws = _decoded_weights(sl, ins, sa, ssa, row_bytes)
+    act = sl.act.q[:rows_act, ab * d:(ab + kb) * d].astype(np.float32).reshape(rows_act, kb, d).transpose(1, 0, 2)
+    isum = np.matmul(act, wts) + np.float32(0)        # [KB, R, N]: exact integers (< 2^24); -0 -> +0
+    t = fp32.mul(isum.view(np.uint32), ws.T[:, None, :])
+    t = fp32.mul(t, sl.act.scale[:rows_act, ab:ab + kb].T[:, :, None])
+    if pair:   # p[j][c] = t[j][2c] + t[j+M][2c+1], a missing odd block is +0
+        even, odd = t[0::2, :m], t[1::2, m:]
+        if odd.shape[0] < even.shape[0]:
+            odd = np.concatenate([odd, np.zeros((1,) + odd.shape[1:], np.uint32)])
+        t = fp32.add(even, odd)
+    acc = fp32.isum_mm(np.moveaxis(t, 0, -1))          # [M, N]
+    if alpha is not None:
+        y = fp32.add(fp32.mul(tm.t[idx], alpha[:, None]), acc)
+    elif ins.has(isa.F_ACC):
+        y = fp32.add(tm.t[idx], acc)
+    else:
+        y = acc
+    tm.put_tile(out, ors, y, "MM out")
+    if ins.has(isa.F_RMAX):
+        tm.t[out + m * ors: out + m * ors + m] = fp32.chain_max(y)
+
+
+class WeightCache:
+    """Decoded weights by (address, shape, format), each with the DRAM generations it was read at;
+    bounded in bytes, least recently used out first."""
+
+    def __init__(self, max_bytes: int = 4 << 30):
+        self.max_bytes, self.bytes = max_bytes, 0
+        self.entries: dict = {}
+
+    def get(self, key):
+        hit = self.entries.pop(key, None)
+        if hit is not None:
+            self.entries[key] = hit        # most recent last
+            return hit[0]
+        return None
+
+    def put(self, key, value, nbytes: int) -> None:
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.bytes -= old[1]
+        while self.entries and self.bytes + nbytes > self.max_bytes:
+            _, (_, size) = next(iter(self.entries.items()))
+            self.entries.pop(next(iter(self.entries)))
+            self.bytes -= size
+        self.entries[key] = (value, nbytes)
+        self.bytes += nbytes
