@@ -138,3 +138,14 @@ def test_disasm_one_is_the_listing_line():
     assert asm.disasm_one(i) == "mm sa=r1+4096 n=16 kb=2 m=1 wf=fp4x6 acc"
     assert repr(i) == "Instr('mm sa=r1+4096 n=16 kb=2 m=1 wf=fp4x6 acc')"
     assert asm.disasm_one(isa.waitw(addr=8, ref=-1, rc=3)) == "waitw addr=8 ref=r3-1"
+
+
+def test_the_example_in_docs_assembles_and_round_trips():
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "isa.md").read_text()
+    example = doc.split("## 6. Assembly text", 1)[1].split("```", 2)[1]
+    p = asm.parse(example)
+    assert [i.op for i in p.instrs] == [isa.Op.LI, isa.Op.LOOP, isa.Op.MM, isa.Op.VOP, isa.Op.HALT]
+    assert p.instrs[1]["body"] == 2 and p.waits[4].sync and p.waits[3].mask == 1
+    back = asm.parse(asm.disassemble(p.instrs, p.waits))
+    assert back.instrs == p.instrs and back.waits == p.waits
