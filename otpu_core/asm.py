@@ -139,10 +139,15 @@ def disasm_one(instr: Instr) -> str:
     return " ".join([_mnemonic(instr)] + _operands(instr))
 
 
-def disassemble(instrs: list[Instr], waits: list[WaitEntry] | None = None) -> str:
+def disassemble(instrs: list[Instr], waits: list[WaitEntry] | None = None, pcs: bool = False) -> str:
     """A program as assembly text that `assemble` turns back into the same words (and waits).
-    LOOP bodies ending inside the program get labels `L<pc>` on the instruction after the body."""
+
+    LOOP bodies ending inside the program get labels `L<pc>` on the instruction after the body;
+    `pcs` appends a `# pc N` comment to each line (simulator messages name the pc).
+    """
     n = len(instrs)
+    if waits is not None and len(waits) != n:
+        raise UsageError(f"{len(waits)} wait entries for {n} instructions")
     targets = {pc + 1 + i["body"] for pc, i in enumerate(instrs) if i.op == Op.LOOP and pc + 1 + i["body"] <= n}
     lines = []
     for pc, instr in enumerate(instrs):
@@ -154,7 +159,7 @@ def disassemble(instrs: list[Instr], waits: list[WaitEntry] | None = None) -> st
         text = " ".join([_mnemonic(instr)] + _operands(instr, label_of))
         if waits is not None and waits[pc].waits:
             text += " " + _fmt_wait(waits[pc])
-        lines.append(text)
+        lines.append(f"{text:<72} # pc {pc}" if pcs else text)
     if n in targets:
         lines.append(f"L{n}:")
     return "\n".join(lines) + "\n"

@@ -32,7 +32,7 @@ waits = st.builds(isa.WaitEntry, st.tuples(*[st.integers(0, 15)] * 7), st.intege
 @settings(max_examples=400, deadline=None)
 @given(st.lists(instrs(), min_size=1, max_size=12))
 def test_round_trip_words_identical(prog):
-    text = asm.disassemble(prog)
+    text = asm.disassemble(prog, pcs=len(prog) % 2 == 1)
     back = asm.assemble(text)
     assert [i.words for i in back] == [i.words for i in prog]
     assert isa.encode_program(back) == isa.encode_program(prog)
@@ -87,6 +87,11 @@ def test_loop_labels_mark_the_instruction_after_the_body():
     tail = [isa.loop(body=1, count=2), isa.nop(), isa.loop(body=9)]
     listing = asm.disassemble(tail)
     assert listing.endswith("L2:\nloop body=9\n") and asm.assemble(listing) == tail
+
+
+def test_pc_comments():
+    listing = asm.disassemble([isa.nop(), isa.halt()], pcs=True)
+    assert listing.splitlines()[1].startswith("halt ") and listing.splitlines()[1].endswith("# pc 1")
 
 
 def test_shared_register_slot_must_agree():

@@ -55,6 +55,7 @@ def asm_cmd(source: Path = typer.Argument(..., help="Assembly file (.s)."),
 def disasm_cmd(image: Path = typer.Argument(..., help="Program image (.bin)."),
                waits: bool = typer.Option(False, "--waits", help="The image ends with a WAITC wait table (40 bytes per instruction in all)."),
                output: Path = typer.Option(None, "-o", "--output", help="Write the assembly here instead of stdout."),
+               pcs: bool = typer.Option(False, "--pc", help="End each line with a '# pc N' comment."),
                json_out: bool = typer.Option(False, "--json", help="Print JSON: per instruction pc, words, fields and text.")) -> None:
     """Disassemble a program image into assembly text that `otpu asm` turns back into the same bytes."""
     data = _read(image, "program image", binary=True)
@@ -70,7 +71,7 @@ def disasm_cmd(image: Path = typer.Argument(..., help="Program image (.bin)."),
                      "fields": i.fields, **({"wait": f"0x{table[pc].pack():016x}"} if table else {})}
                     for pc, i in enumerate(instrs)])
         return
-    text = asm.disassemble(instrs, table)
+    text = asm.disassemble(instrs, table, pcs=pcs)
     if output:
         _write(output, text)
     else:
