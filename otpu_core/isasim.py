@@ -466,6 +466,51 @@ class Machine:
             self.on_step = outer
         return done[0] if done else None
 
+    # -- host access ------------------------------------------------------------------------------
+    def _targets(self, sid: int | None) -> list[Slice]:
+        if sid is None:
+            return self.slices
+        if not 0 <= sid < len(self.slices):
+            raise SimError("out-of-range", f"slice {sid} does not exist (S={len(self.slices)})")
+        return [self.slices[sid]]
+
+    def write_dram(self, addr: int, data, sid: int | None = None) -> None:
+        """Host write of bytes into DRAM (every slice when sid is None), as a DMA would."""
+        buf = np.frombuffer(bytes(data), np.uint8) if not isinstance(data, np.ndarray) else \
+            np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        for sl in self._targets(sid):
+            try:
+                sl.dram.check(addr, buf.size, 1, "host write")
+            except Fault as f:
+                raise SimError(f.kind, f.reason, sl.sid) from None
+            sl.dram.bytes[addr: addr + buf.size] = buf
+            sl.dram.note_write(addr, addr + buf.size)
+
+    def read_dram(self, addr: int, n: int, sid: int = 0) -> np.ndarray:
+        sl = self._targets(sid)[0]
+        try:
+            sl.dram.check(addr, n, 1, "host read")
+        except Fault as f:
+            raise SimError(f.kind, f.reason, sl.sid) from None
+        return sl.dram.bytes[addr: addr + n].copy()
+
+    def write_tmem(self, addr: int, words, sid: int | None = None) -> None:
+        """Host-side TMEM preset (tests and tools): raw 32-bit words, or floats rounded to fp32."""
+        arr = np.asarray(words)
+        vals = arr.astype(np.float32).view(np.uint32) if arr.dtype.kind == "f" else arr.astype(np.uint32)
+        for sl in self._targets(sid):
+            try:
+                sl.tmem.write(addr, vals.reshape(-1), "host write")
+            except Fault as f:
+                raise SimError(f.kind, f.reason, sl.sid) from None
+
+    def read_tmem(self, addr: int, n: int, sid: int = 0) -> np.ndarray:
+        sl = self._targets(sid)[0]
+        try:
+            return sl.tmem.read(addr, n, "host read")
+        except Fault as f:
+            raise SimError(f.kind, f.reason, sl.sid) from None
+
     # -- results ----------------------------------------------------------------------------------
     def counters(self, sid: int = 0) -> dict[str, int]:
         if self.timing is None:

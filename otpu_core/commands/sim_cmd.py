@@ -1,0 +1,238 @@
+"""`otpu sim`: run programs on the golden simulator (`run`), show its machine (`info`), read traces (`trace`).
+
+This is how a user, or an external checker, pokes the machine: load DRAM images and arguments,
+run a program (assembly text or a binary image), dump registers, TMEM or DRAM, and get the
+timing model's cycles, counters and trace records. Other modules may add commands to `app`.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn
+from rich.table import Table
+
+from .. import isa, tracefmt
+from ..console import print_json, stderr, stdout
+from ..errors import UsageError
+from ..hookspecs import hookimpl
+from ..target import load as load_target
+from ..timing import BUSY_OF, FREE_COUNTERS, RUN_COUNTERS
+
+app = typer.Typer(name="sim", no_args_is_help=True, add_completion=False,
+                  help="The golden ISA simulator: run programs, dump state, read timing and traces.")
+
+UNIT_LABELS = {"DMA_BUSY": "DMA", "MXU_BUSY": "MXU", "QNT_BUSY": "quantiser", "VPU_BUSY": "VPU", "COLL_BUSY": "collective"}
+PROGRESS_AFTER_S = 2.0
+BATCH = 4096
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise UsageError(f"{what}: {text!r} is not an integer (decimal or 0x hex)") from None
+
+
+def read_program(path: Path) -> list[isa.Instr]:
+    """Assembly text (.s/.asm) or a binary image (anything else)."""
+    if not path.is_file():
+        raise UsageError(f"program file {path} does not exist")
+    if path.suffix.lower() in (".s", ".asm"):
+        from ..asm import assemble
+        return assemble(path.read_text())
+    return isa.decode_program(path.read_bytes())
+
+
+def parse_dram(spec: str) -> tuple[Path, int]:
+    if "@" not in spec:
+        raise UsageError(f"--dram {spec!r}: expected FILE@ADDR, e.g. weights.bin@0x100000")
+    name, addr = spec.rsplit("@", 1)
+    path = Path(name)
+    if not path.is_file():
+        raise UsageError(f"--dram {spec!r}: file {name} does not exist")
+    return path, _int(addr, f"--dram {spec}")
+
+
+def parse_args(specs: list[str]) -> list[int]:
+    args = [0] * isa.NARGS
+    for spec in specs:
+        if "=" not in spec:
+            raise UsageError(f"--arg {spec!r}: expected N=VALUE with N in 0..7")
+        n, v = spec.split("=", 1)
+        k = _int(n, f"--arg {spec}")
+        if not 0 <= k < isa.NARGS:
+            raise UsageError(f"--arg {spec!r}: argument number must be 0..7 (ARG0..ARG7 = R8..R15)")
+        val = _int(v, f"--arg {spec}")
+        if not -(1 << 31) <= val < (1 << 32):
+            raise UsageError(f"--arg {spec!r}: value must fit 32 bits")
+        args[k] = val & 0xFFFFFFFF
+    return args
+
+
+def parse_dump(spec: str) -> tuple[str, int, int]:
+    parts = spec.split(":")
+    if parts[0] == "regs" and len(parts) == 1:
+        return "regs", 0, 0
+    if parts[0] in ("tmem", "dram") and len(parts) == 3:
+        return parts[0], _int(parts[1], f"--dump {spec}"), _int(parts[2], f"--dump {spec}")
+    raise UsageError(f"--dump {spec!r}: expected regs, tmem:ADDR:N or dram:ADDR:N")
+
+
+def _dump(m, kind: str, addr: int, n: int, sid: int) -> dict:
+    if kind == "regs":
+        return {"kind": "regs", "slice": sid, "values": list(m.slices[sid].regs)}
+    if kind == "tmem":
+        words = m.read_tmem(addr, n, sid)
+        return {"kind": "tmem", "slice": sid, "addr": addr, "words": words.tolist(),
+                "floats": [float(x) for x in words.view(np.float32)]}
+    data = m.read_dram(addr, n, sid)
+    return {"kind": "dram", "slice": sid, "addr": addr, "bytes": data.tobytes().hex()}
+
+
+def _run_with_progress(m) -> None:
+    from ..isasim import HALTED
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < PROGRESS_AFTER_S:
+        if m.run_for(BATCH) == HALTED:
+            return
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=stderr(), transient=True) as bar:
+        task = bar.add_task("simulating", total=None)
+        while m.run_for(BATCH) != HALTED:
+            bar.update(task, description=f"simulating: {m.steps:,} instructions")
+
+
+def summary(m, sid: int = 0) -> dict:
+    c = m.counters(sid)
+    cycles = max(c["CYCLES"], 1)
+    hz = m.target.core_hz
+    return {"slice": sid, "cycles": c["CYCLES"], "instructions": c["ICOUNT"], "seconds_at_core_clock": c["CYCLES"] / hz,
+            "core_mhz": m.target.platform["core_mhz"],
+            "utilisation": {UNIT_LABELS[k]: c[k] / cycles for k in BUSY_OF.values()},
+            "dram_bytes": 64 * (c["DRAM_RD"] + c["DRAM_WR"]),
+            "counters": {k: c[k] for k in RUN_COUNTERS + FREE_COUNTERS}}
+
+
+@app.command("run")
+def run_cmd(program: Path = typer.Argument(..., help="Program: assembly text (.s/.asm) or a binary image."),
+            target: str = typer.Option(None, "--target", "-t", envvar="OTPU_TARGET",
+                                       help="Target name or .toml (default ypcb-00338)."),
+            dram: list[str] = typer.Option([], "--dram", help="FILE@ADDR: load a file into DRAM (every slice); repeatable."),
+            arg: list[str] = typer.Option([], "--arg", help="N=VALUE: run argument ARGn (R8+n); repeatable."),
+            dump: list[str] = typer.Option([], "--dump", help="regs | tmem:ADDR:N | dram:ADDR:N after the run; repeatable."),
+            sid: int = typer.Option(0, "--slice", help="Slice to dump and report."),
+            json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+            trace: Path = typer.Option(None, "--trace", help="Write the slice's 64-bit trace records to this file."),
+            max_steps: int = typer.Option(10_000_000, "--max-steps", help="Stop with an error after this many instructions.")) -> None:
+    """Run a program on the golden simulator and report cycles, instructions and unit utilisation."""
+    from ..isasim import Machine
+    prog = read_program(program)
+    dumps = [parse_dump(d) for d in dump]
+    loads = [parse_dram(d) for d in dram]
+    args = parse_args(arg)
+    m = Machine(load_target(target), trace=trace is not None, max_steps=max_steps)
+    if not 0 <= sid < m.cfg.S:
+        raise UsageError(f"--slice {sid}: the target has {m.cfg.S} slice(s)")
+    for path, addr in loads:
+        m.write_dram(addr, np.fromfile(path, np.uint8))
+    m.load(prog, args)
+    _run_with_progress(m)
+    if trace is not None:
+        tracefmt.write(trace, m.trace_records(sid))
+    result = summary(m, sid)
+    result["dumps"] = [_dump(m, k, a, n, sid) for k, a, n in dumps]
+    if json_out:
+        print_json(result)
+        return
+    _print_summary(result, trace)
+
+
+def _print_summary(result: dict, trace: Path | None) -> None:
+    con = stdout()
+    con.print(f"halted after [bold]{result['cycles']:,}[/] cycles, {result['instructions']:,} instructions "
+              f"({result['seconds_at_core_clock'] * 1e6:.1f} us at {result['core_mhz']:g} MHz)")
+    table = Table(title="unit utilisation")
+    table.add_column("unit")
+    table.add_column("busy", justify="right")
+    for unit, u in result["utilisation"].items():
+        table.add_row(unit, f"{100 * u:.1f}%")
+    con.print(table)
+    counters = Table(title="counters")
+    counters.add_column("counter")
+    counters.add_column("value", justify="right")
+    for k, v in result["counters"].items():
+        counters.add_row(k, f"{v:,}")
+    con.print(counters)
+    for d in result["dumps"]:
+        if d["kind"] == "regs":
+            con.print("registers: " + "  ".join(f"r{i}=0x{v:08x}" for i, v in enumerate(d["values"])))
+        elif d["kind"] == "tmem":
+            t = Table(title=f"TMEM {d['addr']}..{d['addr'] + len(d['words']) - 1}")
+            for col in ("addr", "bits", "fp32"):
+                t.add_column(col)
+            for i, (w, f) in enumerate(zip(d["words"], d["floats"])):
+                t.add_row(str(d["addr"] + i), f"0x{w:08x}", repr(f))
+            con.print(t)
+        else:
+            raw = bytes.fromhex(d["bytes"])
+            con.print(f"DRAM 0x{d['addr']:x} ({len(raw)} bytes):")
+            for off in range(0, len(raw), 16):
+                con.print(f"  {d['addr'] + off:08x}  " + " ".join(f"{b:02x}" for b in raw[off:off + 16]), markup=False)
+    if trace is not None:
+        con.print(f"trace records written to {trace}")
+
+
+@app.command("info")
+def info_cmd(target: str = typer.Option(None, "--target", "-t", envvar="OTPU_TARGET", help="Target name or .toml."),
+             json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The simulated machine of a target: memories, units and the timing model's rates."""
+    t = load_target(target)
+    c, u = t.config(), t.uarch
+    info = {"target": t.name, "slices": c.S, "D": c.D, "MCOLS": c.MCOLS, "LANES": c.LANES, "act_rows": c.act_rows,
+            "max_k": c.max_k, "tmem_words": c.TMEM_WORDS, "dram_bytes_per_slice": c.DRAM_BYTES,
+            "imem_instructions": c.imem_instrs, "features": {"PAIR": c.PAIR, "DSTEP": c.DSTEP, "STREAM": c.STREAM},
+            "timing": {"dram_bytes_per_cycle": u.DRAM_BYTES_PER_CYCLE * u.DRAM_EFFICIENCY,
+                       "dram_latency": u.DRAM_LATENCY, "mxu_chunk_bytes_per_cycle": c.D, "mxu_latency": u.MXU_LATENCY,
+                       "vpu_words_per_cycle": c.LANES, "composite_cols_per_cycle": u.COMPOSITE_COLS_PER_CYCLE,
+                       "vt_append_cycles_per_byte": u.VT_APPEND_CYCLES, "window_slots": u.WIN,
+                       "core_mhz": t.platform["core_mhz"]}}
+    if json_out:
+        print_json(info)
+        return
+    table = Table(title=f"simulated machine: {t.name}", show_header=False)
+    table.add_column("key")
+    table.add_column("value")
+    for k, v in info.items():
+        if isinstance(v, dict):
+            for kk, vv in v.items():
+                table.add_row(f"{k}.{kk}", f"{vv:g}" if isinstance(vv, float) else str(vv))
+        elif k != "target":
+            table.add_row(k, str(v))
+    stdout().print(table)
+
+
+@app.command("trace")
+def trace_cmd(path: Path = typer.Argument(..., help="A trace file written by `otpu sim run --trace` (or read from a card)."),
+              json_out: bool = typer.Option(False, "--json", help="Print the decoded events as JSON."),
+              chrome: Path = typer.Option(None, "--chrome", help="Also write a Chrome-trace JSON (chrome://tracing, Perfetto)."),
+              core_mhz: float = typer.Option(133.33, "--core-mhz", help="Core clock for Chrome-trace timestamps.")) -> None:
+    """Decode 64-bit trace records into the `T0 D c= ...` lines (or JSON events)."""
+    if not path.is_file():
+        raise UsageError(f"trace file {path} does not exist")
+    if path.stat().st_size % 8:
+        raise UsageError(f"trace file {path} is {path.stat().st_size} bytes: not a whole number of 64-bit records")
+    records = tracefmt.read(path)
+    if chrome is not None:
+        chrome.write_text(tracefmt.to_chrome(records, core_mhz))
+    if json_out:
+        print_json(tracefmt.unpack(records))
+        return
+    for line in tracefmt.to_lines(records):
+        print(line)
+
+
+@hookimpl
+def otpu_commands(app: typer.Typer) -> None:
+    app.add_typer(globals()["app"], name="sim")
