@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import isa
 from .errors import UsageError
 from .isa import BMode, Field, Instr, Layout, Op, VFunc, WaitEntry
@@ -47,15 +49,9 @@ def _fmt_sint(v: int) -> str:
 
 
 def _fmt_f32(bits: int) -> str:
-    text = str(isa.np.uint32(bits).view(isa.np.float32))
-    if not any(c in text for c in ".en") and "inf" not in text:
-        text += ".0"
-    try:
-        if _is_float(text) and isa.f32_bits(float(text)) == bits:
-            return text
-    except ValueError:
-        pass
-    return f"0x{bits:08x}"
+    """The shortest float text that reads back to these bits, else the bits in hex (NaN payloads)."""
+    text = str(np.uint32(bits).view(np.float32))    # numpy prints the shortest round-trip digits
+    return text if _is_float(text) and isa.f32_bits(float(text)) == bits else f"0x{bits:08x}"
 
 
 def _is_float(text: str) -> bool:
@@ -131,7 +127,7 @@ def _fmt_wait(w: WaitEntry) -> str:
         parts.append(f"mask=0x{w.mask:x}")
     if w.sync:
         parts.append("sync")
-    return " ".join(["!"] + parts) if parts else "!"
+    return " ".join(["!"] + parts)
 
 
 def disasm_one(instr: Instr) -> str:

@@ -211,7 +211,6 @@ class Layout:
         for f in self.fields:
             for w, lsb, width in f.parts:
                 used[w] |= ((1 << width) - 1) << lsb
-        for f in self.fields:
             if f.reg:
                 used[0] |= 0xF << REG_SLOTS[f.reg]
         return tuple(used)
@@ -494,10 +493,6 @@ def f32_bits(x: float) -> int:
     """The fp32 bit pattern of a Python float (round to nearest even; too large becomes inf)."""
     with np.errstate(over="ignore"):
         return int(np.array(x, dtype=np.float32).view(np.uint32))
-
-
-def bits_f32(b: int) -> float:
-    return float(np.uint32(b).view(np.float32))
 
 
 # --- per-opcode helpers -------------------------------------------------------------------------
