@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import isa
+from . import isa, mxu
 from .isa import Instr, IsaError, Op
 from .sim import matrix, vector
 from .sim.costs import work_of
@@ -75,7 +75,7 @@ class Slice:
         self.polls = 0                        # failed polls of the current WAITW
         self.chains = 0
         self.timing: TimingModel | None = None
-        self.wcache = matrix.WeightCache()
+        self.wcache = mxu.WeightCache()
 
     # -- runs -------------------------------------------------------------------------------------
     def set_args(self, args: Sequence[int] | None) -> None:

@@ -6,7 +6,7 @@ reference/isa.md 7 (`fp_ranges`).
 """
 from __future__ import annotations
 
-from .. import isa
+from .. import formats, isa
 from ..isa import BMode, Instr, Op, VFunc
 from ..target import Config, Uarch
 from ..timing import ACT, COLL, DMA, DRAM, MXU, QNT, TMEM, VPU, Work
@@ -33,13 +33,10 @@ def _tile(base: int, rows: int, cols: int, rs: int) -> tuple:
 
 
 def mm_bytes(ins: Instr, cfg: Config) -> tuple[int, int]:
-    """(weight bytes per row, scale bytes per row) an MM streams from DRAM."""
-    f = ins.fields
-    kb, d = f["kb"], cfg.D
-    bpb = d // 2 if ins.wf in isa.WF_4BIT else d
-    row = _cdiv(kb * bpb, d) * d
-    scale = 0 if ins.has(isa.F_UNIT) else 4 * kb
-    return row, scale
+    """(weight bytes per row, side-data bytes per row) an MM streams from DRAM."""
+    kb, wf = ins.fields["kb"], ins.wf
+    side = 0 if ins.has(isa.F_UNIT) else formats.scale_read_bytes(wf, kb)
+    return formats.row_bytes(wf, cfg.D, kb), side
 
 
 def work_of(ins: Instr, w: list[int], cfg: Config, ua: Uarch, polls: int = 0, shape: tuple[int, int] = (0, 0)) -> Work:

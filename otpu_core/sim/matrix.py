@@ -2,13 +2,14 @@
 
 The field checks, operand fetch and epilogue addressing of reference/isa.md 3.5-3.6 live here;
 the MM arithmetic (public per-block fp32 terms with the 4-partial tree, the seed's exact integer
-accumulation) is `otpu_core.mxu`'s, and quantisation is `fp32.quantize`.
+accumulation) and the decoded-weight cache are `otpu_core.mxu`'s, weight decoding is
+`otpu_core.formats`', and quantisation is `fp32.quantize`.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .. import fp32, isa
+from .. import formats, fp32, isa, mxu
 from ..isa import Instr
 from .fault import Fault
 
@@ -88,11 +89,6 @@ def qst(sl, ins: Instr, w: list[int]) -> None:
 
 
 # -- MM ------------------------------------------------------------------------------------------
-# 4-bit codes as the MXU multiplies them: int4 two's complement; E2M1 stored as twice its value.
-DEC_INT4 = np.array([0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1], np.float32)
-DEC_FP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.float32)
-
-
 def mm_check(sl, ins: Instr, w: list[int]) -> tuple[int, int]:
     """The MM validity checks in the reference's order; returns (ACT rows used, weight bytes per row)."""
     f, cfg = ins.fields, sl.cfg
@@ -110,17 +106,14 @@ def mm_check(sl, ins: Instr, w: list[int]) -> tuple[int, int]:
     if pair:
         if not cfg.PAIR:
             raise Fault("illegal-opcode", "MM PAIR needs column reuse (arch PAIR = false on this target)")
-        if 2 * m > cfg.MCOLS or wf not in (isa.WF_INT4, isa.WF_E2M1):
+        if 2 * m > cfg.MCOLS or wf not in isa.WF_4BIT:
             raise Fault("shape", f"MM PAIR needs 2M <= MCOLS={cfg.MCOLS} and a 4-bit WF (M={m}, WF={wf})")
         if not ins.has(isa.F_UNIT) and (w[2] % 8 or f["srs"] % 8):
             raise Fault("misaligned", f"MM PAIR scales: ssa 0x{w[2]:x} and srs {f['srs']} must be multiples of 8")
-    if wf not in isa.WF_PUBLIC:
-        raise Fault("illegal-opcode", f"MM weight format WF={wf} is not one of the public formats 0, 1, 2")
     if ins.has(isa.F_ASCALE) and not (ins.has(isa.F_UNIT) and ins.has(isa.F_ACC)):
         raise Fault("shape", "MM ASCALE needs UNIT and ACC")
     d = cfg.D
-    bpb = d // 2 if wf in isa.WF_4BIT else d
-    row_bytes = -(-kb * bpb // d) * d
+    row_bytes = formats.row_bytes(wf, d, kb)
     sa, rs = w[1], f["rs"]
     if sa % d or rs % d:
         raise Fault("misaligned", f"MM weight rows: sa 0x{sa:x} and rs {rs} must be multiples of D={d}")
@@ -128,103 +121,45 @@ def mm_check(sl, ins: Instr, w: list[int]) -> tuple[int, int]:
     return r, row_bytes
 
 
-def _decoded_weights(sl, ins: Instr, sa: int, ssa: int, row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(weights as exact float32 [KB, D, N] with 4-bit multipliers folded in, ws scale bits [N, KB]),
-    from the slice's decode cache when the DRAM they come from has not been written since."""
+def _weights(sl, ins: Instr, sa: int, ssa: int, row_bytes: int) -> formats.Decoded:
+    """The instruction's weights as the MXU multiplies them, from the slice's decode cache when
+    neither the rows nor their side data were written since they were decoded."""
     f, d = ins.fields, sl.cfg.D
     n, kb, rs, srs, wf = f["n"], f["kb"], f["rs"], f["srs"], ins.wf
     unit = ins.has(isa.F_UNIT)
-    lo, hi = sa, sa + (n - 1) * rs + row_bytes
-    slo, shi = (ssa, ssa + (n - 1) * srs + 4 * kb) if not unit else (0, 0)
-    key = (sa, rs, n, kb, wf, unit, ssa if not unit else 0, srs if not unit else 0)
-    gen = (sl.dram.generation(lo, hi), sl.dram.generation(slo, shi))
-    hit = sl.wcache.get(key)
-    if hit is not None and hit[0] == gen:
-        return hit[1], hit[2]
-    if unit:
-        sw = None
-    else:
-        sl.dram.check(ssa, (n - 1) * srs + 4 * kb, 4, "MM scales")
-        if srs % 4:
-            raise Fault("misaligned", f"MM scale row stride {srs} is not a multiple of 4")
-        sw = sl.dram.rows(ssa, n, srs, 4 * kb, "MM scales", align=4).copy().view("<u4").reshape(n, kb)
-    raw = sl.dram.rows(sa, n, rs, row_bytes, "MM weights", align=d)
-    if wf == isa.WF_INT8:
-        wts = raw[:, :kb * d].view(np.int8).astype(np.float32).reshape(n, kb, d)
-        ws = np.full((n, kb), fp32.ONE, np.uint32) if unit else sw
-    else:
-        codes = np.empty((n, 2 * row_bytes), np.uint8)
-        codes[:, 0::2] = raw & 15           # element i: low nibble when i is even
-        codes[:, 1::2] = raw >> 4
-        table = DEC_INT4 if wf == isa.WF_INT4 else DEC_FP4
-        wts = table[codes[:, :kb * d]].reshape(n, kb, isa.NSUB, d // isa.NSUB)
-        if unit:
-            ws = np.full((n, kb), fp32.ONE, np.uint32)
-        else:
-            mult = (sw[:, :, None] >> (16 + 4 * np.arange(isa.NSUB, dtype=np.uint32))) & 15
-            wts = wts * mult[..., None].astype(np.float32)
-            ws = fp32.ftz((sw & 0xFFFF) << 16)
-        wts = wts.reshape(n, kb, d)
-    wts = np.ascontiguousarray(wts.transpose(1, 2, 0))
-    sl.wcache.put(key, (gen, wts, ws), wts.nbytes)
-    return wts, ws
+    rows = sl.dram.rows(sa, n, rs, row_bytes, "MM weights", align=d)
+    scales = None
+    gen_s = None
+    if not unit:
+        width = formats.scale_read_bytes(wf, kb)
+        scales = sl.dram.rows(ssa, n, srs, width, "MM scales", align=4)
+        gen_s = sl.dram.generation(ssa, ssa + (n - 1) * srs + width)
+    key = (sa, rs, n, kb, wf, unit, ssa, srs, d, sl.dram.generation(sa, sa + (n - 1) * rs + row_bytes), gen_s)
+    try:
+        return sl.wcache.get(key, wf, d, kb, rows, scales, unit)
+    except formats.WeightFormatError as e:
+        raise Fault("shape", f"MM weights at 0x{sa:x}: {e}") from None
 
 
 def mm(sl, ins: Instr, w: list[int]) -> None:
-    """Streamed weight rows x stationary ACT rows, public numerics (reference 3.5)."""
+    """Streamed weight rows x stationary ACT rows (reference 3.5; seed formats: docs/formats.md)."""
     f, cfg, tm = ins.fields, sl.cfg, sl.tmem
     rows_act, row_bytes = mm_check(sl, ins, w)
     sa, ssa, out = w[1], w[2], w[3]
     n, kb, m, ab, ors = f["n"], f["kb"], f["m"], f["ab"], f["ors"]
-    pair, d = ins.has(isa.F_PAIR), cfg.D
+    d = cfg.D
     idx = tm.tile_index(out, m, n, ors, "MM out")
     if ins.has(isa.F_RMAX):
         tm.check(out + m * ors, m, "MM row maxima")
     alpha = tm.read(ssa, m, "MM ASCALE factors") if ins.has(isa.F_ASCALE) else None
-    wts, ws = _decoded_weights(sl, ins, sa, ssa, row_bytes)
-    act = sl.act.q[:rows_act, ab * d:(ab + kb) * d].astype(np.float32).reshape(rows_act, kb, d).transpose(1, 0, 2)
-    isum = np.matmul(act, wts) + np.float32(0)        # [KB, R, N]: exact integers (< 2^24); -0 -> +0
-    t = fp32.mul(isum.view(np.uint32), ws.T[:, None, :])
-    t = fp32.mul(t, sl.act.scale[:rows_act, ab:ab + kb].T[:, :, None])
-    if pair:   # p[j][c] = t[j][2c] + t[j+M][2c+1], a missing odd block is +0
-        even, odd = t[0::2, :m], t[1::2, m:]
-        if odd.shape[0] < even.shape[0]:
-            odd = np.concatenate([odd, np.zeros((1,) + odd.shape[1:], np.uint32)])
-        t = fp32.add(even, odd)
-    acc = fp32.isum_mm(np.moveaxis(t, 0, -1))          # [M, N]
-    if alpha is not None:
-        y = fp32.add(fp32.mul(tm.t[idx], alpha[:, None]), acc)
-    elif ins.has(isa.F_ACC):
-        y = fp32.add(tm.t[idx], acc)
-    else:
-        y = acc
+    weights = _weights(sl, ins, sa, 0 if ins.has(isa.F_ASCALE) else ssa, row_bytes)
+    try:
+        acc = mxu.mm(sl.act.q[:rows_act, ab * d:(ab + kb) * d], sl.act.scale[:rows_act, ab:ab + kb], weights,
+                     pair=ins.has(isa.F_PAIR))
+    except mxu.MxuError as e:
+        raise Fault("shape", f"MM: {e}") from None
+    prev = tm.t[idx] if ins.has(isa.F_ACC) else None
+    y = mxu.epilogue(acc, prev, alpha)
     tm.put_tile(out, ors, y, "MM out")
     if ins.has(isa.F_RMAX):
         tm.t[out + m * ors: out + m * ors + m] = fp32.chain_max(y)
-
-
-class WeightCache:
-    """Decoded weights by (address, shape, format), each with the DRAM generations it was read at;
-    bounded in bytes, least recently used out first."""
-
-    def __init__(self, max_bytes: int = 4 << 30):
-        self.max_bytes, self.bytes = max_bytes, 0
-        self.entries: dict = {}
-
-    def get(self, key):
-        hit = self.entries.pop(key, None)
-        if hit is not None:
-            self.entries[key] = hit        # most recent last
-            return hit[0]
-        return None
-
-    def put(self, key, value, nbytes: int) -> None:
-        old = self.entries.pop(key, None)
-        if old is not None:
-            self.bytes -= old[1]
-        while self.entries and self.bytes + nbytes > self.max_bytes:
-            _, (_, size) = next(iter(self.entries.items()))
-            self.entries.pop(next(iter(self.entries)))
-            self.bytes -= size
-        self.entries[key] = (value, nbytes)
-        self.bytes += nbytes
