@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from . import regs
 from .faults import FaultSet
 
 # Activity dict given to tick(): unit utilisations 0..1 and DRAM traffic.
@@ -53,22 +54,12 @@ XADC_ALM_TEMP_HI, XADC_ALM_OT_HI, XADC_ALM_TEMP_LO, XADC_ALM_OT_LO = 0x340, 0x34
 XADC_RESET_KEY = 0x0000000A
 AOSR_OT, AOSR_ALM0, AOSR_ANY = 1 << 0, 1 << 1, 1 << 8
 SR_EOC, SR_EOS = 1 << 5, 1 << 6
-TEMP_VALID = 1 << 31
 
 _SUPPLIES = {XADC_VCCINT: "vccint", XADC_VCCAUX: "vccaux", XADC_VCCBRAM: "vccbram"}
 _MAXMIN = {XADC_MAX_TEMP: ("max", "temp"), XADC_MAX_VCCINT: ("max", "vccint"), XADC_MAX_VCCAUX: ("max", "vccaux"),
            XADC_MAX_VCCBRAM: ("max", "vccbram"), XADC_MIN_TEMP: ("min", "temp"), XADC_MIN_VCCINT: ("min", "vccint"),
            XADC_MIN_VCCAUX: ("min", "vccaux"), XADC_MIN_VCCBRAM: ("min", "vccbram")}
 _THRESHOLDS = {XADC_ALM_TEMP_HI: 85.0, XADC_ALM_OT_HI: 125.0, XADC_ALM_TEMP_LO: 60.0, XADC_ALM_OT_LO: 70.0}
-
-
-def xadc_temp_code(celsius: float) -> int:
-    """12-bit XADC temperature code: C = code x 503.975 / 4096 - 273.15 (host.md 1.2)."""
-    return int(np.clip(round((celsius + 273.15) * 4096 / 503.975), 0, 4095))
-
-
-def xadc_temp_celsius(code: int) -> float:
-    return (code & 0xFFF) * 503.975 / 4096 - 273.15
 
 
 def xadc_supply_code(volts: float) -> int:
@@ -116,7 +107,7 @@ class Thermal:
         die, board = self._steady(power)
         self.state.clear()
         self.state.update(die_c=die, board_c=board, power=power, seconds=0.0,
-                          thresholds={str(k): xadc_temp_code(v) for k, v in _THRESHOLDS.items()},
+                          thresholds={str(k): regs.temp_c_to_code(v) for k, v in _THRESHOLDS.items()},
                           alarm_temp=False, alarm_ot=False)
         self._reset_minmax()
 
@@ -163,12 +154,12 @@ class Thermal:
 
     def temp_register(self) -> int:
         """The control register TEMP: valid bit and the XADC die-temperature code."""
-        return TEMP_VALID | xadc_temp_code(self.die_c)
+        return regs.TEMP_VALID | regs.temp_c_to_code(self.die_c)
 
     # ---- XADC window -------------------------------------------------------------------------
 
     def _codes(self) -> dict:
-        codes = {"temp": xadc_temp_code(self.die_c)}
+        codes = {"temp": regs.temp_c_to_code(self.die_c)}
         codes.update({k: xadc_supply_code(v) for k, v in self.supply_volts().items()})
         return codes
 
