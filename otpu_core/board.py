@@ -1,0 +1,419 @@
+"""Board: the one object every tool holds to use a card, real or simulated, without knowing which.
+
+`Board.open(dev, target, check, faults, lock)` resolves `--dev` to a transport (devspec),
+takes the device lock, identifies the card (ID, VERSION, CAPS, REGMAP, BUILD_ID, CFG_HASH) and
+refuses one built for another target than the one asked for, naming both hashes. Then:
+`write`/`read` at logical DRAM addresses (interleave and CHASH applied on the host, edges
+widened to whole 128-byte chunks, transfers over 16 MiB pipelined across the two channels on a
+worker thread), `write_channel`/`read_channel` at raw channel offsets, registers by name,
+`snapshot`, `load_program`, `set_args`, `start`/`wait` (so the host can prepare the next program
+while the card runs) and `run`. Results are plain dataclasses.
+
+`IsaBackend` (a persistent golden Machine whose DRAM is adopted, not copied) and `BoardBackend`
+(the same calls on a card) share one interface, so model code runs unchanged on either.
+"""
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import target as target_mod
+from .card import regs
+from .card.runstate import update_status
+from .errors import DeviceError, UsageError
+from .transport import DMA_CHUNK, Transport, as_bytes, placed
+
+PIPE = 2 * DMA_CHUNK          # logical bytes per pipelined piece of a large transfer
+WR_SETTLE = 2e-3
+
+
+class ConfigMismatch(UsageError):
+    """The card was built for another configuration than the one asked for."""
+
+
+@dataclass(frozen=True)
+class CardInfo:
+    """What a card says about itself."""
+    dev: str
+    id: int
+    d: int
+    mcols: int
+    lanes: int
+    regmap: int
+    caps: dict[str, Any]
+    core_khz: int | None
+    build_id: int | None
+    cfg_hash: int | None
+    temp_c: float | None
+    ddr_mts: int | None
+    act_rows: int
+    status: int
+    calibrated: tuple[bool, bool]
+    running: bool
+    link: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["cfg_hash"] = None if self.cfg_hash is None else f"0x{self.cfg_hash:08x}"
+        out["build_id"] = None if self.build_id is None else f"0x{self.build_id:08x}"
+        out["status_bits"] = [f.name for f in regs.STATUS_FIELDS if self.status & (1 << f.lsb)]
+        return out
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """One run's per-run counters, as the card reports them after HALTED."""
+    cycles: int
+    instructions: int
+    b_reads: int
+    b_writes: int
+    a_reads: int
+    a_writes: int
+    b_stall: int
+    status: int
+    seconds: float
+    trace: dict[str, Any] | None = field(default=None, compare=False)
+
+    def as_dict(self) -> dict[str, Any]: return {k: v for k, v in asdict(self).items() if k != "trace" or v}
+
+
+def _targets_with_hash(cfg_hash: int) -> list[str]:
+    return [name for name in target_mod.names() if target_mod.load(name).arch_hash() == cfg_hash]
+
+
+class Board:
+    """An open card: registers, DRAM and runs, over any Transport."""
+
+    def __init__(self, transport: Transport, target: str | target_mod.Target | None = None, check: bool = True):
+        self.t = transport
+        self.target = target if isinstance(target, target_mod.Target) else target_mod.load(target)
+        self.in_run = False
+        self._run_t0 = 0.0
+        self._trace_keep: str | None = None
+        self._args: list[int] | None = None
+        try:
+            self.info = self.identify()
+            if check:
+                self.check_config()
+        except BaseException:
+            self.close()
+            raise
+        self.chash = bool(self.info.caps.get("chash"))
+
+    @classmethod
+    def open(cls, dev: str | None = None, target: str | None = None, check: bool = True, faults: str | None = None,
+             lock: bool = True) -> "Board":
+        """Open a card by `--dev` spec (default: the first /dev/xdma*_user, else the simulated card)."""
+        from .devspec import open_transport
+        return cls(open_transport(dev, target=target, faults=faults, lock=lock), target=target, check=check)
+
+    # -- identity ----------------------------------------------------------------------------------
+    def identify(self) -> CardInfo:
+        rd = self.t.reg_read
+        ident = rd(regs.off("ID"))
+        if ident == regs.LINK_DOWN:
+            raise DeviceError(f"{self.t.dev}: every register reads 0xFFFFFFFF: the PCIe link is down",
+                              hint="check `lspci -vv` for the card's link state; reseat or power-cycle the host")
+        if ident != regs.ID_OTPU:
+            raise DeviceError(f"{self.t.dev}: no openTPU on the card (ID register 0x{ident:08x}, want 0x{regs.ID_OTPU:08x})",
+                              hint="is the openTPU bitstream loaded?")
+        version = rd(regs.off("VERSION"))
+        regmap = rd(regs.off("REGMAP"))
+        regmap = 1 if regmap in (0, regs.UNMAPPED) else regmap
+        status = rd(regs.off("STATUS"))
+        caps: dict[str, Any] = {}
+        core_khz = build_id = cfg_hash = temp_c = ddr_mts = None
+        d, mcols, lanes = version >> 16, (version >> 8) & 0xFF, version & 0xFF
+        act_rows = mcols
+        if regmap >= 2:
+            caps = regs.decode_caps(rd(regs.off("CAPS")))
+            core_khz = rd(regs.off("CORE_KHZ")) or None
+            build_id = rd(regs.off("BUILD_ID"))
+            temp = rd(regs.off("TEMP"))
+            if caps["temp"] and temp & regs.TEMP_VALID:
+                temp_c = round(regs.temp_code_to_c(temp & 0xFFF), 2)
+            if caps["ddr"]:
+                ddr_mts = rd(regs.off("DDR_MTS")) or None
+            if caps["act"]:
+                act_rows = rd(regs.off("ACT_ROWS"))
+            h = rd(regs.off("CFG_HASH"))
+            cfg_hash = None if h == regs.UNMAPPED else h
+        calibrated = (bool(status & regs.ST_CALIB0), bool(status & regs.ST_CALIB1))
+        return CardInfo(self.t.dev, ident, d, mcols, lanes, regmap, caps, core_khz, build_id, cfg_hash, temp_c, ddr_mts,
+                        act_rows, status, calibrated, bool(status & regs.ST_RUN and not status & regs.ST_HALTED),
+                        self.t.link())
+
+    def check_config(self) -> None:
+        """Refuse a card built for another target than `self.target` (CFG_HASH, else VERSION)."""
+        want = self.target.arch_hash()
+        info = self.info
+        if info.cfg_hash is not None:
+            if info.cfg_hash != want:
+                known = _targets_with_hash(info.cfg_hash)
+                theirs = known[-1] if known else None
+                raise ConfigMismatch(
+                    f"the card's CFG_HASH is 0x{info.cfg_hash:08x}"
+                    + (f" (target {' or '.join(known)})" if known else "")
+                    + f" but target {self.target.name} has 0x{want:08x}",
+                    hint=(f"use --target {theirs}" if theirs else "use the target the bitstream was built for")
+                    + ", or --no-check to skip this check")
+            return
+        cfg = self.target.config()
+        card = (info.d, info.mcols, info.lanes)
+        if card != (cfg.D, cfg.MCOLS, cfg.LANES):
+            raise ConfigMismatch(f"the bitstream is D={info.d} MCOLS={info.mcols} LANES={info.lanes} but target "
+                                 f"{self.target.name} is D={cfg.D} MCOLS={cfg.MCOLS} LANES={cfg.LANES}",
+                                 hint="use the target the bitstream was built for, or --no-check")
+
+    # -- registers ---------------------------------------------------------------------------------
+    def reg(self, name: str) -> int:
+        """A control register by name (a 64-bit counter reads low then high word)."""
+        r = self._reg(name)
+        lo = self.t.reg_read(r.offset)
+        return lo | (self.t.reg_read(r.offset + 4) << 32) if r.size == 8 else lo
+
+    def set_reg(self, name: str, value: int) -> None:
+        r = self._reg(name)
+        if r.access is regs.Access.RO:
+            raise UsageError(f"register {name} is read-only")
+        self.t.reg_write(r.offset, value)
+
+    @staticmethod
+    def _reg(name: str) -> regs.Reg:
+        try:
+            return regs.BY_NAME[name.upper()]
+        except KeyError:
+            raise UsageError(f"no register named {name!r}", hint="`otpu card regs` lists them") from None
+
+    def status(self) -> int: return self.t.reg_read(regs.off("STATUS"))
+
+    def snapshot(self) -> dict[str, int] | None:
+        """Latch every free-running counter (SNAP) and read the shadows; None on a v1 bitstream."""
+        if self.info.regmap < 2:
+            return None
+        self.t.reg_write(regs.off("SNAP"), 1)
+        names = regs.counter_names(self.info.regmap)
+        offs = [o for n in names for o in (regs.off(n), regs.off(n) + 4)]
+        words = self.t.reg_read_many(offs)
+        out = {n: words[2 * i] | (words[2 * i + 1] << 32) for i, n in enumerate(names)}
+        out["snaps"] = self.t.reg_read(regs.off("SNAP"))
+        return out
+
+    # -- DRAM --------------------------------------------------------------------------------------
+    @property
+    def dram_bytes(self) -> int: return self.t.channel_bytes * self.t.channels
+
+    def _running(self) -> bool:
+        if self.in_run:
+            return True
+        st = self.status()
+        return bool(st & regs.ST_RUN and not st & regs.ST_HALTED)
+
+    def write_channel(self, ch: int, offset: int, data) -> None:
+        """Raw bytes at a channel offset (no interleave)."""
+        self.t.in_run = self._running()
+        self.t.mem_write(ch, offset, data)
+
+    def read_channel(self, ch: int, offset: int, nbytes: int) -> np.ndarray:
+        return self.t.mem_read(ch, offset, nbytes)
+
+    def _check_logical(self, addr: int, n: int) -> None:
+        if addr < 0 or n < 0 or addr + n > self.dram_bytes:
+            raise UsageError(f"DRAM bytes [0x{addr:x}, 0x{addr + n:x}) are outside the card's {self.dram_bytes} bytes")
+
+    def write(self, addr: int, data) -> None:
+        """Bytes at a logical DRAM address (the accelerator's view)."""
+        src = as_bytes(data)
+        n = src.size
+        self._check_logical(addr, n)
+        if n == 0:
+            return
+        lo, hi = addr // regs.CHUNK * regs.CHUNK, -(-(addr + n) // regs.CHUNK) * regs.CHUNK
+        if lo != addr or hi != addr + n:
+            whole = self.read(lo, hi - lo)
+            whole[addr - lo:addr - lo + n] = src
+            src = whole
+        self.t.in_run = self._running()
+        if src.size <= PIPE or self.t.in_run or not self.t.threaded:
+            a, b = regs.split(lo, src, self.chash)
+            self.t.mem_write(0, lo // 2, a)
+            self.t.mem_write(1, lo // 2, b)
+            return
+        self._pipelined_write(lo, src)
+
+    def _pipelined_write(self, lo: int, src: np.ndarray) -> None:
+        """De-interleave piece i+1 on this thread while a worker DMAs piece i."""
+        half = PIPE // 2
+        bufs = [(placed(half, regs.axi_address(0, lo // 2)), placed(half, regs.axi_address(1, lo // 2))) for _ in range(2)]
+        with ThreadPoolExecutor(1, thread_name_prefix="otpu-dma") as pool:
+            pending = None
+            for i, pos in enumerate(range(0, src.size, PIPE)):
+                piece = src[pos:pos + PIPE]
+                a, b = regs.split(lo + pos, piece, self.chash, out=bufs[i % 2])
+                if pending is not None:
+                    pending.result()
+                off = (lo + pos) // 2
+                pending = pool.submit(self._write_pair, off, a, b)
+            pending.result()
+
+    def _write_pair(self, off: int, a: np.ndarray, b: np.ndarray) -> None:
+        self.t.mem_write(0, off, a)
+        self.t.mem_write(1, off, b)
+
+    def read(self, addr: int, n: int) -> np.ndarray:
+        """Bytes at a logical DRAM address."""
+        self._check_logical(addr, n)
+        lo, hi = addr // regs.CHUNK * regs.CHUNK, -(-(addr + n) // regs.CHUNK) * regs.CHUNK
+        out = placed(hi - lo, 0) if hi - lo >= PIPE else np.empty(hi - lo, np.uint8)
+        if hi - lo <= PIPE or not self.t.threaded:
+            half = (hi - lo) // 2
+            a = self.t.mem_read(0, lo // 2, half)
+            b = self.t.mem_read(1, lo // 2, half)
+            regs.join(lo, a, b, self.chash, out=out)
+        else:
+            self._pipelined_read(lo, out)
+        return out[addr - lo:addr - lo + n]
+
+    def _pipelined_read(self, lo: int, out: np.ndarray) -> None:
+        """A worker reads piece i+1 while this thread interleaves piece i."""
+        half = PIPE // 2
+        bufs = [(placed(half, regs.axi_address(0, lo // 2)), placed(half, regs.axi_address(1, lo // 2))) for _ in range(2)]
+        starts = list(range(0, out.size, PIPE))
+
+        def fetch(i: int):
+            pos = starts[i]
+            m = min(PIPE, out.size - pos) // 2
+            a, b = bufs[i % 2]
+            self.t.mem_read(0, (lo + pos) // 2, m, a[:m])
+            self.t.mem_read(1, (lo + pos) // 2, m, b[:m])
+            return a[:m], b[:m]
+
+        with ThreadPoolExecutor(1, thread_name_prefix="otpu-dma") as pool:
+            pending = pool.submit(fetch, 0)
+            for i, pos in enumerate(starts):
+                a, b = pending.result()
+                pending = pool.submit(fetch, i + 1) if i + 1 < len(starts) else None
+                regs.join(lo + pos, a, b, self.chash, out=out[pos:pos + 2 * a.size])
+
+    # -- runs --------------------------------------------------------------------------------------
+    def load_program(self, addr: int, words) -> None:
+        """Write a program image to DRAM and load it into IMEM (PROG_ADDR, PROG_N, CTRL.LOAD)."""
+        image = as_bytes(words)
+        if image.size % 32:
+            raise UsageError(f"a program image is whole 32-byte instructions, got {image.size} bytes")
+        if image.size > self.target.config().IMEM_WORDS * 4:
+            raise UsageError(f"program of {image.size // 32} instructions does not fit IMEM "
+                             f"({self.target.config().imem_instrs})")
+        self.write(addr, image)
+        w = self.t.reg_write
+        w(regs.off("CTRL"), 0)
+        w(regs.off("PROG_ADDR"), addr)
+        w(regs.off("PROG_N"), image.size // 32)
+        w(regs.off("CTRL"), regs.CTRL_LOAD)
+        self.t.poll(regs.off("STATUS"), regs.ST_LOADING, 0, timeout=10)
+        if self.status() & regs.ST_AXI_ERR:
+            raise DeviceError(f"loading {image.size // 32} instructions from 0x{addr:x} failed (AXI error)")
+
+    def set_args(self, args: Sequence[int]) -> None:
+        """Run arguments ARG0..ARG7 (R8..R15 at each run start); only changed ones are written."""
+        if len(args) > regs.ARG_COUNT:
+            raise UsageError(f"at most {regs.ARG_COUNT} run arguments, got {len(args)}")
+        if self.info.regmap >= 2 and not self.info.caps.get("args"):
+            raise ConfigMismatch("this bitstream has no ARG registers (CAPS bit25)")
+        vals = [int(a) & 0xFFFFFFFF for a in args] + [0] * (regs.ARG_COUNT - len(args))
+        for i, v in enumerate(vals):
+            if self._args is None or self._args[i] != v or not self.t.keeps_state:
+                self.t.reg_write(regs.ARG_BASE + 4 * i, v)
+        self._args = vals
+
+    def start(self, trace: str | None = None) -> None:
+        """Start the loaded program; `trace` = "first" or "last" records the hardware trace."""
+        w = self.t.reg_write
+        if trace is not None:
+            if trace not in ("first", "last"):
+                raise UsageError(f"trace keeps 'first' or 'last' records, not {trace!r}")
+            if self.info.regmap < 2 or not self.info.caps.get("trace"):
+                raise ConfigMismatch("this bitstream has no trace buffer (CAPS bit0)")
+            w(regs.off("TRACE_CTRL"), regs.TR_CLEAR)
+            w(regs.off("TRACE_CTRL"), regs.TR_ENABLE | (regs.TR_STOP_WHEN_FULL if trace == "first" else 0))
+        self._trace_keep = trace
+        w(regs.off("CTRL"), regs.CTRL_CLEAR)
+        self.in_run = self.t.in_run = True
+        self._run_t0 = time.monotonic()
+        w(regs.off("CTRL"), regs.CTRL_RUN)
+
+    def wait(self, timeout: float = 600.0, expect: float = 0.0) -> RunStats:
+        """Wait for HALTED, read the run's counters (and trace), raise on ERROR or AXI_ERR."""
+        st_off = regs.off("STATUS")
+        try:
+            self.t.poll(st_off, regs.ST_HALTED, regs.ST_HALTED, timeout=timeout,
+                        expect=max(0.0, expect - (time.monotonic() - self._run_t0)))
+        except DeviceError:
+            self._stop()
+            raise DeviceError(f"{self.t.dev}: the program did not halt within {timeout:g}s; the run was stopped",
+                              hint="a loop that never ends, a WAITW nobody answers, or a hung sequencer") from None
+        settle = time.monotonic() + WR_SETTLE
+        while not self.status() & regs.ST_WR_IDLE and time.monotonic() < settle:
+            pass
+        self.in_run = self.t.in_run = False
+        names = ("STATUS", *regs.RUN_COUNTER_NAMES)
+        vals = dict(zip(names, self.t.reg_read_many([regs.off(n) for n in names])))
+        trace = self._read_trace() if self._trace_keep else None
+        self._stop()
+        st = vals["STATUS"]
+        stats = RunStats(vals["CYCLES_LO"] | vals["CYCLES_HI"] << 32, vals["ICOUNT"], vals["B_RD"], vals["B_WR"],
+                         vals["A_RD"], vals["SW_WR"], vals["B_STALL"], st, time.monotonic() - self._run_t0, trace)
+        if st & regs.ST_ERROR:
+            detail = self.t.last_error()
+            if st & regs.ST_WAIT_TO:
+                raise DeviceError(f"{self.t.dev}: a WAITW timed out" + (f": {detail}" if detail else ""))
+            raise UsageError(f"{self.t.dev}: the card stopped on an illegal instruction" + (f": {detail}" if detail else ""))
+        if st & regs.ST_AXI_ERR:
+            detail = self.t.last_error()
+            raise DeviceError(f"{self.t.dev}: the memory path reported an error (AXI_ERR)" + (f": {detail}" if detail else ""))
+        if self.t.devname is not None:
+            update_status(self.t.devname, last_cycles=stats.cycles, last_run=time.time(),
+                          core_khz=self.info.core_khz)
+        return stats
+
+    def run(self, timeout: float = 600.0, trace: str | None = None, expect: float = 0.0) -> RunStats:
+        self.start(trace)
+        return self.wait(timeout, expect)
+
+    def _stop(self) -> None:
+        self.t.reg_write(regs.off("CTRL"), 0)
+        self.in_run = self.t.in_run = False
+        if self._trace_keep:
+            self.t.reg_write(regs.off("TRACE_CTRL"), 0)
+            self._trace_keep = None
+
+    def _read_trace(self) -> dict[str, Any]:
+        rd, w = self.t.reg_read, self.t.reg_write
+        self.t.poll(regs.off("TRACE_CTRL"), regs.TR_BUSY, 0, timeout=1)
+        count, drop = rd(regs.off("TRACE_COUNT")), rd(regs.off("TRACE_DROP"))
+        depth = self.info.caps["trace_depth"]
+        keep = self._trace_keep
+        n = min(count, depth)
+        start = count % depth if keep == "last" and count > depth else 0
+        w(regs.off("TRACE_ADDR"), start)
+        words = self.t.reg_read_many([o for _ in range(n) for o in (regs.off("TRACE_LO"), regs.off("TRACE_HI"))])
+        lo = np.array(words[0::2], dtype=np.uint64)
+        hi = np.array(words[1::2], dtype=np.uint64)
+        return {"records": lo | (hi << np.uint64(32)), "count": count, "drop": drop, "depth": depth, "keep": keep,
+                "wrapped": keep == "last" and count > depth, "lost": max(0, count - depth)}
+
+    # -- lifetime ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self.in_run:
+            self._stop()
+        self.t.close()
+
+    def __enter__(self) -> "Board": return self
+
+    def __exit__(self, *exc) -> None: self.close()
+

@@ -1,0 +1,142 @@
+"""The simulated card's core: one program run on the golden simulator, in time slices.
+
+`CardRun.loop` runs on a thread of the process that set CTRL.RUN. It advances the golden
+`Machine` (whose DRAM is the card's DRAM memmap, adopted without a copy) for about
+`SLICE_SECONDS` at a time, then publishes the counter deltas of the timing model to the card's
+registers, so another process reading SNAP/CYCLES sees them move. It stops when the program
+halts (STATUS HALTED, with ERROR for an illegal program or a WAITW timeout), when the host
+clears RUN or sets CLEAR, or at power-off. Faults: `hang` keeps the sequencer running after
+HALT (cycles keep counting at the core clock) until the host gives up.
+
+TMEM and ACT RAM persist between runs inside one process (one Machine per card per process);
+another process starts from its own. Host DMA from any process bumps the DRAM page generations,
+which invalidate the simulator's decoded-weight cache before each run and each slice.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import regs
+
+if TYPE_CHECKING:
+    from .simcard import SimCard
+
+SLICE_SECONDS = 0.02       # engine time between counter publications
+STEP_BATCH = 256           # instructions per run_for call
+POLL_SLEEP = 0.0005        # wall time between WAITW polls while the host has not written
+
+_MACHINES: dict[tuple[str, str, int], tuple[object, np.ndarray]] = {}
+
+
+def machine_for(card: "SimCard", trace: bool):
+    """This process's Machine for a card at its current power-on (TMEM survives between runs),
+    with the DRAM page generations it has seen."""
+    from ..isasim import Machine
+    key = (str(card.dir), card.name, card.power_gen)
+    m, seen = _MACHINES.get(key, (None, None))
+    if m is None or bool(m.timing and m.timing.trace) != trace:
+        size = card.cfg.DRAM_BYTES
+        drams = [card.dram.mem[s * size:(s + 1) * size] for s in range(card.cfg.S)]
+        m = Machine(card.target, drams=drams, trace=trace)
+        m.wait_for_host = True
+        seen = np.zeros_like(card.dram.gens)
+        _MACHINES.clear()
+        _MACHINES[key] = (m, seen)
+    return m, seen
+
+
+def note_host_writes(card: "SimCard", m, seen: np.ndarray) -> None:
+    """Tell the simulator which DRAM pages host DMA changed since it last looked."""
+    from .dram import PAGE_SHIFT
+    gens = np.asarray(card.dram.gens)
+    changed = np.flatnonzero(gens != seen)
+    if changed.size:
+        size = card.cfg.DRAM_BYTES
+        for sl in m.slices:
+            lo, hi = sl.sid * size, (sl.sid + 1) * size
+            for page in changed:
+                a, b = int(page) << PAGE_SHIFT, (int(page) + 1) << PAGE_SHIFT
+                if a < hi and b > lo:
+                    sl.dram.note_write(max(a, lo) - lo, min(b, hi) - lo)
+        seen[changed] = gens[changed]
+
+
+class CardRun:
+    """One run of the loaded program on the card."""
+
+    def __init__(self, card: "SimCard", words: np.ndarray, args: list[int], power_gen: int):
+        self.card, self.words, self.args, self.gen = card, words, args, power_gen
+        self.trace = bool(int(card.bar[regs.off("TRACE_CTRL") // 4]) & regs.TR_ENABLE)
+        self.hang = card.faults.has("hang")
+
+    def loop(self) -> None:
+        from ..errors import UsageError
+        from ..isa import decode_program
+        card = self.card
+        try:
+            m, seen = machine_for(card, self.trace)
+            note_host_writes(card, m, seen)
+            m.load(decode_program(self.words), self.args)
+            m.max_steps = 1 << 62
+            if m.timing is not None:
+                for sc in m.timing.slices:
+                    sc.groups.clear()
+            self._run(m, seen)
+        except UsageError as e:
+            timed_out = getattr(e, "kind", None) == "waitw-timeout"
+            card.finish(self.gen, regs.ST_ERROR | (regs.ST_WAIT_TO if timed_out else 0),
+                        e.message if timed_out else f"illegal instruction: {e.message}")
+        except Exception as e:      # the card must report, never take the host process down
+            card.finish(self.gen, regs.ST_ERROR | regs.ST_AXI_ERR, f"simulated core failed: {type(e).__name__}: {e}")
+
+    def _run(self, m, seen: np.ndarray) -> None:
+        from ..isasim import HALTED, POLLING
+        card = self.card
+        last = m.counters()
+        spun = 0                     # cycles a hung sequencer has spent after its HALT
+        hung_since = None
+        while card.still_running(self.gen):
+            state = None
+            if hung_since is None:
+                t_end = time.monotonic() + SLICE_SECONDS
+                while time.monotonic() < t_end:
+                    note_host_writes(card, m, seen)
+                    state = m.run_for(STEP_BATCH)
+                    if state == HALTED:
+                        break
+                    if state == POLLING:
+                        self._wait_poll(m)
+                if state == HALTED and self.hang:
+                    hung_since = time.monotonic()
+            else:
+                time.sleep(SLICE_SECONDS)
+                now_t = time.monotonic()
+                spun += int((now_t - hung_since) * card.core_hz)
+                hung_since = now_t
+            now = m.counters()
+            delta = {k: now[k] - last.get(k, 0) for k in regs.COUNTER_NAMES if k in now}
+            delta["RUNNING"] = delta.get("RUNNING", 0) + spun - last.get("_spun", 0)
+            now["_spun"] = spun
+            run = {k: now.get(k, 0) for k in ("ICOUNT", "B_RD", "B_WR", "A_RD", "SW_WR", "B_STALL")}
+            run["CYCLES"] = now.get("CYCLES", 0) + spun
+            done = state == HALTED and hung_since is None
+            trace = np.array(m.trace_records(0), dtype=np.uint64) if done and self.trace else None
+            card.publish(self.gen, delta, run, trace)
+            last = now
+            if done:
+                card.finish(self.gen)
+                return
+        card.abandon(self.gen)
+
+    def _wait_poll(self, m) -> None:
+        """A WAITW is polling DRAM the host has not written yet: let wall time pass at the core clock."""
+        t0 = time.monotonic()
+        time.sleep(POLL_SLEEP)
+        cycles = int((time.monotonic() - t0) * self.card.core_hz)
+        for sl in m.slices:
+            if sl.polls:
+                interval = max(sl.prog[sl.pc].fields["interval"], 1)
+                sl.polls += max(0, cycles // interval - 1)

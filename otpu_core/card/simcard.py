@@ -1,0 +1,647 @@
+"""The simulated card: a device model of the board a target describes, answering the card contract.
+
+State lives in the run directory so every process sees one card, as with a real one:
+`<card>.bar0` (BAR0 as an mmap'd file: the control window at 0, the card's hidden state in the
+window the host cannot address), `<card>.dram` (both DRAM channels, sparse), `<card>.imem`,
+`<card>.trace`, `<card>.periph.json` (peripheral state), `<card>.card.json` (what the card is:
+target, serial, faults). `<card>.card.lock` serialises compound register operations between
+processes. The card keeps calibration and DRAM contents between commands until
+`power_off()` (`otpu sim reset`).
+
+Register semantics follow `regs`: read-only registers ignore writes, undefined offsets read
+0xDEADBEEF, the 4 KiB control map repeats through its window, SNAP latches every counter in one
+step, TRACE_HI reads advance TRACE_ADDR, CTRL LOAD/RUN/CLEAR drive the engine (the golden
+simulator, run on a thread of the process that set RUN, in time slices so another process sees
+the counters move). DMA (`h2c`/`c2h`, one XDMA call each) models the XDMA engine's hazards:
+a call over RUN_H2C while a program runs lands 8 KiB off and leaves the engine so until reset;
+an h2c overlapping a c2h slips later host->card data by 64 bytes for good; a third write after
+two unaligned sub-beat writes to one beat wedges the write path (ETIMEDOUT). Badly placed host
+buffers and oversized calls are counted and cost modelled link time.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import functools
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import target as target_mod
+from ..errors import DeviceError
+from . import faults as faults_mod
+from . import regs
+from .dram import Dram
+from .runstate import open_shared, pid_alive, run_dir
+
+# Hidden state: 64-bit words at BAR0 0x20000 (a window the host's map shows as unmapped).
+HIDDEN_BASE = 0x20000
+_HIDDEN_NAMES = (
+    "POWER_GEN", "UPTIME_BASE", "IDLE_T0_NS", "RUNNER", "SNAPS", "PREV_CTRL", "IMEM_N",
+    "LAPPED", "SLIP", "WEDGED", "SUBBEAT_BEAT", "SUBBEAT_COUNT", "H2C_BUSY", "C2H_BUSY",
+    "PERIPH_GEN", "DMA_SLOW", "DMA_OVERSIZE", "DMA_LINK_NS", "DMA_CALLS", "TRACE_POS",
+    *(f"LIVE_{n}" for n in regs.COUNTER_NAMES),
+)
+H = {name: i for i, name in enumerate(_HIDDEN_NAMES)}
+
+# Modelled XDMA link rates (bytes/s) for placed and unplaced host buffers (reference section 2.2).
+H2C_RATE, H2C_SLOW_RATE = 1.70e9, 0.77e9
+C2H_RATE, C2H_SLOW_RATE = 1.65e9, 1.16e9
+DMA_CALL_NS = 11_700
+RUN_H2C = 4096
+DMA_CHUNK = 8 << 20
+LAP_BYTES = 8192              # the H2C engine's read buffer it laps
+SLIP_BYTES = regs.BEAT
+
+_LINK_SPEED = {"pcie-gen2-x8": ("5.0 GT/s PCIe", 8), "pcie-gen3-x8": ("8.0 GT/s PCIe", 8),
+               "pcie-gen3-x16": ("8.0 GT/s PCIe", 16), "none": (None, 0)}
+
+
+def card_name(spec_name: str | None) -> str:
+    """Run-directory name of a simulated card: `sim`, or `sim-NAME` for `--dev sim:NAME`."""
+    return "sim" if not spec_name else f"sim-{spec_name}"
+
+
+def serial_of(name: str) -> int: return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+class SimCard:
+    """One simulated card in a run directory; several processes may open it at once."""
+
+    def __init__(self, name: str = "sim", target: str | None = None, faults: str | None = None,
+                 directory: Path | None = None):
+        self.name = name
+        self.dir = directory or run_dir()
+        self.meta_path = self.dir / f"{name}.card.json"
+        self._rlock = threading.RLock()
+        self._lock_fd = open_shared(self.dir / f"{name}.card.lock")
+        self._depth = 0
+        with self._locked():
+            meta = self._load_meta()
+            if meta is None:
+                meta = self._new_meta(target, faults)
+            elif faults is not None and faults != meta.get("faults", ""):
+                meta["faults"] = str(faults_mod.parse(faults))
+                self._save_meta(meta)
+            self.meta = meta
+            self.target = target_mod.load(meta["target"])
+            self.cfg = self.target.config()
+            self.serial = int(meta["serial"])
+            self.faults = faults_mod.parse(meta.get("faults", "")).validate(self.target)
+            plat = self.target.platform
+            self.channel_bytes = int(plat["channel_bytes"])
+            self.core_hz = self.target.core_hz
+            self.bar_path = self.dir / f"{name}.bar0"
+            self.bar = _file_array(self.bar_path, regs.BAR0_BYTES // 4, np.uint32)
+            self.hidden = self.bar[HIDDEN_BASE // 4:HIDDEN_BASE // 4 + 2 * len(H)].view(np.uint64)
+            self.dram = Dram(self.dir / f"{name}.dram", self.channel_bytes, self.target.uarch.CHASH,
+                             int(plat["channels"]))
+            self.imem = _file_array(self.dir / f"{name}.imem", self.cfg.IMEM_WORDS, np.uint32)
+            self.trace = _file_array(self.dir / f"{name}.trace", self.target.uarch.TRACE_DEPTH, np.uint64)
+            self.periph_path = self.dir / f"{name}.periph.json"
+            self._periph_gen = -1
+            self._periph_text = ""
+            self.periph_state: dict[str, dict] = {}
+            self.periphs: dict[str, Any] = {}
+            if self.bar[regs.off("ID") // 4] != regs.ID_OTPU or self.hidden[H["POWER_GEN"]] == 0:
+                self._power_on()
+            self._sync_periph()
+        self._runner: threading.Thread | None = None
+
+    # -- identity ---------------------------------------------------------------------------------
+    def _load_meta(self) -> dict | None:
+        try:
+            return json.loads(self.meta_path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _new_meta(self, target: str | None, faults: str | None) -> dict:
+        t = target_mod.load(target)
+        meta = {"target": str(t.path), "target_name": t.name, "serial": serial_of(self.name),
+                "faults": str(faults_mod.parse(faults)) if faults else "", "created": time.time()}
+        self._save_meta(meta)
+        return meta
+
+    def _save_meta(self, meta: dict) -> None:
+        tmp = self.meta_path.with_name(f".{self.meta_path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(meta, indent=1))
+        os.replace(tmp, self.meta_path)
+
+    @contextmanager
+    def _locked(self):
+        """Serialise a compound operation against other threads and processes on this card."""
+        with self._rlock:
+            if self._depth == 0:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    # -- power -------------------------------------------------------------------------------------
+    def _power_on(self) -> None:
+        """Configuration: every register to its reset value, counters and hazards cleared."""
+        gen = int(self.hidden[H["POWER_GEN"]]) + 1
+        self.bar[:CTRL_WORDS] = 0
+        self.hidden[:] = 0
+        self.hidden[H["POWER_GEN"]] = gen
+        self.hidden[H["IDLE_T0_NS"]] = time.time_ns()
+        for reg, value in self._constants().items():
+            self.bar[regs.off(reg) // 4] = value
+        self.bar[regs.off("STATUS") // 4] = regs.ST_WR_IDLE
+        self.trace[:] = 0
+        self.periph_state = {}
+        self._periph_gen = -1
+        self._write_periph()
+        self._sync_periph()
+
+    def power_off(self) -> None:
+        """`otpu sim reset`: DRAM and every register forgotten, as after a power cycle."""
+        with self._locked():
+            self.bar[regs.off("CTRL") // 4] = 0
+            self.dram.power_off()
+            self._power_on()
+
+    def _constants(self) -> dict[str, int]:
+        cfg, uarch, plat = self.cfg, self.target.uarch, self.target.platform
+        has = {name: importable(name) for name in ("thermal", "i2c", "litedram")}
+        caps = regs.encode_caps(
+            trace=True, temp=has["thermal"], i2c=has["i2c"], ddr=True, w4=True, pair=cfg.PAIR, dstep=cfg.DSTEP,
+            chash=uarch.CHASH, trace_depth=uarch.TRACE_DEPTH, pq_window=1 << regs.PQ_WINDOW_LOG2,
+            act=cfg.act_rows > cfg.MCOLS, args=True, stream=cfg.STREAM, hostcal=has["litedram"], gen=True, waitw=True)
+        return {"ID": regs.ID_OTPU, "VERSION": regs.version_word(cfg.D, cfg.MCOLS, cfg.LANES),
+                "REGMAP": regs.REGMAP_VERSION, "CAPS": caps, "CORE_KHZ": round(plat["core_mhz"] * 1000),
+                "BUILD_ID": 0, "DDR_MTS": int(plat["memory"].split("-")[1]) if "-" in plat["memory"] else 0,
+                "ACT_ROWS": cfg.act_rows, "CFG_HASH": self.target.arch_hash()}
+
+    # -- peripherals -------------------------------------------------------------------------------
+    def _sync_periph(self) -> None:
+        """Reload peripheral state another process changed (tracked by a generation word)."""
+        gen = int(self.hidden[H["PERIPH_GEN"]])
+        if gen == self._periph_gen and self.periphs:
+            return
+        try:
+            self.periph_state = json.loads(self.periph_path.read_text())
+        except (OSError, ValueError):
+            self.periph_state = {}
+        self.periphs = {}
+        for name in PERIPHERALS:
+            cls = peripheral_class(name)
+            if cls is not None:
+                self.periphs[name] = cls(self.target, self.serial, self.periph_state.setdefault(name, {}), self.faults)
+        self._periph_text = json.dumps(self.periph_state, sort_keys=True)
+        self._periph_gen = gen
+
+    def _write_periph(self) -> None:
+        text = json.dumps(self.periph_state, sort_keys=True)
+        if text == self._periph_text:
+            return
+        tmp = self.periph_path.with_name(f".{self.periph_path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.periph_path)
+        self._periph_text = text
+        self.hidden[H["PERIPH_GEN"]] += 1
+        self._periph_gen = int(self.hidden[H["PERIPH_GEN"]])
+
+    @contextmanager
+    def _periph(self, name: str):
+        """A peripheral with fresh state, ticked to now; its state is saved afterwards if it changed."""
+        with self._locked():
+            self._sync_periph()
+            self._tick_thermal()
+            yield self.periphs.get(name)
+            self._write_periph()
+
+    def _tick_thermal(self) -> None:
+        therm = self.periphs.get("thermal")
+        if therm is None:
+            return
+        now = time.time()
+        mark = self.periph_state.setdefault("card", {})
+        live = self.live_counters()
+        last_t, last = mark.get("t"), mark.get("counters")
+        mark.update(t=now, counters=live)
+        if last_t is None or now <= last_t:
+            return
+        d = {k: live[k] - last.get(k, 0) for k in live}
+        up = max(d["UPTIME"], 1)
+        activity = {"mxu": d["MXU_BUSY"] / up, "vpu": d["VPU_BUSY"] / up, "qnt": d["QNT_BUSY"] / up,
+                    "dma": d["DMA_BUSY"] / up, "tmem": d["TMEM_DENY"] / up, "seq": d["RUNNING"] / up,
+                    "dram_bytes_per_s": (d["DRAM_RD"] + d["DRAM_WR"]) * regs.BEAT / (now - last_t)}
+        therm.tick(now - last_t, activity)
+
+    # -- registers ---------------------------------------------------------------------------------
+    def reg_read(self, off: int) -> int:
+        if self.faults.faults and self.faults.has("link_down"):
+            return regs.LINK_DOWN
+        window = off & ~(regs.WINDOW_BYTES - 1)
+        if window == regs.CTRL_BASE:
+            return self._ctrl_read(off & (regs.CTRL_DECODE - 1))
+        for name, base, size in WINDOWS:
+            if window == base:
+                with self._periph(name) as p:
+                    return p.read(off - base) & 0xFFFFFFFF if p is not None else regs.UNMAPPED
+        return regs.UNMAPPED
+
+    def reg_write(self, off: int, value: int) -> None:
+        if self.faults.faults and self.faults.has("link_down"):
+            return
+        window = off & ~(regs.WINDOW_BYTES - 1)
+        if window == regs.CTRL_BASE:
+            self._ctrl_write(off & (regs.CTRL_DECODE - 1), value & 0xFFFFFFFF)
+            return
+        for name, base, size in WINDOWS:
+            if window == base:
+                with self._periph(name) as p:
+                    if p is not None:
+                        p.write(off - base, value & 0xFFFFFFFF)
+                return
+
+    def bar_write_bytes(self, off: int, data: bytes) -> None:
+        """What a byte-wise copy into the mapped BAR does: one AXI-Lite write per byte, each with
+        only its own byte lane driven; otpu_ctrl ignores the strobes, so the register keeps the
+        last byte in its lane and zeros elsewhere."""
+        for i, b in enumerate(data):
+            word = (off + i) & ~3
+            self.reg_write(word, b << (8 * ((off + i) & 3)))
+
+    def _ctrl_read(self, o: int) -> int:
+        reg = regs.BY_OFFSET.get(o)
+        if reg is None:
+            return regs.UNMAPPED
+        name = reg.name
+        if name == "STATUS":
+            return self._status()
+        if name == "TEMP":
+            with self._periph("thermal") as therm:
+                return therm.temp_register() if therm is not None else 0
+        if name == "I2C_IN":
+            with self._periph("i2c") as bus:
+                return bus.read(o - regs.I2C_BASE) if bus is not None else regs.UNMAPPED
+        if name == "SNAP":
+            return int(self.hidden[H["SNAPS"]]) & 0xFFFFFFFF
+        if name == "TRACE_LO" or name == "TRACE_HI":
+            with self._locked():
+                addr = int(self.bar[regs.off("TRACE_ADDR") // 4]) % self.trace.size
+                rec = int(self.trace[addr])
+                if name == "TRACE_HI":
+                    self.bar[regs.off("TRACE_ADDR") // 4] = (addr + 1) % self.trace.size
+                    return rec >> 32
+                return rec & 0xFFFFFFFF
+        return int(self.bar[o // 4])
+
+    def _ctrl_write(self, o: int, value: int) -> None:
+        reg = regs.BY_OFFSET.get(o)
+        if reg is None or reg.access is regs.Access.RO:
+            return
+        name = reg.name
+        with self._locked():
+            if name == "CTRL":
+                self._ctrl(value)
+            elif name == "SNAP":
+                self._snap()
+            elif name == "TRACE_CTRL":
+                if value & regs.TR_CLEAR:
+                    self.bar[regs.off("TRACE_COUNT") // 4] = 0
+                    self.bar[regs.off("TRACE_DROP") // 4] = 0
+                    self.hidden[H["TRACE_POS"]] = 0
+                self.bar[o // 4] = value & (regs.TR_ENABLE | regs.TR_STOP_WHEN_FULL)
+            elif name == "I2C_CTRL":
+                with self._periph("i2c") as bus:
+                    if bus is not None:
+                        bus.write(o - regs.I2C_BASE, value)
+                self.bar[o // 4] = value & 0xF
+            else:
+                self.bar[o // 4] = value
+
+    def _status(self) -> int:
+        st = int(self.bar[regs.off("STATUS") // 4])
+        runner = int(self.hidden[H["RUNNER"]])
+        if runner and not pid_alive(runner):
+            with self._locked():
+                self._finish(regs.ST_ERROR, "the process running the simulated core exited")
+            st = int(self.bar[regs.off("STATUS") // 4])
+        if self.bar[regs.off("CTRL") // 4] & regs.CTRL_RUN:
+            st |= regs.ST_RUN
+        for ch, bit in enumerate(regs.ST_CALIB):
+            if self.calibrated(ch):
+                st |= bit
+        return st
+
+    def calibrated(self, ch: int) -> bool:
+        """The channel's calibration ready bit (LiteDRAM cal_ready; a MIG build calibrates itself)."""
+        phy = self._peek("litedram")
+        if phy is None:
+            return not self.faults.on_channel("no_calib", ch)
+        return phy.calibrated(ch)
+
+    def _peek(self, name: str):
+        """A peripheral with current state, for a query that changes nothing (no card lock)."""
+        with self._rlock:
+            self._sync_periph()
+            return self.periphs.get(name)
+
+    # -- counters ----------------------------------------------------------------------------------
+    def uptime(self) -> int:
+        base = int(self.hidden[H["UPTIME_BASE"]])
+        if self.hidden[H["RUNNER"]]:
+            return base
+        idle = max(0, time.time_ns() - int(self.hidden[H["IDLE_T0_NS"]]))
+        return base + int(idle * 1e-9 * self.core_hz)
+
+    def live_counters(self) -> dict[str, int]:
+        live = {n: int(self.hidden[H[f"LIVE_{n}"]]) for n in regs.COUNTER_NAMES}
+        live["UPTIME"] = self.uptime()
+        return live
+
+    def _snap(self) -> None:
+        for n, v in self.live_counters().items():
+            o = regs.off(n) // 4
+            self.bar[o], self.bar[o + 1] = v & 0xFFFFFFFF, v >> 32
+        self.hidden[H["SNAPS"]] += 1
+
+    # -- run control -------------------------------------------------------------------------------
+    def _ctrl(self, value: int) -> None:
+        prev = int(self.hidden[H["PREV_CTRL"]])
+        self.hidden[H["PREV_CTRL"]] = value
+        self.bar[regs.off("CTRL") // 4] = value
+        st_off = regs.off("STATUS") // 4
+        if value & regs.CTRL_CLEAR:
+            for n in regs.RUN_COUNTER_NAMES:
+                self.bar[regs.off(n) // 4] = 0
+            self.bar[st_off] = regs.ST_WR_IDLE
+            return
+        if value & regs.CTRL_LOAD and not prev & regs.CTRL_LOAD:
+            self._load_program()
+        if value & regs.CTRL_RUN and not prev & regs.CTRL_RUN and not self.hidden[H["RUNNER"]]:
+            self._start_run()
+
+    def _load_program(self) -> None:
+        addr = int(self.bar[regs.off("PROG_ADDR") // 4])
+        n = int(self.bar[regs.off("PROG_N") // 4])
+        st = regs.off("STATUS") // 4
+        if n * 8 > self.imem.size or addr % 4 or addr + 32 * n > self.dram.size:
+            self.bar[st] |= regs.ST_AXI_ERR
+            return
+        self.imem[:8 * n] = self.dram.mem[addr:addr + 32 * n].view(np.uint32)
+        self.hidden[H["IMEM_N"]] = n
+        self.hidden[H["LIVE_DRAM_RD"]] += -(-32 * n // regs.BEAT)
+
+    def _start_run(self) -> None:
+        from .engine import CardRun
+        idle = max(0, time.time_ns() - int(self.hidden[H["IDLE_T0_NS"]]))
+        self.hidden[H["UPTIME_BASE"]] += int(idle * 1e-9 * self.core_hz)
+        self.hidden[H["RUNNER"]] = os.getpid()
+        st = regs.off("STATUS") // 4
+        self.bar[st] = int(self.bar[st]) & ~(regs.ST_HALTED | regs.ST_ERROR | regs.ST_WAIT_TO | regs.ST_WR_IDLE)
+        n = int(self.hidden[H["IMEM_N"]])
+        args = [int(self.bar[regs.ARG_BASE // 4 + i]) for i in range(regs.ARG_COUNT)]
+        run = CardRun(self, self.imem[:8 * n].copy(), args, int(self.hidden[H["POWER_GEN"]]))
+        self._runner = threading.Thread(target=run.loop, name="otpu-sim-core", daemon=True)
+        self._runner.start()
+
+    def still_running(self, power_gen: int) -> bool:
+        """The run may continue: same power-on, RUN still set, not held in CLEAR."""
+        ctrl = int(self.bar[regs.off("CTRL") // 4])
+        return (int(self.hidden[H["POWER_GEN"]]) == power_gen and ctrl & regs.CTRL_RUN
+                and not ctrl & regs.CTRL_CLEAR and self.hidden[H["RUNNER"]] == os.getpid())
+
+    def publish(self, power_gen: int, delta: dict[str, int], run: dict[str, int], trace: np.ndarray | None) -> None:
+        """Add an engine time slice's counter deltas, set the per-run registers, append trace records."""
+        with self._locked():
+            if int(self.hidden[H["POWER_GEN"]]) != power_gen:
+                return
+            for n, v in delta.items():
+                self.hidden[H[f"LIVE_{n}"]] += v
+            self.hidden[H["UPTIME_BASE"]] += delta.get("RUNNING", 0)
+            cycles = run.get("CYCLES", 0)
+            for n, v in {**run, "CYCLES_LO": cycles & 0xFFFFFFFF, "CYCLES_HI": cycles >> 32}.items():
+                if n in regs.BY_NAME:
+                    self.bar[regs.off(n) // 4] = v & 0xFFFFFFFF
+            if trace is not None and trace.size:
+                self._record(trace)
+
+    def _record(self, records: np.ndarray) -> None:
+        ctrl = int(self.bar[regs.off("TRACE_CTRL") // 4])
+        if not ctrl & regs.TR_ENABLE:
+            return
+        depth = self.trace.size
+        count_off = regs.off("TRACE_COUNT") // 4
+        count = int(self.hidden[H["TRACE_POS"]])
+        if ctrl & regs.TR_STOP_WHEN_FULL:
+            records = records[:max(0, depth - count)]
+        if records.size:
+            idx = (count + np.arange(records.size)) % depth
+            self.trace[idx[-depth:]] = records[-depth:]
+        count += records.size
+        self.hidden[H["TRACE_POS"]] = count
+        self.bar[count_off] = min(count, 0xFFFFFFFF)
+
+    def finish(self, power_gen: int, error: int = 0, reason: str = "") -> None:
+        with self._locked():
+            if int(self.hidden[H["POWER_GEN"]]) == power_gen and self.hidden[H["RUNNER"]] == os.getpid():
+                self._finish(error, reason)
+
+    def abandon(self, power_gen: int) -> None:
+        """The host stopped the run (RUN cleared, CLEAR set): the core stops without HALTED."""
+        with self._locked():
+            if int(self.hidden[H["POWER_GEN"]]) == power_gen and self.hidden[H["RUNNER"]] == os.getpid():
+                self.hidden[H["RUNNER"]] = 0
+                self.hidden[H["IDLE_T0_NS"]] = time.time_ns()
+                st = regs.off("STATUS") // 4
+                self.bar[st] = int(self.bar[st]) | regs.ST_WR_IDLE
+
+    @property
+    def power_gen(self) -> int: return int(self.hidden[H["POWER_GEN"]])
+
+    def _finish(self, error: int, reason: str) -> None:
+        st = regs.off("STATUS") // 4
+        self.bar[st] = (int(self.bar[st]) & ~regs.ST_RUN) | regs.ST_HALTED | regs.ST_WR_IDLE | error
+        self.hidden[H["RUNNER"]] = 0
+        self.hidden[H["IDLE_T0_NS"]] = time.time_ns()
+        self.meta_error(reason)
+
+    def meta_error(self, reason: str) -> None:
+        """Keep the last run error's text where `otpu sim` and the Board can show it."""
+        (self.dir / f"{self.name}.error").write_text(reason)
+
+    def last_error(self) -> str:
+        try:
+            return (self.dir / f"{self.name}.error").read_text()
+        except OSError:
+            return ""
+
+    def running(self) -> bool:
+        return bool(self.hidden[H["RUNNER"]])
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for this process's engine thread (tests, and close)."""
+        if self._runner is not None:
+            self._runner.join(timeout)
+
+    # -- DMA (one XDMA call each) ------------------------------------------------------------------
+    def _dma_begin(self, direction: str, axi: int, n: int, host: int) -> int:
+        """Account one call and apply the engine's hazards; returns the AXI address it lands at."""
+        if self.faults.faults and self.faults.has("link_down"):
+            raise OSError(errno.EIO, "PCIe link down")
+        with self._locked():
+            h = self.hidden
+            h[H["DMA_CALLS"]] += 1
+            other = H["C2H_BUSY"] if direction == "h2c" else H["H2C_BUSY"]
+            if h[other]:
+                h[H["SLIP"]] = SLIP_BYTES
+            h[H["H2C_BUSY" if direction == "h2c" else "C2H_BUSY"]] += 1
+            placed = (host - axi) % regs.BEAT == 0 if direction == "h2c" else 32 <= (host - axi) % 4096 <= 4064
+            if n > DMA_CHUNK:
+                h[H["DMA_OVERSIZE"]] += 1
+            if not placed:
+                h[H["DMA_SLOW"]] += 1
+            rate = (H2C_RATE if placed else H2C_SLOW_RATE) if direction == "h2c" else (C2H_RATE if placed else C2H_SLOW_RATE)
+            h[H["DMA_LINK_NS"]] += DMA_CALL_NS + int(n / rate * 1e9)
+            if direction == "c2h":
+                return axi
+            if h[H["WEDGED"]] or h[H["SUBBEAT_COUNT"]] >= 2:
+                h[H["WEDGED"]] = 1
+                h[H["H2C_BUSY"]] -= 1
+                raise OSError(errno.ETIMEDOUT, "H2C engine busy")
+            if axi % regs.BEAT and n < regs.BEAT:
+                beat = axi // regs.BEAT + 1
+                h[H["SUBBEAT_COUNT"]] = h[H["SUBBEAT_COUNT"]] + 1 if h[H["SUBBEAT_BEAT"]] == beat else 1
+                h[H["SUBBEAT_BEAT"]] = beat
+            if n > RUN_H2C and self.hidden[H["RUNNER"]]:
+                h[H["LAPPED"]] = 1
+            return axi + int(h[H["SLIP"]]) + (LAP_BYTES if h[H["LAPPED"]] else 0)
+
+    def _dma_end(self, direction: str) -> None:
+        with self._locked():
+            self.hidden[H["H2C_BUSY" if direction == "h2c" else "C2H_BUSY"]] -= 1
+
+    def h2c(self, axi: int, buf) -> None:
+        """One host->card XDMA call of `buf` at an AXI address."""
+        src = np.frombuffer(buf, dtype=np.uint8)
+        land = self._dma_begin("h2c", axi, src.size, src.__array_interface__["data"][0])
+        try:
+            ch, off = regs.axi_channel(land)
+            n = min(src.size, max(0, self.channel_bytes - off))
+            phy = self._peek("litedram")
+            if phy is not None and not phy.calibrated(ch):
+                src = phy.corrupt_write(ch, off, src[:n].copy())
+            for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, n):
+                self.dram.write_channel(ch, cell, src[pos:pos + length])
+        finally:
+            self._dma_end("h2c")
+
+    def c2h(self, axi: int, buf) -> None:
+        """One card->host XDMA call into `buf` from an AXI address."""
+        dst = np.frombuffer(buf, dtype=np.uint8)
+        self._dma_begin("c2h", axi, dst.size, dst.__array_interface__["data"][0])
+        try:
+            ch, off = regs.axi_channel(axi)
+            if off + dst.size > self.channel_bytes:
+                raise OSError(errno.EFAULT, f"AXI 0x{axi:x}+{dst.size} is past channel {ch}'s memory")
+            for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, dst.size):
+                self.dram.read_channel(ch, cell, length, dst[pos:pos + length])
+            faults_mod.apply_stuck_dq(self.faults, ch, off, dst)
+            phy = self._peek("litedram")
+            if phy is not None and not phy.calibrated(ch):
+                phy.corrupt_read(ch, off, dst)
+        finally:
+            self._dma_end("c2h")
+
+    def dma_stats(self) -> dict[str, int]:
+        return {k.lower(): int(self.hidden[H[k]]) for k in
+                ("DMA_CALLS", "DMA_SLOW", "DMA_OVERSIZE", "DMA_LINK_NS", "LAPPED", "SLIP", "WEDGED")}
+
+    @contextmanager
+    def dma_in_flight(self, direction: str):
+        """Hold a transfer open (another process's DMA, seen from here): for hazard tests."""
+        with self._locked():
+            self.hidden[H["H2C_BUSY" if direction == "h2c" else "C2H_BUSY"]] += 1
+        try:
+            yield
+        finally:
+            self._dma_end(direction)
+
+    # -- PCIe --------------------------------------------------------------------------------------
+    def link(self) -> dict:
+        plat = self.target.platform
+        speed, width = _LINK_SPEED.get(plat["host_link"], (None, 0))
+        if self.faults.faults and self.faults.has("link_down"):
+            speed, width = None, 0
+        return {"vendor": plat.get("pcie_vendor"), "device": plat.get("pcie_device"), "speed": speed, "width": width}
+
+    def close(self) -> None:
+        if self._runner is None or not self._runner.is_alive():
+            self.dram.close()        # a run in flight keeps using the maps; they go with the process
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+CTRL_WORDS = regs.WINDOW_BYTES // 4
+
+# Peripheral windows: (module name, BAR0 base, size). Classes come from the module of that name.
+WINDOWS = (("litedram", regs.LITEDRAM_BASE, regs.LITEDRAM_BYTES), ("thermal", regs.XADC_BASE, regs.XADC_BYTES))
+PERIPHERALS = ("thermal", "litedram", "i2c")
+_CLASS_NAMES = {"thermal": "Thermal", "litedram": "LiteDram", "i2c": "I2cBuses"}
+
+
+@functools.lru_cache(maxsize=None)
+def peripheral_class(name: str):
+    """The peripheral class of a card module, or None when that module is absent or broken
+    (the card then lacks that peripheral, and its CAPS bit says so)."""
+    try:
+        mod = importlib.import_module(f"{__package__}.{name}")
+        return getattr(mod, _CLASS_NAMES[name])
+    except ModuleNotFoundError:
+        return None
+    except Exception as e:       # a broken peripheral must not take the whole card down
+        print(f"otpu: simulated card has no {name}: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+
+def importable(name: str) -> bool: return peripheral_class(name) is not None
+
+
+def _file_array(path: Path, count: int, dtype) -> np.ndarray:
+    nbytes = count * np.dtype(dtype).itemsize
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        if os.fstat(fd).st_size < nbytes:
+            os.ftruncate(fd, nbytes)
+    finally:
+        os.close(fd)
+    return np.memmap(path, dtype=dtype, mode="r+", shape=(count,))
+
+
+def open_card(name: str, target: str | None = None, faults: str | None = None) -> SimCard:
+    """Open (creating on first use) a simulated card; wraps file errors as DeviceError."""
+    try:
+        return SimCard(name, target, faults)
+    except OSError as e:
+        raise DeviceError(f"simulated card {name}: cannot open its files in {run_dir()}: {e.strerror or e}") from None
+
+
+CARD_FILES = (".card.json", ".bar0", ".dram", ".gens", ".imem", ".trace", ".periph.json", ".error")
+
+
+def destroy(name: str, directory: Path | None = None) -> None:
+    """Remove every file of a simulated card (its next open powers on a new one)."""
+    directory = directory or run_dir()
+    for suffix in CARD_FILES:
+        try:
+            (directory / f"{name}{suffix}").unlink()
+        except FileNotFoundError:
+            pass

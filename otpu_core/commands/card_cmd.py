@@ -1,0 +1,188 @@
+"""Built-in plugin: the core's transports (`sim`, `/dev/xdma`) and the `otpu card ...` / `otpu sim reset` commands."""
+from __future__ import annotations
+
+import os
+
+import typer
+from rich.table import Table
+
+from .. import cliopts
+from ..board import Board
+from ..card import regs
+from ..card.runstate import DeviceLock, read_status, run_dir
+from ..console import print_json, stdout
+from ..devspec import TransportSpec, available
+from ..errors import UsageError
+from ..hookspecs import hookimpl
+
+app = typer.Typer(name="card", no_args_is_help=True, add_completion=False,
+                  help="Open a card (real or simulated) and show what it says about itself.")
+
+
+# -- transports -----------------------------------------------------------------------------------
+
+def _open_sim(dev: str, target: str | None = None, faults: str | None = None, lock: bool = True):
+    from ..transport.sim import SimTransport
+    name = dev.partition(":")[2] or None
+    if name is not None and (not name.replace("-", "").replace("_", "").isalnum()):
+        raise UsageError(f"simulated card name '{name}' must be letters, digits, '-' or '_'")
+    return SimTransport(name, target=target, faults=faults, lock=lock)
+
+
+def _open_xdma(dev: str, target: str | None = None, faults: str | None = None, lock: bool = True):
+    from ..transport.xdma import XdmaTransport
+    if faults:
+        raise UsageError(f"--fault / OTPU_SIM_FAULTS apply to simulated cards only, not {dev}")
+    return XdmaTransport(dev, lock=lock)
+
+
+def _list_sims() -> list[str]:
+    names = sorted(p.name[:-len(".card.json")] for p in run_dir().glob("sim*.card.json"))
+    return [("sim:" + n[4:]) if n.startswith("sim-") else n for n in names] or ["sim"]
+
+
+def _list_xdma() -> list[str]:
+    from ..transport.xdma import present
+    return present()
+
+
+def _is_sim(dev: str) -> bool: return dev == "sim" or dev.startswith("sim:")
+
+
+def _is_xdma(dev: str) -> bool: return dev.startswith("/dev/xdma") or os.path.exists(dev + "_user")
+
+
+@hookimpl
+def otpu_transports() -> list[TransportSpec]:
+    return [TransportSpec("sim", "simulated card in the run directory (sim or sim:NAME)", _open_sim, _list_sims, _is_sim),
+            TransportSpec("/dev/xdma", "real card through the XDMA driver (/dev/xdmaN)", _open_xdma, _list_xdma, _is_xdma)]
+
+
+# -- otpu card ------------------------------------------------------------------------------------
+
+@app.command("list")
+def list_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the cards the transports can see, and who holds each."""
+    rows = []
+    for d in available():
+        devname = os.path.basename(d["dev"]) if d["kind"] != "sim" else d["dev"].replace(":", "-")
+        status = read_status(run_dir() / f"{devname}.json")
+        holder = None if not status or status.get("stale") else {"pid": status.get("pid"), "cmd": status.get("cmd")}
+        rows.append({**d, "held_by": holder})
+    if json_out:
+        print_json(rows)
+        return
+    table = Table(title="cards")
+    for col in ("dev", "kind", "held by"):
+        table.add_column(col)
+    for r in rows:
+        held = f"PID {r['held_by']['pid']} ({r['held_by']['cmd']})" if r["held_by"] else "free"
+        table.add_row(r["dev"], r["description"], held)
+    stdout().print(table)
+
+
+@app.command("info")
+def info_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, no_check: cliopts.NoCheck = False,
+             fault: cliopts.Fault = None, json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Identify a card: ID, VERSION, CAPS, REGMAP, BUILD_ID, CFG_HASH, calibration, PCIe link."""
+    with Board.open(dev, target, check=not no_check, faults=fault, lock=False) as board:
+        info = board.info
+    if json_out:
+        print_json(info.as_dict())
+        return
+    table = Table(title=f"card {info.dev}", show_header=False, title_justify="left")
+    table.add_column("field")
+    table.add_column("value")
+    caps = [k for k, v in info.caps.items() if v is True]
+    link = info.link
+    for k, v in (("MXU", f"D={info.d} MCOLS={info.mcols} LANES={info.lanes} ACT_ROWS={info.act_rows}"),
+                 ("register map", str(info.regmap)), ("CFG_HASH", _hex(info.cfg_hash)), ("BUILD_ID", _hex(info.build_id)),
+                 ("core clock", f"{info.core_khz / 1000:g} MHz" if info.core_khz else "n/a"),
+                 ("DDR", f"{info.ddr_mts} MT/s" if info.ddr_mts else "n/a"),
+                 ("calibrated", ", ".join(f"ch{c} {'yes' if ok else 'no'}" for c, ok in enumerate(info.calibrated))),
+                 ("temperature", f"{info.temp_c:.2f} C" if info.temp_c is not None else "n/a"),
+                 ("running", "yes" if info.running else "no"),
+                 ("capabilities", " ".join(caps)),
+                 ("trace", f"{info.caps.get('trace_depth', 0)} records, P/Q window {info.caps.get('pq_window', 0)} cycles"),
+                 ("PCIe", f"{link.get('vendor') or 0:04x}:{link.get('device') or 0:04x} {link.get('speed') or 'link down'}"
+                          f" x{link.get('width') or 0}")):
+        table.add_row(k, v)
+    stdout().print(table)
+
+
+@app.command("regs")
+def regs_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.Fault = None,
+             json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Read every control register (counters after a SNAP); reading them changes nothing."""
+    with Board.open(dev, target, check=False, faults=fault, lock=False) as board:
+        board.t.reg_write(regs.off("SNAP"), 1)
+        values = {r.name: board.reg(r.name) for r in regs.REGS if r.access is not regs.Access.ACTION}
+    if json_out:
+        print_json(values)
+        return
+    table = Table(title="control registers")
+    for col in ("offset", "name", "value", "meaning"):
+        table.add_column(col)
+    for r in regs.REGS:
+        if r.name in values:
+            table.add_row(f"0x{r.offset:03x}", r.name, f"0x{values[r.name]:0{2 * r.size}x}", r.desc)
+    stdout().print(table)
+
+
+@app.command("reg")
+def reg_cmd(name: str = typer.Argument(..., help="Register name, e.g. SCRATCH."),
+            value: str = typer.Argument(None, help="Value to write (decimal or 0x hex); omit to read."),
+            dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.Fault = None) -> None:
+    """Read or write one control register by name (takes the device lock to write)."""
+    with Board.open(dev, target, check=False, faults=fault, lock=value is not None) as board:
+        if value is not None:
+            try:
+                board.set_reg(name, int(value, 0))
+            except ValueError:
+                raise UsageError(f"'{value}' is not an integer") from None
+        print(f"{name.upper()} = 0x{board.reg(name):08x}")
+
+
+def _hex(v: int | None) -> str: return "n/a" if v is None else f"0x{v:08x}"
+
+
+# -- otpu sim reset ---------------------------------------------------------------------------------
+
+def reset_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.Fault = None) -> None:
+    """Power-cycle a simulated card: DRAM, registers, calibration and hazards forgotten.
+
+    With --target the card comes back as that target (a new bitstream); with --fault it comes
+    back with those faults (default: none)."""
+    from ..card.simcard import card_name, destroy, open_card
+    dev = dev or "sim"
+    if not _is_sim(dev):
+        raise UsageError(f"`otpu sim reset` resets simulated cards; {dev} is not one (use sim or sim:NAME)")
+    devname = card_name(dev.partition(":")[2] or None)
+    with DeviceLock(devname):
+        destroy(devname)
+        card = open_card(devname, target, fault or "")
+        what = f"{devname}: powered on as {card.target.name}" + (f" with faults {card.faults}" if card.faults else "")
+        card.close()
+    print(what)
+
+
+def _sim_group() -> typer.Typer:
+    """The `otpu sim` group of the simulator's plugin, or one of ours while it is absent."""
+    try:
+        from . import sim_cmd
+        return sim_cmd.app
+    except ImportError:
+        return _own_sim
+
+
+_own_sim = typer.Typer(name="sim", no_args_is_help=True, add_completion=False, help="The simulated card.")
+
+
+@hookimpl
+def otpu_commands(app: typer.Typer) -> None:
+    app.add_typer(globals()["app"], name="card")
+    group = _sim_group()
+    if not any(c.name == "reset" for c in group.registered_commands):
+        group.command("reset")(reset_cmd)
+    if group is _own_sim:
+        app.add_typer(group, name="sim")

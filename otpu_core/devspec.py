@@ -1,0 +1,68 @@
+"""`--dev` specs: which transport opens a device name, gathered from every plugin's `otpu_transports`.
+
+A `TransportSpec` names a prefix (`sim`, `/dev/xdma`, `tt:`), a one-line description, a
+function that opens a spec and optionally one that lists the devices present. `resolve(dev)`
+picks the spec for a `--dev` value; no `--dev` (and no `OTPU_DEV`) means the first
+`/dev/xdma*_user` present, else the simulated card. Naming a real device never falls back to
+the simulator: a missing node is a DeviceError.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class TransportSpec:
+    prefix: str
+    description: str
+    open: Callable[..., Any]                    # open(dev, *, target, faults, lock) -> Transport
+    list: Callable[[], list[str]] | None = None
+    accepts: Callable[[str], bool] | None = None  # default: dev starts with prefix
+
+    def matches(self, dev: str) -> bool:
+        return self.accepts(dev) if self.accepts is not None else dev.startswith(self.prefix)
+
+
+def specs() -> list[TransportSpec]:
+    from . import plugins
+    found: list[TransportSpec] = []
+    for result in plugins.get().hook.otpu_transports():
+        found.extend(result or [])
+    return found
+
+
+def default_dev() -> str:
+    """`$OTPU_DEV`, else the first XDMA card present, else the simulated card."""
+    if os.environ.get("OTPU_DEV"):
+        return os.environ["OTPU_DEV"]
+    from .transport.xdma import present
+    cards = present()
+    return cards[0] if cards else "sim"
+
+
+def resolve(dev: str | None) -> tuple[TransportSpec, str]:
+    dev = dev or default_dev()
+    all_specs = specs()
+    for spec in all_specs:
+        if spec.matches(dev):
+            return spec, dev
+    raise UsageError(f"unknown device '{dev}'",
+                     hint="known kinds: " + "; ".join(f"{s.prefix}... ({s.description})" for s in all_specs))
+
+
+def open_transport(dev: str | None = None, **kw):
+    spec, dev = resolve(dev)
+    return spec.open(dev, **kw)
+
+
+def available() -> list[dict[str, str]]:
+    """Every device the registered transports can see now."""
+    out = []
+    for spec in specs():
+        for name in (spec.list() if spec.list else []):
+            out.append({"dev": name, "kind": spec.prefix, "description": spec.description})
+    return out

@@ -1,0 +1,256 @@
+"""The narrow interface between the host and a card: 32-bit BAR0 registers and DMA to card DRAM.
+
+`Transport` holds every rule of the XDMA path (reference host.md section 2) once, so each
+transport (`xdma.XdmaTransport` on the real device files, `sim.SimTransport` on the simulated
+card) implements only four underscore methods: `_reg_read`, `_reg_write`, `_h2c`, `_c2h`
+(one DMA call at an AXI address, no bigger than `DMA_CHUNK`).
+
+The rules, applied by `mem_write` / `mem_read`:
+- at most `DMA_CHUNK` (8 MiB) per call;
+- writes cover whole 64-byte beats only: a partial edge beat is read, merged on the host and
+  written back alone (never the whole 128-byte chunk);
+- host buffer placement: writes need (host address - card address) mod 64 = 0, reads need it
+  mod 4096 in [32, 4064]; a buffer that does not hold goes through a placed staging buffer
+  (reads under 64 KiB are latency-bound and never bounced);
+- while a program runs (`in_run`), at most `RUN_H2C` (4 KiB) per host->card call;
+- host->card and card->host never overlap: every call, bounce copy included, runs inside the
+  card's DMA lock (thread lock + flock on `<run dir>/<dev>.dma`).
+`OTPU_TRACE_BAR=1` prints every register access to stderr.
+"""
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import sys
+import time
+from typing import Iterable
+
+import numpy as np
+
+from ..card import regs
+from ..card.runstate import DmaLock, dma_lock
+from ..errors import DeviceError, UsageError
+
+DMA_CHUNK = 8 << 20          # bytes per DMA syscall
+RUN_H2C = 4096               # bytes per host->card call while a program runs
+DMA_PLACE = 2048             # (host address - card address) mod 4096 that suits reads and writes
+READ_BOUNCE_MIN = 64 << 10   # smaller reads are latency-bound: never bounced
+POLL_SPIN = 100e-6
+POLL_MAX_SLEEP = 1e-3
+POLL_EARLY = 1.5e-3
+
+
+def placed(n: int, card: int) -> np.ndarray:
+    """A uint8 buffer of n bytes whose address is card + DMA_PLACE modulo 4096."""
+    mm = mmap.mmap(-1, n + 4096)
+    start = (card + DMA_PLACE) % 4096
+    return np.frombuffer(mm, dtype=np.uint8, count=n, offset=start)
+
+
+def buffer_address(buf: np.ndarray) -> int: return buf.__array_interface__["data"][0]
+
+
+def write_placed(host: int, card: int) -> bool: return (host - card) % regs.BEAT == 0
+
+
+def read_placed(host: int, card: int) -> bool: return 32 <= (host - card) % 4096 <= 4064
+
+
+def as_bytes(data) -> np.ndarray:
+    """Any buffer as a flat uint8 array without copying."""
+    if isinstance(data, np.ndarray):
+        return data.reshape(-1).view(np.uint8) if data.flags.c_contiguous else np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+class Transport:
+    """Registers and DMA of one card. Subclasses implement `_reg_read`, `_reg_write`, `_h2c`, `_c2h`."""
+
+    kind = "abstract"
+    devname: str | None = None      # names the card's lock files; None = no locking
+    ecc = False                     # DRAM needs a scrub before first reads
+    keeps_state = True              # registers keep their values between calls
+    threaded = True                 # large transfers may run on a worker thread
+
+    def __init__(self, dev: str, channel_bytes: int, channels: int = regs.CHANNELS, lock_dir=None):
+        self.dev = dev
+        self.channel_bytes = channel_bytes
+        self.channels = channels
+        self.in_run = False
+        self.trace_bar = os.environ.get("OTPU_TRACE_BAR") == "1"
+        self.dma: DmaLock = dma_lock(self.devname, lock_dir)
+        self._staging: np.ndarray | None = None
+        self.stats = {"h2c_calls": 0, "c2h_calls": 0, "bounced": 0}
+
+    # -- subclass interface ----------------------------------------------------------------------
+    def _reg_read(self, off: int) -> int: raise NotImplementedError(f"{type(self).__name__} cannot read registers")
+
+    def _reg_write(self, off: int, value: int) -> None: raise NotImplementedError(f"{type(self).__name__} cannot write registers")
+
+    def _h2c(self, axi: int, buf: memoryview) -> None: raise NotImplementedError(f"{type(self).__name__} has no host->card DMA")
+
+    def _c2h(self, axi: int, buf: memoryview) -> None: raise NotImplementedError(f"{type(self).__name__} has no card->host DMA")
+
+    def _close(self) -> None: pass
+
+    def last_error(self) -> str:
+        """What the card said about its last failed run, where it can say more than STATUS ("" if not)."""
+        return ""
+
+    def link(self) -> dict:
+        """PCIe facts: vendor, device, speed, width (None where unknown)."""
+        return {"vendor": None, "device": None, "speed": None, "width": None}
+
+    # -- registers -------------------------------------------------------------------------------
+    def reg_read(self, off: int) -> int:
+        self._check_reg(off)
+        v = self._reg_read(off)
+        if self.trace_bar:
+            print(f"otpu-bar: R 0x{off:05x} -> 0x{v:08x}", file=sys.stderr)
+        return v
+
+    def reg_write(self, off: int, value: int) -> None:
+        self._check_reg(off)
+        if not 0 <= value <= 0xFFFFFFFF:
+            raise UsageError(f"register value {value} does not fit 32 bits")
+        if self.trace_bar:
+            print(f"otpu-bar: W 0x{off:05x} <- 0x{value:08x}", file=sys.stderr)
+        self._reg_write(off, value)
+
+    def reg_read_many(self, offs: Iterable[int]) -> list[int]: return [self.reg_read(o) for o in offs]
+
+    @staticmethod
+    def _check_reg(off: int) -> None:
+        if off % 4 or not 0 <= off < regs.HOST_MAP_BYTES:
+            raise UsageError(f"BAR0 offset 0x{off:x} is not an aligned word inside the mapped 0x{regs.HOST_MAP_BYTES:x} bytes")
+
+    def poll(self, off: int, mask: int, val: int, timeout: float = 600.0, expect: float = 0.0) -> int:
+        """Wait until (reg & mask) == val; spin briefly, then back off. Returns the register value."""
+        t0 = time.monotonic()
+        if expect > POLL_EARLY:
+            while True:
+                left = t0 + expect - POLL_EARLY * 1.03 - time.monotonic()
+                if left <= 1e-3:
+                    break
+                v = self.reg_read(off)
+                if v & mask == val:
+                    return v
+                time.sleep(left / 2)
+        while True:
+            v = self.reg_read(off)
+            if v & mask == val:
+                return v
+            elapsed = time.monotonic() - t0
+            if elapsed > timeout:
+                raise DeviceError(f"timed out after {timeout:g}s waiting for register 0x{off:03x} & 0x{mask:x} == 0x{val:x} "
+                                  f"(it reads 0x{v:08x})")
+            if elapsed > POLL_SPIN + max(0.0, expect):
+                time.sleep(min(POLL_MAX_SLEEP, elapsed / 32))
+
+    # -- DMA ------------------------------------------------------------------------------------
+    def _check_mem(self, ch: int, off: int, n: int) -> None:
+        if not 0 <= ch < self.channels:
+            raise UsageError(f"DRAM channel {ch} does not exist (the card has {self.channels})")
+        if off < 0 or n < 0 or off + n > self.channel_bytes:
+            raise UsageError(f"channel {ch} bytes [0x{off:x}, 0x{off + n:x}) are outside its {self.channel_bytes} bytes")
+
+    def mem_write(self, ch: int, off: int, data) -> None:
+        """Write bytes at a channel offset, whole beats only, obeying every DMA rule."""
+        src = as_bytes(data)
+        n = src.size
+        self._check_mem(ch, off, n)
+        if n == 0:
+            return
+        beat = regs.BEAT
+        end = off + n
+        head_stop = min(end, -(-off // beat) * beat)
+        tail_start = max(head_stop, end // beat * beat)
+        if off % beat:
+            self._merge_beat(ch, off, src[:head_stop - off])
+        if tail_start > head_stop:
+            self._write_run(ch, head_stop, src[head_stop - off:tail_start - off])
+        if end > tail_start and end % beat:
+            self._merge_beat(ch, tail_start, src[tail_start - off:])
+
+    def _merge_beat(self, ch: int, off: int, part: np.ndarray) -> None:
+        """Read the beat holding [off, off+len(part)), merge on the host, write the beat back."""
+        base = off // regs.BEAT * regs.BEAT
+        axi = regs.axi_address(ch, base)
+        with self.dma:
+            buf = placed(regs.BEAT, axi)
+            self._dma_read_call(axi, buf)
+            buf[off - base:off - base + part.size] = part
+            self._dma_write_call(axi, buf)
+
+    def _write_run(self, ch: int, off: int, src: np.ndarray) -> None:
+        step = RUN_H2C if self.in_run else DMA_CHUNK
+        axi0 = regs.axi_address(ch, off)
+        for pos in range(0, src.size, step):
+            piece = src[pos:pos + step]
+            axi = axi0 + pos
+            with self.dma:
+                if not write_placed(buffer_address(piece), axi):
+                    piece = self._stage(piece, axi)
+                self._dma_write_call(axi, piece)
+
+    def _stage(self, piece: np.ndarray, axi: int) -> np.ndarray:
+        if self._staging is None:
+            self._staging = placed(DMA_CHUNK + 8192, 0)
+        start = (axi + DMA_PLACE - buffer_address(self._staging)) % 4096
+        out = self._staging[start:start + piece.size]
+        out[:] = piece
+        self.stats["bounced"] += 1
+        return out
+
+    def mem_read(self, ch: int, off: int, n: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Read bytes at a channel offset into `out` (or a new placed buffer), obeying every DMA rule."""
+        self._check_mem(ch, off, n)
+        axi0 = regs.axi_address(ch, off)
+        if out is None:
+            out = placed(n, axi0) if n >= READ_BOUNCE_MIN else np.empty(n, np.uint8)
+        dst = as_bytes(out)
+        if dst.size < n:
+            raise UsageError(f"read buffer holds {dst.size} bytes, {n} asked")
+        for pos in range(0, n, DMA_CHUNK):
+            piece = dst[pos:pos + DMA_CHUNK][:n - pos]
+            axi = axi0 + pos
+            with self.dma:
+                if piece.size >= READ_BOUNCE_MIN and not read_placed(buffer_address(piece), axi):
+                    stage = self._stage(piece, axi)
+                    self._dma_read_call(axi, stage)
+                    piece[:] = stage
+                else:
+                    self._dma_read_call(axi, piece)
+        return dst[:n]
+
+    def _dma_write_call(self, axi: int, buf: np.ndarray) -> None:
+        self.stats["h2c_calls"] += 1
+        try:
+            self._h2c(axi, memoryview(buf))
+        except OSError as e:
+            raise self._dma_error("host->card", axi, buf.size, e) from None
+
+    def _dma_read_call(self, axi: int, buf: np.ndarray) -> None:
+        self.stats["c2h_calls"] += 1
+        try:
+            self._c2h(axi, memoryview(buf))
+        except OSError as e:
+            raise self._dma_error("card->host", axi, buf.size, e) from None
+
+    def _dma_error(self, what: str, axi: int, n: int, e: OSError) -> DeviceError:
+        ch, off = regs.axi_channel(axi)
+        if e.errno == errno.ETIMEDOUT:
+            return DeviceError(f"{self.dev}: {what} DMA of {n} bytes at channel {ch} offset 0x{off:x} timed out "
+                               "(the card's write path is wedged)",
+                               hint="reload the bitstream (simulated card: `otpu sim reset`); reads and registers still work")
+        return DeviceError(f"{self.dev}: {what} DMA of {n} bytes at channel {ch} offset 0x{off:x} failed: {e.strerror or e}")
+
+    # -- lifetime ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._close()
+        self._staging = None
+
+    def __enter__(self) -> "Transport": return self
+
+    def __exit__(self, *exc) -> None: self.close()
