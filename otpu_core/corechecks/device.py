@@ -1,0 +1,74 @@
+"""The card as the core checks see it: one open Board per run, what its registers say, raw channels.
+
+A check never opens a card itself: `board(ctx)` opens it once per run (unchecked, so a wrong
+configuration becomes a failing row, not an exception) and caches it in the run's context;
+`close(ctx)` ends the run. `info(ctx)` decodes the identification registers once.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..card import regs
+from ..checks import CheckContext
+from ..target import Target
+from ..target import load as load_target
+
+
+def target(ctx: CheckContext) -> Target:
+    if "target" not in ctx.cache:
+        ctx.cache["target"] = load_target(ctx.options.get("target"))
+    return ctx.cache["target"]
+
+
+def transport(ctx: CheckContext):
+    """The card's transport, opened (and the device lock taken) on first use."""
+    if "transport" not in ctx.cache:
+        from ..devspec import open_transport
+        ctx.cache["transport"] = open_transport(ctx.dev, target=ctx.options.get("target"),
+                                                faults=ctx.options.get("fault"))
+    return ctx.cache["transport"]
+
+
+def board(ctx: CheckContext):
+    """A Board over the same transport, unchecked: a wrong configuration is the config row's finding."""
+    if "board" not in ctx.cache:
+        from ..board import Board
+        ctx.cache["board"] = Board(transport(ctx), target=target(ctx), check=False)
+    return ctx.cache["board"]
+
+
+def close(ctx: CheckContext) -> None:
+    b = ctx.cache.pop("board", None)
+    t = ctx.cache.pop("transport", None)
+    if b is not None:
+        b.close()
+    elif t is not None:
+        t.close()
+
+
+def info(ctx: CheckContext):
+    """What the card says about itself (`board.CardInfo`)."""
+    return board(ctx).info
+
+
+def snapshot(ctx: CheckContext) -> dict[str, int]:
+    """Latch the free-running counters (SNAP) and read them (None on a register map 1 card)."""
+    return board(ctx).snapshot()
+
+
+class ChannelView:
+    """The card's DRAM channels at raw offsets (memtest's ChannelMemory) through the transport."""
+
+    def __init__(self, t):
+        self.t = t
+        self.channels, self.channel_bytes = t.channels, t.channel_bytes
+
+    def write_channel(self, ch: int, offset: int, data: np.ndarray) -> None:
+        self.t.mem_write(ch, offset, np.ascontiguousarray(data, np.uint8))
+
+    def read_channel(self, ch: int, offset: int, nbytes: int) -> np.ndarray:
+        return self.t.mem_read(ch, offset, nbytes)
+
+
+def channels(ctx: CheckContext) -> ChannelView:
+    return ChannelView(transport(ctx))

@@ -1,0 +1,64 @@
+"""I2C checks (section `i2c`, selftest stage `i2c`): the pin registers and a scan of each bus.
+
+Only reads: the scan addresses each 7-bit address for reading and NACKs the one byte it gets.
+The otpu-i2c plugin may take these checks over (same names) when it exists.
+"""
+from __future__ import annotations
+
+import functools
+
+from ..card import i2c, regs
+from ..checks import Check, CheckContext, Result, Status
+from . import device
+from . import names as N
+
+HINT = "a missing pull-up, a device holding SCL or SDA low, or the pin assignment of the build"
+SCAN = range(0x08, 0x78)
+
+
+def _caps_i2c(ctx: CheckContext) -> bool:
+    return bool(device.info(ctx).caps.get("i2c"))
+
+
+def pins(ctx: CheckContext) -> Result:
+    if not _caps_i2c(ctx):
+        return Result(Status.SKIP, "no I2C pin registers (CAPS I2C clear)")
+    t = device.transport(ctx)
+    ctrl, pin_in = regs.off("I2C_CTRL"), regs.off("I2C_IN")
+    old = t.reg_read(ctrl)
+    bad = []
+    try:
+        t.reg_write(ctrl, 0)
+        idle = t.reg_read(pin_in)
+        for bus in (0, 1):
+            for name, bit in (("SCL", i2c.scl_bit(bus)), ("SDA", i2c.sda_bit(bus))):
+                if not idle & bit:
+                    bad.append(f"bus {bus} {name} low while released")
+                    continue
+                t.reg_write(ctrl, bit)
+                if t.reg_read(pin_in) & bit:
+                    bad.append(f"bus {bus} {name} stays high when driven low")
+                t.reg_write(ctrl, 0)
+    finally:
+        t.reg_write(ctrl, old)
+    if bad:
+        return Result(Status.FAIL, "; ".join(bad), hint=HINT)
+    return Result(Status.PASS, "SCL and SDA of both buses idle high and follow the drive")
+
+
+def scan(ctx: CheckContext, bus: int) -> Result:
+    t = device.transport(ctx)
+    master = i2c.BitBangMaster(lambda o: t.reg_read(regs.I2C_BASE + o),
+                               lambda o, v: t.reg_write(regs.I2C_BASE + o, v), bus)
+    try:
+        found = [a for a in SCAN if master.probe(a)]
+    except i2c.I2cError as e:
+        return Result(Status.FAIL, e.message, {"bus": bus}, hint=HINT)
+    text = ", ".join(f"0x{a:02x}" for a in found) or "no devices"
+    return Result(Status.PASS, f"bus {bus} ({i2c.BUS_NAMES[bus]}): {text}", {"bus": bus, "found": found})
+
+
+def checks() -> list[Check]:
+    return [Check("i2c", N.I2C_PINS, pins, needs=(N.CONFIG,), stage="i2c"),
+            *(Check("i2c", N.i2c_bus(b), functools.partial(scan, bus=b), needs=(N.I2C_PINS,), stage="i2c")
+              for b in (0, 1))]

@@ -1,0 +1,123 @@
+"""ISA op checks (section `isa`, one row per program, grouped by unit) and the system checks
+(section `system`): the all-units demo, masked DRAM writes, the stream program, the cycle
+counters and the soak. Selftest stages: kernel (demo, masked writes), vops (the reduce and
+composite groups), stream."""
+from __future__ import annotations
+
+import functools
+import time
+
+from .. import opchecks
+from ..checks import Check, CheckContext, Result, Status
+from ..target import load as load_target
+from . import device, programs
+from . import names as N
+
+CORE = (N.ID, N.CONFIG, N.calib(0), N.calib(1), N.SCRUB)
+VOPS_GROUPS = ("vpu-reduce", "vpu-composite")
+CAP_OF_GROUP = {"gen": "gen", "waitw": "waitw"}
+CYCLES_N = 20_000
+KERNEL_HINT = "run the op checks (otpu-diag --only isa) and compare the failing unit's counters with the simulator"
+VOPS_HINT = ("a VPU fault on a current bitstream (register map 3); on an older map the bitstream predates these "
+             "functions")
+
+
+def _by_title(ctx: CheckContext) -> dict[str, opchecks.OpCheck]:
+    if "opchecks" not in ctx.cache:
+        cfg = device.target(ctx).config()
+        ctx.cache["opchecks"] = {c.title: c for c in opchecks.op_checks(cfg, gen=True, waitw=True)}
+    return ctx.cache["opchecks"]
+
+
+def op_row(ctx: CheckContext, title: str) -> Result:
+    check = _by_title(ctx)[title]
+    cap = CAP_OF_GROUP.get(check.group)
+    if cap and not device.info(ctx).caps.get(cap):
+        return Result(Status.SKIP, f"the card has no {cap.upper()} (CAPS)")
+    hint = VOPS_HINT if check.group in VOPS_GROUPS else KERNEL_HINT
+    return programs.result_of(check, programs.run_check(ctx, check), hint)
+
+
+def _system(ctx: CheckContext, make) -> Result:
+    check = make(device.target(ctx).config())
+    out = programs.run_check(ctx, check)
+    extra = ""
+    if out.ok:
+        s = out.stats
+        extra = f" ({s.cycles} cycles, b_reads={s.b_reads}, a_writes={s.a_writes}, b_writes={s.b_writes})"
+    return programs.result_of(check, out, KERNEL_HINT, extra)
+
+
+def stream(ctx: CheckContext) -> Result:
+    caps = device.info(ctx).caps
+    if not caps.get("stream") or not caps.get("dstep"):
+        return Result(Status.PASS, "no stream engine on this card (CAPS STREAM clear): nothing to check")
+    return _system(ctx, opchecks.stream_check)
+
+
+def cycle_counters(ctx: CheckContext) -> Result:
+    b = device.board(ctx)
+    n = CYCLES_N
+    runs = []
+    for k in (n, 2 * n):
+        snap0 = b.snapshot()
+        t0 = time.perf_counter()
+        stats, error = programs.run_program(ctx, opchecks.nop_loop(k), timeout=60)
+        wall = time.perf_counter() - t0
+        if error:
+            return Result(Status.FAIL, error, hint=KERNEL_HINT)
+        snap1 = b.snapshot()
+        runs.append((k, stats.cycles, wall, None if snap0 is None else snap1["UPTIME"] - snap0["UPTIME"]))
+    bad = []
+    for k, cycles, wall, up in runs:
+        if cycles < k:
+            bad.append(f"{cycles} cycles for a {k}-cycle loop")
+        if up is not None and up < cycles:
+            bad.append(f"UPTIME grew {up} during a {cycles}-cycle run")
+    if runs[1][1] <= runs[0][1]:
+        bad.append("CYCLES did not grow with the loop")
+    khz = device.info(ctx).core_khz
+    if khz and device.transport(ctx).kind != "sim":
+        for k, cycles, wall, _ in runs:
+            dev_s = cycles / (khz * 1e3)
+            if not 0.5 * wall < dev_s <= 1.02 * wall and wall > 0.05:
+                bad.append(f"device time {dev_s:.3f} s against wall {wall:.3f} s")
+    if bad:
+        return Result(Status.FAIL, "; ".join(bad), hint="the core clock (CORE_KHZ) or the cycle counters")
+    return Result(Status.PASS, f"NOP loops of {n} and {2 * n}: {runs[0][1]} and {runs[1][1]} cycles")
+
+
+def soak(ctx: CheckContext) -> Result:
+    rounds = int(ctx.options.get("soak", 0))
+    if rounds <= 0:
+        return Result(Status.SKIP, "only with --soak N")
+    cfg = device.target(ctx).config()
+    progs = list(_by_title(ctx).values()) + [opchecks.demo_check(cfg), opchecks.masked_check(cfg)]
+    caps = device.info(ctx).caps
+    progs = [p for p in progs if not CAP_OF_GROUP.get(p.group) or caps.get(CAP_OF_GROUP[p.group])]
+    fails: dict[str, int] = {}
+    for _ in range(rounds):
+        for p in progs:
+            if not programs.run_check(ctx, p).ok:
+                fails[p.title] = fails.get(p.title, 0) + 1
+    if not fails:
+        return Result(Status.PASS, f"{len(progs)} programs x{rounds}, no failure", {"rounds": rounds})
+    msg = ", ".join(f"intermittent {name} {k}/{rounds}" if k < rounds else f"{name} {k}/{rounds}"
+                    for name, k in fails.items())
+    return Result(Status.FAIL, msg, {"rounds": rounds, "failures": fails},
+                  hint="timing margin (WNS), temperature or calibration drift")
+
+
+def checks() -> list[Check]:
+    titles = [(c.group, c.title) for c in opchecks.op_checks(load_target("sim-small").config(), gen=True, waitw=True)]
+    out = [Check("isa", title, functools.partial(op_row, title=title), needs=CORE, group=group,
+                 stage="vops" if group in VOPS_GROUPS else None)
+           for group, title in titles]
+    out += [
+        Check("system", N.DEMO, functools.partial(_system, make=opchecks.demo_check), needs=CORE, stage="kernel"),
+        Check("system", N.MASKED, functools.partial(_system, make=opchecks.masked_check), needs=CORE, stage="kernel"),
+        Check("system", N.STREAM, stream, needs=CORE, stage="stream"),
+        Check("system", N.CYCLES, cycle_counters, needs=CORE),
+        Check("system", N.SOAK, soak, needs=CORE),
+    ]
+    return out

@@ -1,0 +1,87 @@
+"""Running op-check programs on the card and comparing them with the golden simulator.
+
+The op-check DRAM image is written once per run; before each program the OUT area is zeroed
+on the card (the golden run starts from the image, whose OUT is zero), the program is loaded
+at PROG_AT and run, and OUT is read back and compared bit for bit. A program that does not
+halt stops the card (the Board stops it) and every later program is reported as not run on
+a hung core instead of waiting for each timeout again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import isa, opchecks
+from ..checks import CheckContext, Result, Status
+from ..errors import DeviceBusy, DeviceError
+from . import device
+
+RUN_TIMEOUT_S = 5.0
+
+
+@dataclass
+class Outcome:
+    mismatch: opchecks.Mismatch | None
+    stats: object | None      # board.RunStats
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool: return self.error is None and self.mismatch is not None and self.mismatch.ok
+
+
+def _image(ctx: CheckContext) -> dict:
+    if "opcheck_image" not in ctx.cache:
+        image = opchecks.diag_image(device.target(ctx).config())
+        b = device.board(ctx)
+        for addr, data in image.items():
+            b.write(addr, data)
+        ctx.cache["opcheck_image"] = image
+    return ctx.cache["opcheck_image"]
+
+
+def golden(ctx: CheckContext, check: opchecks.OpCheck) -> np.ndarray:
+    cache = ctx.cache.setdefault("golden", {})
+    if check.title not in cache:
+        cache[check.title] = opchecks.run_golden(device.target(ctx), check, _image(ctx))
+    return cache[check.title]
+
+
+def run_program(ctx: CheckContext, program, timeout: float = RUN_TIMEOUT_S):
+    """Load and run a program; returns (RunStats, None) or (None, why it did not finish)."""
+    hung = ctx.cache.get("hung")
+    if hung:
+        return None, f"not run: the core hung on '{hung}' earlier in this run"
+    b = device.board(ctx)
+    b.load_program(opchecks.PROG_AT, np.frombuffer(isa.encode_program(program), np.uint8))
+    try:
+        return b.run(timeout=timeout), None
+    except DeviceBusy:
+        raise
+    except DeviceError as e:
+        return None, e.message
+
+
+def run_check(ctx: CheckContext, check: opchecks.OpCheck) -> Outcome:
+    want = golden(ctx, check)
+    b = device.board(ctx)
+    b.write(opchecks.OUT, np.zeros(opchecks.OUT_BYTES, np.uint8))
+    stats, error = run_program(ctx, check.program, ctx.options.get("run_timeout", RUN_TIMEOUT_S))
+    if error:
+        if "did not halt" in error:
+            ctx.cache["hung"] = check.title
+        return Outcome(None, None, error)
+    got = b.read(opchecks.OUT, check.out_bytes)
+    return Outcome(opchecks.compare(got, want, device.info(ctx).lanes), stats)
+
+
+def result_of(check: opchecks.OpCheck, out: Outcome, hint: str | None = None, extra: str = "") -> Result:
+    words = check.out_bytes // 4
+    if out.error:
+        return Result(Status.FAIL, out.error, {"group": check.group}, hint=hint)
+    m = out.mismatch
+    data = {"group": check.group, "cycles": out.stats.cycles, "instructions": out.stats.instructions}
+    if not m.ok:
+        data.update(words=m.words, first=m.first, bits=m.bits, vpu_lanes=m.vpu_lanes)
+        return Result(Status.FAIL, m.message(words), data, hint=hint)
+    return Result(Status.PASS, m.message(words) + extra, data)
