@@ -39,7 +39,7 @@ class KeySpec:
         except ValueError:
             raise ValueError(f"'{text}' is not {'an integer' if self.typ is int else 'a number'}") from None
         if not self.lo <= value <= self.hi:
-            raise ValueError(f"{value} is outside {self.lo:g}..{self.hi:g}")
+            raise ValueError(f"{text} is outside {self.lo:g}..{self.hi:g}")
         return value
 
 

@@ -72,7 +72,7 @@ class Device:
     addr: int
     stretches = False
 
-    def __init__(self, bus: "I2c"):
+    def __init__(self, bus: "I2cBuses"):
         self.bus = bus
 
     def fresh(self) -> dict: return {"ptr": 0, "rx": [], "ri": 0}
@@ -328,23 +328,32 @@ def _fresh_bus() -> dict:
             "out": 0, "sda_out": 1, "stretch": 0, "acked": False, "first": True}
 
 
-class I2c:
+class I2cBuses:
     """The pin registers I2C_CTRL / I2C_IN and the devices on both buses."""
 
-    def __init__(self, target, serial: int, state: dict, faults: FaultSet, thermal: Thermal):
-        self.target, self.serial, self.state, self.faults, self.thermal = target, serial, state, faults, thermal
+    def __init__(self, target, serial: int, state: dict, faults: FaultSet, thermal: Thermal | None = None):
+        # The sensors read the card's thermal model; without one (a bus on its own) they read a
+        # model of their own kept in this state, which only changes through `tick`.
+        self.thermal = thermal if thermal is not None else Thermal(target, serial, state.setdefault("thermal", {}), faults)
+        self.target, self.serial, self.state, self.faults = target, serial, state, faults
         self.devices: list[dict[int, Device]] = [{LM73_ADDR: Lm73(self)},
                                                  {INA226_ADDR: Ina226(self), PMBUS_ADDR: PmbusRegulator(self)}]
         if "ctrl" not in state:
             self.reset()
 
     def reset(self) -> None:
+        own_thermal = self.state.get("thermal")
         self.state.clear()
+        if own_thermal is not None:
+            self.state["thermal"] = own_thermal
+            self.thermal.reset()
         self.state.update(ctrl=0, buses=[_fresh_bus() for _ in BUS_NAMES],
                           devs={f"{b}:{a:02x}": d.fresh() for b, devs in enumerate(self.devices) for a, d in devs.items()})
 
     def tick(self, seconds: float, activity: dict) -> None:
-        """Nothing to advance: readings are sampled from the thermal model when they are read."""
+        """Advance the bus's own thermal model; a shared one is ticked by its owner, the card."""
+        if "thermal" in self.state:
+            self.thermal.tick(seconds, activity)
 
     def _dev_state(self, bus: int, addr: int) -> dict: return self.state["devs"][f"{bus}:{addr:02x}"]
 
