@@ -288,7 +288,10 @@ class Machine:
         # changed nothing, instead of raising the WAITW timeout (a card whose host is another
         # process retries later and applies the cycle timeout itself).
         self.wait_for_host = False
-        self._cursor = 0
+        # Host calls in a row that may leave every WAITW failing before it is a timeout (the
+        # reference gives the host one chance); a WAITW's own timeout field also applies.
+        self.host_patience = 1
+        self._idle_host_calls = 0
         if programs is not None:
             self.load(programs, args)
 
@@ -339,7 +342,7 @@ class Machine:
         """Run one slice until it blocks, halts or spends `budget` instructions; returns steps taken."""
         taken = 0
         on_step = self.on_step
-        while taken < budget and sl.state in (RUNNING, POLLING):
+        while taken < budget and sl.state == RUNNING:
             pc = sl.pc
             ins = sl.step()
             if sl.state in (POLLING, WAITING):
@@ -393,8 +396,7 @@ class Machine:
                 raise sl.error(Fault("step-limit", f"more than {self.max_steps} instructions executed; "
                                      "a loop that never ends?"))
             progressed = 0
-            for k in range(len(self.slices)):
-                sl = self.slices[(self._cursor + k) % len(self.slices)]
+            for sl in self.slices:
                 taken = self._run_slice(sl, min(left, self.max_steps - self.steps))
                 self.steps += taken
                 left -= taken
@@ -410,23 +412,25 @@ class Machine:
                 continue
             if progressed:
                 continue
+            # nothing ran and no collective resolved: every live slice is polling a WAITW
             polling = [s for s in self.slices if s.state == POLLING]
-            if not polling:
-                sl = next(s for s in self.slices if s.state != HALTED)
-                raise sl.error(Fault("deadlock", "no slice can make progress"))
-            if not self._poll_host(polling):
-                if self.wait_for_host:
-                    return POLLING
-                sl = polling[0]
-                raise sl.error(Fault("waitw-timeout", f"WAITW timed out: the DRAM word at 0x{sl.resolved(sl.prog[sl.pc])[1]:x} "
-                                     "never satisfied the compare" + ("" if self.host else " (no host callback)")))
+            if self._poll_host(polling):
+                self._idle_host_calls = 0
+                continue
+            self._idle_host_calls += 1
+            if self.host is not None and self._idle_host_calls < self.host_patience:
+                continue
+            if self.wait_for_host:
+                return POLLING
+            sl = polling[0]
+            raise sl.error(Fault("waitw-timeout", f"WAITW timed out: the DRAM word at 0x{sl.resolved(sl.prog[sl.pc])[1]:x} "
+                                 "never satisfied the compare" + ("" if self.host else " (no host callback)")))
         return HALTED if self.halted else RUNNING
 
     def _poll_host(self, polling: list[Slice]) -> bool:
-        """Nothing can run but WAITWs: let the host act once, then re-poll. True if one now holds."""
-        if self.host is None:
-            return False
-        self.host(self)
+        """Nothing can run but WAITWs: let the host (if any) act once, then re-poll. True if one now holds."""
+        if self.host is not None:
+            self.host(self)
         progressed = False
         for sl in polling:
             before = sl.pc

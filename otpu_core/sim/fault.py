@@ -10,7 +10,7 @@ from ..errors import UsageError
 
 # Every kind a SimError can carry; tests reach each one.
 KINDS = ("illegal-opcode", "out-of-range", "misaligned", "loop-depth", "loop-end", "waitw-timeout",
-         "hazard", "shape", "collective", "deadlock", "program-end", "step-limit", "chain")
+         "hazard", "shape", "collective", "program-end", "step-limit", "chain")
 
 
 class Fault(Exception):
