@@ -1,0 +1,100 @@
+"""otpu-diag: every check whose prerequisites passed, a summary matrix and a diagnosis."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+from otpu_core import checks, cliopts, plugins
+from otpu_core.cli import tool_main
+from otpu_core.console import stdout
+from otpu_core.corechecks import device
+from otpu_core.corechecks import names as N
+from otpu_core.errors import EXIT_CHECKS_FAILED, UsageError
+
+from .diagnosis import diagnose
+from .report import RowPrinter, document, print_summary
+
+SECTIONS = ("platform", "regs", "i2c", "mem", "isa", "system", "model")
+
+app = typer.Typer(name="diag", add_completion=False, rich_markup_mode=None,
+                  help="Diagnose an openTPU card: every check whose prerequisites passed (the rest SKIP \"needs X\"), "
+                       "a summary per section, what does not work, what did not run, and what the failures point "
+                       "at. Exit 0 all pass, 1 a check failed, 2 bad options, 3 card busy or absent.")
+
+
+def _sections(only: str | None) -> list[str] | None:
+    if not only:
+        return None
+    wanted = [s.strip() for s in only.split(",") if s.strip()]
+    unknown = [s for s in wanted if s not in SECTIONS]
+    if unknown:
+        raise UsageError(f"--only: unknown section {', '.join(unknown)}", hint=f"sections: {', '.join(SECTIONS)}")
+    return wanted
+
+
+def _registry(mem: str, soak: int) -> checks.Registry:
+    """The DAG with the checks this run's options leave out removed (March C- without --mem full, soak without --soak)."""
+    dropped = set()
+    if mem != "full":
+        dropped |= {N.march(0), N.march(1)}
+    if soak <= 0:
+        dropped.add(N.SOAK)
+    full = checks.collect(plugins.get().hook)
+    reg = checks.Registry()
+    for c in full:
+        if c.name not in dropped:
+            reg.add(c)
+    return reg
+
+
+@app.callback(invoke_without_command=True)
+def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.Fault = None,
+         mem: str = typer.Option("quick", "--mem", help="quick, or full (adds March C- over each whole channel)."),
+         soak: int = typer.Option(0, "--soak", min=0, help="Rerun every program N times; report intermittent ones."),
+         only: str = typer.Option(None, "--only", help=f"Comma-separated sections ({', '.join(SECTIONS[1:])}); "
+                                                        "platform always runs."),
+         json_file: Path = typer.Option(None, "--json", help="Also write every row, the hints and the verdict "
+                                                             "as JSON to this file."),
+         bw_mib: int = typer.Option(256, "--bw-mib", min=1, help="MiB per channel for the DMA bandwidth rows."),
+         power_json: Path = typer.Option(None, "--power-json", help="Power report of the build (openTPU-power "
+                                                                    "JSON) for the power estimate row.")) -> None:
+    """Diagnose a card."""
+    if mem not in ("quick", "full"):
+        raise UsageError(f"--mem {mem}: must be quick or full")
+    sections = _sections(only)
+    registry = _registry(mem, soak)
+    con = stdout()
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                        console=con, transient=True)
+    tasks: dict[int, int] = {}
+
+    def march_progress(ch: int, element: int, fraction: float, seconds: float) -> None:
+        if ch not in tasks:
+            tasks[ch] = progress.add_task(f"march C- channel {ch}", total=6)
+        progress.update(tasks[ch], completed=element - 1 + fraction,
+                        description=f"march C- channel {ch}: element {element}/6")
+
+    ctx = checks.CheckContext(dev or "", {"target": target, "fault": fault, "mem": mem, "soak": soak,
+                                          "bw_mib": bw_mib, "power_json": power_json, "progress": march_progress})
+    printer = RowPrinter(con)
+    try:
+        ctx.dev = ctx.dev or device.transport(ctx).dev
+        con.print(f"openTPU diagnostics on {ctx.dev} (target {device.target(ctx).name}, --mem {mem})")
+        with progress:
+            rows = checks.run_all(registry, ctx, sections, on_row=printer)
+    finally:
+        device.close(ctx)
+    hints = diagnose(rows)
+    print_summary(con, rows, hints)
+    if json_file is not None:
+        json_file.write_text(json.dumps(document(ctx.dev, device.target(ctx).name, rows, hints), indent=2,
+                                        default=str) + "\n")
+    if any(r.status == checks.Status.FAIL for r in rows):
+        raise typer.Exit(EXIT_CHECKS_FAILED)
+
+
+def main() -> None:
+    tool_main(app, "otpu-diag")

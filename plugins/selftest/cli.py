@@ -1,0 +1,64 @@
+"""otpu-selftest: staged bring-up of a card, one line per stage, stopping at the first failure."""
+from __future__ import annotations
+
+import typer
+
+from otpu_core import checks, cliopts, plugins
+from otpu_core.cli import tool_main
+from otpu_core.console import print_json, stdout
+from otpu_core.corechecks import device
+from otpu_core.errors import EXIT_CHECKS_FAILED, UsageError
+
+from .report import group_stages, stage_text, verdict_text
+
+STAGES = ("link", "config", "calib", "scrub", "regs", "i2c", "addr", "pattern", "bandwidth", "kernel", "vops",
+          "stream")
+
+app = typer.Typer(name="selftest", add_completion=False, rich_markup_mode=None,
+                  help="Staged bring-up of an openTPU card: link, config, calib, scrub, regs, i2c, addr, pattern, "
+                       "bandwidth, kernel, vops, stream (and model with --model). Stops at the first failure and "
+                       "prints its hint. Exit 0 all pass, 1 a stage failed, 3 card busy or absent.")
+
+
+@app.callback(invoke_without_command=True)
+def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.Fault = None,
+             model: str = typer.Option(None, "--model", help="Also run the model stage with this model "
+                                                             "(needs a plugin that provides the model check)."),
+             tokens: int = typer.Option(8, "--tokens", min=1, help="Tokens the model stage decodes."),
+             json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of lines.")) -> None:
+    """Bring up a card stage by stage."""
+    registry = checks.collect(plugins.get().hook)
+    stages = STAGES + (("model",) if model else ())
+    if model and not any(c.stage == "model" for c in registry):
+        raise UsageError("--model: no plugin provides the model stage", hint="install the otpu chat plugin")
+    ctx = checks.CheckContext(dev or "", {"target": target, "fault": fault, "model": model, "tokens": tokens})
+    con = stdout()
+    done: list[checks.Row] = []
+
+    def on_row(row: checks.Row) -> None:
+        if not json_out and done and done[-1].stage != row.stage:
+            con.print(stage_text(group_stages([r for r in done if r.stage == done[-1].stage])[0]), highlight=False)
+        done.append(row)
+
+    try:
+        ctx.dev = ctx.dev or device.transport(ctx).dev
+        if not json_out:
+            con.print(f"openTPU self-test on {ctx.dev} (target {device.target(ctx).name})")
+        rows, stopped = checks.run_stages(registry, ctx, stages, on_row=on_row)
+    finally:
+        device.close(ctx)
+    lines = group_stages(rows)
+    if json_out:
+        print_json({"tool": "otpu-selftest", "device": ctx.dev, "target": device.target(ctx).name,
+                    "stages": [s.as_dict() for s in lines], "stopped_at": stopped,
+                    "result": "ALL PASS" if stopped is None else f"stopped at stage '{stopped}'"})
+    else:
+        if lines:
+            con.print(stage_text(lines[-1]), highlight=False)
+        con.print(verdict_text(stopped))
+    if stopped is not None:
+        raise typer.Exit(EXIT_CHECKS_FAILED)
+
+
+def main() -> None:
+    tool_main(app, "otpu-selftest")

@@ -1,0 +1,78 @@
+"""How otpu-selftest prints: one line per stage, the hint of the stage that stopped, the verdict.
+
+A stage may be several checks (the address stage tests each channel); its line shows the worst
+status, the messages joined and the seconds summed. Lines are printed as each stage ends.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.markup import escape
+
+from otpu_core.checks import Row, Status
+
+STATUS_STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow", Status.INFO: "cyan"}
+_RANK = {Status.FAIL: 3, Status.SKIP: 2, Status.INFO: 1, Status.PASS: 0}
+NAME_WIDTH = 10
+
+
+@dataclass
+class StageLine:
+    stage: str
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def status(self) -> Status:
+        if any(r.blocked_by for r in self.rows):
+            return Status.FAIL
+        return max((r.status for r in self.rows), key=_RANK.__getitem__)
+
+    @property
+    def message(self) -> str:
+        if len(self.rows) > 2 and all(r.status == Status.PASS for r in self.rows):
+            return f"{len(self.rows)} checks pass ({self.rows[0].section})"
+        msgs = []
+        for r in self.rows:
+            if not r.message:
+                continue
+            if len(self.rows) > 1 and r.status != self.status and self.status == Status.FAIL:
+                continue  # a failing stage shows what failed
+            msgs.append(r.message)
+        return "; ".join(dict.fromkeys(msgs))
+
+    @property
+    def seconds(self) -> float: return sum(r.seconds for r in self.rows)
+
+    @property
+    def hint(self) -> str | None:
+        for r in self.rows:
+            if r.hint and (r.status == Status.FAIL or r.blocked_by):
+                return r.hint
+        return None
+
+    def as_dict(self) -> dict:
+        return {"stage": self.stage, "status": self.status.value, "message": self.message,
+                "seconds": round(self.seconds, 3), "hint": self.hint, "rows": [r.as_dict() for r in self.rows]}
+
+
+def group_stages(rows: list[Row]) -> list[StageLine]:
+    out: list[StageLine] = []
+    for r in rows:
+        if not out or out[-1].stage != r.stage:
+            out.append(StageLine(r.stage or r.name))
+        out[-1].rows.append(r)
+    return out
+
+
+def stage_text(line: StageLine) -> str:
+    """Rich markup for one stage line (and its hint when the stage stopped the run)."""
+    st = line.status
+    text = (f"  [{STATUS_STYLE[st]}]\\[{st.value}][/] {line.stage:<{NAME_WIDTH}} {escape(line.message)}"
+            f"  ({line.seconds:.1f}s)")
+    if line.hint and st == Status.FAIL:
+        text += f"\n         hint: {escape(line.hint)}"
+    return text
+
+
+def verdict_text(stopped: str | None) -> str:
+    return "[bold green]ALL PASS[/]" if stopped is None else f"[bold red]stopped at stage '{stopped}'[/]"
