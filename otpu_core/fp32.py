@@ -79,13 +79,26 @@ def to_float(b) -> np.ndarray:
     return np.asarray(as_bits(b)).view(np.float32)
 
 
+_DENORMAL_SPAN = np.uint32(0x007FFFFF)
+
+
+def _has_denormal(u: np.ndarray) -> bool:
+    # |u| - 1 wraps for zeros, so only 1..0x7FFFFF (the denormals) land below the span
+    return bool(((u & _ABS) - np.uint32(1) < _DENORMAL_SPAN).any())
+
+
 def _flush(u: np.ndarray) -> np.ndarray:
+    """Flushed bits; the argument itself when it holds no denormal (callers never mutate)."""
+    if not _has_denormal(u):
+        return u
     return np.where((u & _EXP) == 0, u & _SIGN, u)
 
 
 def ftz(x) -> np.ndarray:
     """Denormals become a zero of their sign; everything else (NaN included) keeps its bits."""
-    return _flush(as_bits(x))
+    u = as_bits(x)
+    f = _flush(u)
+    return f.copy() if f is u else f
 
 
 def canon(x) -> np.ndarray:
@@ -96,15 +109,22 @@ def canon(x) -> np.ndarray:
 
 def _finish(r) -> np.ndarray:
     """Output rule of add/sub/mul on a float32 result: flush, then canonical NaN."""
-    u = np.asarray(r, dtype=np.float32).view(np.uint32)
-    e = u & _EXP
-    u = np.where(e == 0, u & _SIGN, u)
+    r = np.asarray(r, dtype=np.float32)
+    u = r.view(np.uint32)
+    if not np.isnan(r).any():
+        return _flush(u)
+    u = np.where((u & _EXP) == 0, u & _SIGN, u)
     return np.where((u & _ABS) > _EXP, _NAN, u)
+
+
+def _in(x) -> np.ndarray:
+    """Flushed input bits, possibly the argument itself: read, never written."""
+    return _flush(as_bits(x))
 
 
 def _f(x) -> np.ndarray:
     """Flushed input as a float32 view (numpy's float32 arithmetic is IEEE RNE)."""
-    return _flush(as_bits(x)).view(np.float32)
+    return _in(x).view(np.float32)
 
 
 def add(a, b) -> np.ndarray:
@@ -124,12 +144,12 @@ def mul(a, b) -> np.ndarray:
 
 def neg(x) -> np.ndarray:
     """Sign flipped after the flush (a NaN keeps its payload)."""
-    return ftz(x) ^ _SIGN
+    return _in(x) ^ _SIGN
 
 
 def fabs(x) -> np.ndarray:
     """Sign cleared after the flush (a NaN keeps its payload)."""
-    return ftz(x) & _ABS
+    return _in(x) & _ABS
 
 
 def _key_of_flushed(u: np.ndarray) -> np.ndarray:
@@ -138,7 +158,7 @@ def _key_of_flushed(u: np.ndarray) -> np.ndarray:
 
 def key(x) -> np.ndarray:
     """Total-order key: compare keys as unsigned integers."""
-    return _key_of_flushed(ftz(x))
+    return _key_of_flushed(_in(x))
 
 
 def gt(a, b) -> np.ndarray:
@@ -147,13 +167,13 @@ def gt(a, b) -> np.ndarray:
 
 def fmax(a, b) -> np.ndarray:
     """a if a > b in the total order, else b (both flushed first)."""
-    a, b = ftz(a), ftz(b)
+    a, b = _in(a), _in(b)
     return np.where(_key_of_flushed(a) > _key_of_flushed(b), a, b)
 
 
 def fmin(a, b) -> np.ndarray:
     """a if b > a in the total order, else b (both flushed first)."""
-    a, b = ftz(a), ftz(b)
+    a, b = _in(a), _in(b)
     return np.where(_key_of_flushed(b) > _key_of_flushed(a), a, b)
 
 
@@ -212,7 +232,7 @@ def _horner(coeffs: tuple[int, ...], t: np.ndarray) -> np.ndarray:
 def exp2(x) -> np.ndarray:
     """2^x: range split on the total order, floor/fraction split, degree-7 minimax Horner,
     integer add of floor(x) to the exponent field. x < -126 gives +0; x >= 128 or NaN, +inf."""
-    x = canon(ftz(x))
+    x = canon(_in(x))
     lo = gt(np.uint32(0xC2FC0000), x)                    # -126 > x
     hi = ~gt(np.uint32(0x43000000), x)                   # not 128 > x (also every NaN)
     xf = np.where(lo | hi, np.uint32(0), x)
@@ -230,7 +250,7 @@ def exp2sub(a, b) -> np.ndarray:
 def recip(x) -> np.ndarray:
     """1/x on the significand a in [1, 2): seed, two Newton steps, one correction step, then the
     exponent and sign put back. ±0 gives +0; |x| >= 2^126, inf and NaN give a zero of x's sign."""
-    x = ftz(x)
+    x = _in(x)
     ab = x & _ABS
     zero = ab == 0
     big = ab >= np.uint32(0x7E800000)
@@ -247,7 +267,7 @@ def recip(x) -> np.ndarray:
 def rsqrt(x) -> np.ndarray:
     """1/sqrt(x): tiny and huge exponents rescaled by 2^±4, seed, two Newton steps, one
     correction step, rescale by 2^∓2. Any sign bit, +0 and +inf give +0; +NaN gives NaN."""
-    x = ftz(x)
+    x = _in(x)
     field = (x >> np.uint32(23)) & np.uint32(0xFF)
     bad = (x >= _SIGN) | (x == 0) | (x == np.uint32(POS_INF))
     k = np.where(field <= 2, 4, np.where((field >= 250) & (field <= 254), -4, 0))
@@ -264,7 +284,7 @@ def rsqrt(x) -> np.ndarray:
 def log2(x) -> np.ndarray:
     """log2(x) = e + log2(m), m in [sqrt(1/2), sqrt(2)), t = m - 1 exact, degree-9 Horner.
     ±0 gives -inf, negative nonzero (-inf included) the canonical NaN, +inf stays, NaN canonical."""
-    x = ftz(x)
+    x = _in(x)
     frac = x & _MANT
     ex = ((x >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64)
     ge = frac >= np.uint32(LOG2_SQRT2_MANT)
@@ -277,7 +297,7 @@ def log2(x) -> np.ndarray:
     r = np.where(ex == 255, canon(x), r)
     r = np.where((x >= _SIGN) & ~zero, _NAN, r)
     r = np.where(zero, np.uint32(NEG_INF), r)
-    return ftz(r)
+    return _in(r)
 
 
 def outer(a, d, b, c) -> np.ndarray:
@@ -288,15 +308,21 @@ def outer(a, d, b, c) -> np.ndarray:
 def _chain_axis0(u: np.ndarray) -> np.ndarray:
     """+0 + u[0] + u[1] + ... along axis 0, each step an FTZ'd add; u is already flushed.
 
-    numpy's accumulate is the same sequential RNE chain. Starting from u[0] instead of +0 only
+    Plain float32 adds make the same sequential RNE chain. Starting from u[0] instead of +0 only
     differs while every term is -0, which one final +0 add settles. Otherwise the chains differ
     only where a running sum is denormal (the flush), so those columns are redone step by step."""
     rest = u.shape[1:]
     u = u.reshape(u.shape[0], -1)
+    f = u.view(np.float32)
+    part = np.empty_like(f)                  # row by row: far faster than add.accumulate on axis 0
     with np.errstate(all="ignore"):
-        part = np.add.accumulate(u.view(np.float32), axis=0, dtype=np.float32)
+        part[0] = f[0]
+        for i in range(1, len(f)):
+            np.add(part[i - 1], f[i], out=part[i])
         out = _finish(np.add(part[-1], np.float32(0)))
     pu = part.view(np.uint32)
+    if not _has_denormal(pu):
+        return out.reshape(rest)
     redo = (((pu & _EXP) == 0) & ((pu & _ABS) != 0)).any(axis=0)
     if redo.any():
         acc = np.zeros(int(redo.sum()), np.uint32)
@@ -308,7 +334,7 @@ def _chain_axis0(u: np.ndarray) -> np.ndarray:
 
 def chain_sum(a, axis: int = -1) -> np.ndarray:
     """Sum along axis strictly left to right from +0, every step an add()."""
-    u = np.moveaxis(ftz(a), axis, 0)
+    u = np.moveaxis(_in(a), axis, 0)
     if u.shape[0] == 0:
         return np.zeros(u.shape[1:], np.uint32)
     return _chain_axis0(np.ascontiguousarray(u))
@@ -318,7 +344,7 @@ def interleaved_sum(a, partials: int, pad_zero: bool) -> np.ndarray:
     """isum_P along the last axis: partial q = +0 + a[q] + a[q+P] + ... (left to right), then
     fold p[i] = add(p[i], p[i+n]) for n = P/2, ..., 1. pad_zero pads the row to a multiple of P
     with +0 terms that are added (VOP); otherwise missing terms are simply absent (MM)."""
-    u = ftz(a)
+    u = _in(a)
     cols = u.shape[-1]
     whole = -(-max(cols, 1) // partials) * partials
     if whole != cols:
@@ -360,7 +386,7 @@ def rssq(a) -> np.ndarray:
 
 def argmax(a) -> tuple[np.ndarray, np.ndarray]:
     """(flushed element with the largest key, its first column) along the last axis."""
-    u = ftz(a)
+    u = _in(a)
     idx = np.argmax(_key_of_flushed(u), axis=-1)
     return np.take_along_axis(u, idx[..., None], axis=-1)[..., 0], idx
 
@@ -371,7 +397,7 @@ def chain_max(a) -> np.ndarray:
 
 def q8(x) -> np.ndarray:
     """fp32 to int8: flush, NaN to 0, round half to even, saturate to [-127, 127]."""
-    f = ftz(x).view(np.float32)
+    f = _in(x).view(np.float32)
     with np.errstate(invalid="ignore"):
         r = np.rint(np.where(np.isnan(f), np.float32(0), f))
     return np.clip(r, -127, 127).astype(np.int8)
@@ -382,7 +408,7 @@ def quantize(x, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
 
     amax = the element with the largest |x| bits (a NaN ranks above inf); s = amax * fp32(1/127),
     inv = 127 * recip(amax) (both 0 when amax is 0), q = q8(x * inv)."""
-    x = ftz(x)
+    x = _in(x)
     amax = np.max(x & _ABS, axis=axis, keepdims=True)
     zero = amax == 0
     s = np.where(zero, np.uint32(0), mul(amax, np.uint32(INV127)))
