@@ -417,3 +417,108 @@ class Board:
 
     def __exit__(self, *exc) -> None: self.close()
 
+
+
+# Backends ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Prepared:
+    """A program encoded once (on a compile thread, ahead of its run): image words and length."""
+    image: np.ndarray
+    instructions: int
+
+
+def prepare(program) -> Prepared:
+    """Instructions, assembly text or an image -> a Prepared program (idempotent)."""
+    if isinstance(program, Prepared):
+        return program
+    from . import isa
+    from .isasim import as_program
+    image = np.frombuffer(isa.encode_program(as_program(program)), dtype=np.uint8)
+    return Prepared(image, image.size // 32)
+
+
+def _check_features(cfg, caps_or_cfg: dict[str, bool], where: str) -> None:
+    for name in ("PAIR", "DSTEP", "STREAM"):
+        if getattr(cfg, name) and not caps_or_cfg.get(name.lower()):
+            raise ConfigMismatch(f"the program is compiled with {name} but {where} has none")
+
+
+class IsaBackend:
+    """The golden simulator behind the Backend interface; its DRAM may be a caller's buffer (adopted)."""
+
+    def __init__(self, target: str | target_mod.Target | None = None, dram: np.ndarray | None = None):
+        from .isasim import Machine
+        self.target = target if isinstance(target, target_mod.Target) else target_mod.load(target)
+        self.cfg = self.target.config()
+        self.machine = Machine(self.target, drams=[dram] if dram is not None else None)
+        self._t0 = 0.0
+
+    def attach(self, cfg) -> None:
+        """Refuse a program compiled for features this target lacks."""
+        _check_features(cfg, {k.lower(): getattr(self.cfg, k) for k in ("PAIR", "DSTEP", "STREAM")},
+                        f"target {self.target.name}")
+
+    def write(self, addr: int, data) -> None: self.machine.write_dram(addr, as_bytes(data))
+
+    def read(self, addr: int, n: int) -> np.ndarray: return self.machine.read_dram(addr, n)
+
+    def prepare(self, program) -> Prepared: return prepare(program)
+
+    def start(self, program, args: Sequence[int] | None = None) -> None:
+        from . import isa
+        self.machine.load(isa.decode_program(prepare(program).image.view(np.uint32)), args)
+        self._t0 = time.monotonic()
+
+    def wait(self, timeout: float = 600.0) -> RunStats:
+        self.machine.run()
+        c = self.machine.counters()
+        return RunStats(c.get("CYCLES", 0), c.get("ICOUNT", 0), c.get("B_RD", 0), c.get("B_WR", 0), c.get("A_RD", 0),
+                        c.get("SW_WR", 0), c.get("B_STALL", 0), regs.ST_HALTED | regs.ST_WR_IDLE,
+                        time.monotonic() - self._t0)
+
+    def run(self, program, args: Sequence[int] | None = None, timeout: float = 600.0) -> RunStats:
+        self.start(program, args)
+        return self.wait(timeout)
+
+    def close(self) -> None: pass
+
+
+class BoardBackend:
+    """A card behind the Backend interface: programs live in a program area at the top of DRAM."""
+
+    def __init__(self, board: Board, prog_at: int | None = None):
+        self.board = board
+        self.cfg = board.target.config()
+        area = self.cfg.IMEM_WORDS * 4
+        self.prog_at = prog_at if prog_at is not None else (board.dram_bytes - area) // 4096 * 4096
+        if self.prog_at < 0 or self.prog_at + area > board.dram_bytes or self.prog_at % regs.CHUNK:
+            raise UsageError(f"program area at 0x{self.prog_at:x} ({area} bytes) does not fit the card's DRAM")
+        self._resident: Prepared | None = None
+
+    def attach(self, cfg) -> None:
+        """Refuse a program compiled for features this bitstream lacks (CAPS PAIR / DSTEP / STREAM)."""
+        _check_features(cfg, self.board.info.caps, f"the bitstream on {self.board.t.dev}")
+
+    def write(self, addr: int, data) -> None: self.board.write(addr, data)
+
+    def read(self, addr: int, n: int) -> np.ndarray: return self.board.read(addr, n)
+
+    def prepare(self, program) -> Prepared: return prepare(program)
+
+    def start(self, program, args: Sequence[int] | None = None) -> None:
+        prog = prepare(program)
+        if prog is not self._resident or not self.board.t.keeps_state:
+            self.board.load_program(self.prog_at, prog.image)
+            self._resident = prog
+        if args is not None:
+            self.board.set_args(args)
+        self.board.start()
+
+    def wait(self, timeout: float = 600.0) -> RunStats: return self.board.wait(timeout)
+
+    def run(self, program, args: Sequence[int] | None = None, timeout: float = 600.0) -> RunStats:
+        self.start(program, args)
+        return self.wait(timeout)
+
+    def close(self) -> None: self.board.close()

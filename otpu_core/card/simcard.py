@@ -199,8 +199,10 @@ class SimCard:
         self.periphs = {}
         for name in PERIPHERALS:
             cls = peripheral_class(name)
-            if cls is not None:
-                self.periphs[name] = cls(self.target, self.serial, self.periph_state.setdefault(name, {}), self.faults)
+            needs = {"thermal": self.periphs["thermal"]} if name == "i2c" and "thermal" in self.periphs else {}
+            if cls is not None and (name != "i2c" or needs):
+                self.periphs[name] = cls(self.target, self.serial, self.periph_state.setdefault(name, {}), self.faults,
+                                         **needs)
         self._periph_text = json.dumps(self.periph_state, sort_keys=True)
         self._periph_gen = gen
 
@@ -595,7 +597,7 @@ CTRL_WORDS = regs.WINDOW_BYTES // 4
 # Peripheral windows: (module name, BAR0 base, size). Classes come from the module of that name.
 WINDOWS = (("litedram", regs.LITEDRAM_BASE, regs.LITEDRAM_BYTES), ("thermal", regs.XADC_BASE, regs.XADC_BYTES))
 PERIPHERALS = ("thermal", "litedram", "i2c")
-_CLASS_NAMES = {"thermal": "Thermal", "litedram": "LiteDram", "i2c": "I2cBuses"}
+_CLASS_NAMES = {"thermal": "Thermal", "litedram": "LiteDram", "i2c": "I2cBuses"}  # i2c's devices read the thermal model
 
 
 @functools.lru_cache(maxsize=None)
