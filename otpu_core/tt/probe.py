@@ -1,0 +1,106 @@
+"""The safe liveness probe of a Tensix: registers and our mailbox only, coordinates from telemetry.
+
+Per tile it reads the NIU's translated node id (a known answer: all ones means the tile does not
+answer), the soft-reset register, the PC snapshot of each RISC out of reset, the go signal and
+the resident queue's control block; then, one interval later, the PCs and the heartbeat again.
+It never reads RISC private memory. States:
+
+  in reset      every RISC held in soft reset (clean; ready for firmware)
+  idle          firmware up, nothing running
+  resident      a resident kernel polling its ring, heartbeat advancing
+  running       a one-shot kernel started and not yet done
+  hung          a kernel blocked in a wait (it still answers a stop request)
+  wedged        a RISC out of reset whose PC no longer moves (deaf to stop requests)
+  unresponsive  the tile does not answer on the NoC (its NIU is stuck)
+  chip hung     the NoC itself is hung;   link lost: the PCIe link is gone
+"""
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass, field
+
+from . import consts as K
+from . import layout as L
+from .coords import Tile
+from .noc import MASK, LinkLost, Noc, NocHung
+
+HEALTHY = ("in reset", "idle", "resident", "running")
+
+
+@dataclass
+class CoreState:
+    tile: Tile
+    state: str
+    detail: str = ""
+    data: dict = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool: return self.state in HEALTHY
+
+    def as_dict(self) -> dict:
+        return {"x": self.tile.x, "y": self.tile.y, "noc0": list(self.tile.noc0), "state": self.state,
+                "healthy": self.healthy, "detail": self.detail, **self.data}
+
+
+def _snapshot(noc: Noc, tile: Tile) -> dict:
+    node = noc.read32(tile, K.NIU0_BASE + K.NOC_ID_TRANSLATED)
+    snap = {"node": node}
+    if node == MASK:
+        return snap
+    soft = noc.read32(tile, K.SOFT_RESET_0)
+    snap["soft_reset"] = soft
+    snap["pcs"] = {r: noc.read32(tile, K.PC_SNAPSHOT[r]) for r, bit in K.RISC_BITS.items() if not soft >> bit & 1}
+    if not soft >> K.RISC_BITS["brisc"] & 1:
+        snap["signal"] = noc.read32(tile, L.GO_WORD) >> 24
+        snap["ctrl"] = struct.unpack(f"<{L.CTRL_WORDS}I", noc.read(tile, L.QUEUE_CTRL, 4 * L.CTRL_WORDS))
+    return snap
+
+
+def _classify(tile: Tile, a: dict, b: dict) -> CoreState:
+    expected = (tile.y << 6) | tile.x
+    if a["node"] == MASK or b["node"] == MASK:
+        return CoreState(tile, "unresponsive", "the tile's NoC interface does not answer (NoC itself is fine)")
+    if a["node"] & 0xFFF != expected:
+        return CoreState(tile, "unresponsive", f"node id {a['node']:#x} is not this tile's ({expected:#x})")
+    soft = b["soft_reset"]
+    data = {"soft_reset": f"{soft:#07x}", "pcs": {r: f"{pc:#x}" for r, pc in b.get("pcs", {}).items()}}
+    if soft & K.RISC_ALL == K.RISC_ALL:
+        return CoreState(tile, "in reset", "all RISCs held in soft reset", data)
+    frozen = [r for r, pc in b["pcs"].items() if a.get("pcs", {}).get(r) == pc]
+    ctrl, ctrl0 = b.get("ctrl"), a.get("ctrl")
+    signal = b.get("signal")
+    if ctrl is not None:
+        pending = (ctrl[L.C_POSTED] - ctrl[L.C_COMPLETED]) & MASK
+        data.update(posted=ctrl[L.C_POSTED], completed=ctrl[L.C_COMPLETED], pending=pending,
+                    queue_state=L.QSTATE_NAMES.get(ctrl[L.C_STATE], str(ctrl[L.C_STATE])),
+                    exit=L.EXIT_NAMES.get(ctrl[L.C_EXIT], ""))
+    if frozen:
+        return CoreState(tile, "wedged", ", ".join(f"{r.upper()} PC {b['pcs'][r]:#x} frozen" for r in frozen)
+                         + " (stop requests go unanswered)", data)
+    if ctrl is not None and signal == K.RUN_MSG_GO and ctrl[L.C_STATE] == L.QSTATE_BLOCKED:
+        return CoreState(tile, "hung", f"resident kernel blocked in a wait, {data['pending']} descriptor(s) pending", data)
+    if ctrl is not None and signal == K.RUN_MSG_GO and ctrl[L.C_STATE] == L.QSTATE_POLLING:
+        if ctrl0 is not None and ctrl0[L.C_HEARTBEAT] == ctrl[L.C_HEARTBEAT]:
+            return CoreState(tile, "wedged", "resident kernel heartbeat stopped", data)
+        return CoreState(tile, "resident", f"resident queue: {ctrl[L.C_COMPLETED]} done, {data['pending']} pending", data)
+    if signal == K.RUN_MSG_GO:
+        return CoreState(tile, "running", "kernel running", data)
+    last = f" (last resident kernel exited: {data['exit']})" if ctrl is not None and ctrl[L.C_STATE] == L.QSTATE_EXITED else ""
+    return CoreState(tile, "idle", "firmware up, nothing running" + last, data)
+
+
+def probe_many(noc: Noc, tiles: list[Tile], interval: float = 0.02) -> list[CoreState]:
+    """Probe tiles together: one snapshot each, one interval, a second snapshot each."""
+    try:
+        first = {t: _snapshot(noc, t) for t in tiles}
+        time.sleep(interval)
+        return [_classify(t, first[t], _snapshot(noc, t)) for t in tiles]
+    except NocHung as e:
+        return [CoreState(t, "chip hung", e.message) for t in tiles]
+    except LinkLost as e:
+        return [CoreState(t, "link lost", e.message) for t in tiles]
+
+
+def probe(noc: Noc, tile: Tile, interval: float = 0.02) -> CoreState:
+    return probe_many(noc, [tile], interval)[0]
