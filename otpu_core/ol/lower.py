@@ -1,0 +1,319 @@
+"""Lowering: register allocation for affine addresses, loop flattening, and instruction encoding.
+
+Addresses: an address with no variable part uses R0 and its constant as the immediate. A
+run-time-only address uses an argument register holding that combination (the host computes
+it; run-time combination k lives in R(15-k) = ARG(7-k)). A device-only address uses the
+register its RLD wrote. Every address with loop terms gets an address register per distinct
+variable part (`Affine.key`): initialised before the outermost of its loops (LI 0, or ADDI from
+the argument or device register), stepped by ADDI at the end of each of its loops' bodies, and
+reset by ADDI after each of those loops, so it holds its initial value again afterwards.
+
+Safety rules of the allocator (each has a test that fails without it):
+1. Live-loop rule: an address register is live from the LOOP of its outermost loop to that
+   loop's end, not from its first use. A register freed while a loop runs is therefore never
+   handed to an address of that loop (whose value must survive every iteration).
+2. Initial-value rule: a register is taken as already zero (its LI skipped) only if it is a
+   fresh R1..R7 or its previous address started from zero (the resets bring it back); after an
+   address that started from a run-time or device value, or anything a loop body dirties, the
+   head of the new address clears it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import isa
+from .affine import Affine, DevVar, Loop, RunVar
+from .errors import CompileError
+from .ir import LoopBlock, Node
+
+REG_FIELDS = {
+    "LD": {"dram": "ra", "tmem": "rb"}, "ST": {"dram": "ra", "tmem": "rb"},
+    "MM": {"sa": "ra", "ssa": "rb", "out": "rc"}, "QACT": {"src": "ra"},
+    "QST": {"src": "ra", "dst": "rb", "sdst": "rc"}, "VOP": {"dst": "ra", "a": "rb", "b": "rc", "imm": "rd"},
+    "RLD": {"addr": "ra"},
+}
+ARG_REGS = tuple(range(15, 7, -1))          # run-time combination k -> R(15 - k)
+FRESH_ZERO = frozenset(range(1, 8))         # R1..R7 are zero when a run starts; R8..R15 hold ARG words
+REG_PREFERENCE = tuple(range(1, 16))
+
+
+@dataclass(eq=False)
+class Key:
+    """One address register's value: its variable part, how it starts, and its live interval."""
+    terms: frozenset
+    loops: list
+    init: str                 # "zero", "arg" or "dev"
+    source: object = None     # the run-time combination key or the DevVar
+    outer: LoopBlock | None = None
+    first_use: int = 0
+    start: int = 0
+    end: int = 0
+    reg: int = 0
+
+
+@dataclass(eq=False)
+class DevInfo:
+    var: DevVar
+    start: int = 0
+    end: int = 0
+    reg: int = 0
+
+
+@dataclass
+class Lowered:
+    instrs: list
+    run_args: list            # run-time combinations in argument order (each a frozenset of (RunVar, coeff))
+    nodes: list               # the Node behind each instruction (None for sequencer glue)
+    loops: list = field(default_factory=list)   # (LOOP index, body length, count or None, Loop) per loop
+
+
+class _Pos:
+    """Program positions of nodes and loop blocks, and the loops enclosing each position."""
+
+    def __init__(self, root: list):
+        self.n = 0
+        self.span: dict[int, tuple[int, int]] = {}      # id(LoopBlock) -> (start, end)
+        self.block_of: dict[Loop, LoopBlock] = {}
+        self.where: dict[int, tuple[int, tuple]] = {}  # id(Node) -> (position, enclosing blocks)
+        self._walk(root, ())
+
+    def _walk(self, items, stack):
+        for it in items:
+            if isinstance(it, LoopBlock):
+                start = self.n
+                self.n += 1
+                self.block_of[it.loop] = it
+                self._walk(it.body, stack + (it,))
+                self.span[id(it)] = (start, self.n)
+                self.n += 1
+            elif not it.dead:
+                self.where[id(it)] = (self.n, stack)
+                self.n += 1
+
+
+def _classify(aff: Affine):
+    loops, runtime, devs = aff.loops(), aff.runtime(), aff.devs()
+    if runtime and devs:
+        raise CompileError(f"address {aff} mixes run-time and device values; compute one of them on the host")
+    if devs and (len(devs) > 1 or next(iter(devs.values())) != 1):
+        raise CompileError(f"address {aff}: a device value may appear only once with coefficient 1 "
+                           f"(scale it with rld(..., scale=))")
+    if not loops:
+        if runtime:
+            return "arg", frozenset(runtime.items())
+        return "dev", next(iter(devs))
+    if runtime:
+        return "loop-arg", frozenset(runtime.items())
+    if devs:
+        return "loop-dev", next(iter(devs))
+    return "loop", None
+
+
+def key_interval_start(key: Key, pos: _Pos) -> int:
+    """Rule 1 (live-loop): the register is live from its outermost loop's LOOP instruction."""
+    return pos.span[id(key.outer)][0]
+
+
+def initially_clear(reg: int) -> bool:
+    """Rule 2 (initial value): only fresh R1..R7 start at zero; argument registers hold ARG words."""
+    return reg in FRESH_ZERO
+
+
+def lower(root: list, cfg) -> Lowered:
+    pos = _Pos(root)
+    keys: dict[frozenset, Key] = {}
+    devs: dict[DevVar, DevInfo] = {}
+    run_args: list[frozenset] = []
+
+    def dev_use(v: DevVar, p: int, stack: tuple):
+        info = devs.get(v)
+        if info is None:
+            raise CompileError(f"device value {v.name} used before the rld that computes it")
+        end = p
+        for blk in stack:            # outermost first: a use repeats with every loop not containing the def
+            s, e = pos.span[id(blk)]
+            if not s < info.start < e:
+                end = e
+                break
+        info.end = max(info.end, end)
+
+    def arg_of(combo: frozenset) -> int:
+        if combo not in run_args:
+            if len(run_args) == len(ARG_REGS):
+                raise CompileError(f"more than {len(ARG_REGS)} run-time values; the card has 8 argument registers")
+            run_args.append(combo)
+        return ARG_REGS[run_args.index(combo)]
+
+    # -- pass 1: collect keys, device values and argument combinations -------------------------
+    def collect(items, stack):
+        for it in items:
+            if isinstance(it, LoopBlock):
+                cv = getattr(it.loop, "count_var", None)
+                if cv is not None:
+                    dev_use(cv, pos.span[id(it)][0], stack)
+                collect(it.body, stack + (it,))
+                continue
+            if it.dead:
+                continue
+            p, st = pos.where[id(it)]
+            for name, aff in it.addrs.items():
+                if aff.is_static():
+                    continue
+                kind, src = _classify(aff)
+                if kind == "arg":
+                    arg_of(src)
+                elif kind == "dev":
+                    dev_use(src, p, st)
+                else:
+                    k = keys.get(aff.key)
+                    if k is None:
+                        loops = sorted(aff.loops(), key=lambda lp: lp.depth)
+                        init = {"loop": "zero", "loop-arg": "arg", "loop-dev": "dev"}[kind]
+                        k = keys[aff.key] = Key(aff.key, loops, init, src, pos.block_of[loops[0]], first_use=p)
+                        if init == "arg":
+                            arg_of(src)
+                        elif init == "dev":
+                            dev_use(src, pos.span[id(k.outer)][0], stack[:stack.index(k.outer)])
+                    if any(lp.rcount for lp in k.loops):
+                        raise CompileError("a loop with a device-computed count cannot step address registers; "
+                                           "address its data with a device value instead")
+            if it.op == "RLD":
+                v = it.imm["var"]
+                devs[v] = DevInfo(v, p, p)
+
+    collect(root, ())
+    for k in keys.values():
+        k.start = key_interval_start(k, pos)
+        k.end = pos.span[id(k.outer)][1]
+
+    # -- pass 2: interval allocation -------------------------------------------------------------
+    pinned = {ARG_REGS[i] for i in range(len(run_args))}
+    values = sorted(list(keys.values()) + list(devs.values()), key=lambda v: (v.start, v.end))
+    active: list = []
+    free = [r for r in REG_PREFERENCE if r not in pinned]
+    for v in values:
+        for a in [a for a in active if a.end < v.start]:
+            active.remove(a)
+            free.append(a.reg)
+        if not free:
+            raise CompileError(f"out of registers: {len(active)} addresses and device values are live at once "
+                               f"(plus {len(pinned)} run-time arguments)",
+                               hint="use fewer distinct address patterns inside one loop nest")
+        free.sort(key=REG_PREFERENCE.index)
+        v.reg = free.pop(0)
+        active.append(v)
+
+    # -- pass 3: emission ------------------------------------------------------------------------
+    out: list = []
+    nodes: list = []
+    loops_info: list = []
+    clear = {r: initially_clear(r) for r in range(16)}
+    by_outer: dict[int, list[Key]] = {}
+    for k in keys.values():
+        by_outer.setdefault(id(k.outer), []).append(k)
+    dirtied = _dirtied_by_block(root, keys, devs)
+
+    def reg_of_aff(aff: Affine) -> tuple[int, int]:
+        if aff.is_static():
+            return 0, aff.const
+        kind, src = _classify(aff)
+        if kind == "arg":
+            return ARG_REGS[run_args.index(src)], aff.const
+        if kind == "dev":
+            return devs[src].reg, aff.const
+        return keys[aff.key].reg, aff.const
+
+    def put(instr, node=None):
+        out.append(instr)
+        nodes.append(node)
+
+    def emit_items(items) -> bool:
+        """Emit items; True when the last one was a loop whose body end is the last instruction."""
+        flush = False
+        for it in items:
+            if isinstance(it, LoopBlock):
+                flush = emit_loop(it)
+            elif not it.dead:
+                put(_encode(it, reg_of_aff, devs), it)
+                flush = False
+        return flush
+
+    def emit_loop(blk: LoopBlock) -> bool:
+        for k in by_outer.get(id(blk), []):
+            if k.init == "zero":
+                if not clear[k.reg]:
+                    put(isa.li(rd=k.reg, imm=0))
+            else:
+                src = ARG_REGS[run_args.index(k.source)] if k.init == "arg" else devs[k.source].reg
+                put(isa.addi(rd=k.reg, ra=src, imm=0))
+            clear[k.reg] = False
+        for r in dirtied.get(id(blk), ()):
+            clear[r] = False
+        loop = blk.loop
+        steps = [k for k in keys.values() if loop in k.loops]
+        head = len(out)
+        cv = getattr(loop, "count_var", None)
+        put(None)
+        inner_flush = emit_items(blk.body)
+        for k in steps:
+            put(isa.addi(rd=k.reg, ra=k.reg, imm=dict(k.terms)[loop] & isa.MASK32))
+        if len(out) == head + 1 or (inner_flush and not steps):
+            put(isa.nop())      # two loop bodies must not end on the same instruction
+        body = len(out) - head - 1
+        out[head] = isa.loop(body=body, count=loop.count, ra=devs[cv].reg if cv is not None else 0)
+        loops_info.append((head, body, loop.count if cv is None else None, loop))
+        for k in steps:
+            put(isa.addi(rd=k.reg, ra=k.reg, imm=(-dict(k.terms)[loop] * loop.count) & isa.MASK32))
+        for k in by_outer.get(id(blk), []):
+            clear[k.reg] = k.init == "zero"
+        return not steps
+
+    emit_items(root)
+    put(isa.halt())
+    return Lowered(out, run_args, nodes, loops_info)
+
+
+def _dirtied_by_block(root, keys: dict, devs: dict) -> dict[int, set]:
+    """Per loop block: registers something inside it leaves non-zero (device values, non-zero inits)."""
+    result: dict[int, set] = {}
+    nonzero = {}
+    for k in keys.values():
+        if k.init != "zero":
+            nonzero.setdefault(id(k.outer), set()).add(k.reg)
+
+    def visit(items) -> set:
+        regs = set()
+        for it in items:
+            if isinstance(it, LoopBlock):
+                inner = visit(it.body) | nonzero.get(id(it), set())
+                regs |= inner
+            elif not it.dead and it.op == "RLD":
+                regs.add(devs[it.imm["var"]].reg)
+        return regs
+
+    def assign(items):
+        for it in items:
+            if isinstance(it, LoopBlock):
+                result[id(it)] = visit(it.body)
+                assign(it.body)
+
+    assign(root)
+    return result
+
+
+def _encode(node: Node, reg_of_aff, devs) -> isa.Instr:
+    fields = dict(node.imm)
+    slots = REG_FIELDS[node.op]
+    for name, aff in node.addrs.items():
+        reg, const = reg_of_aff(aff)
+        fields[name] = const & isa.MASK32
+        if reg:
+            fields[slots[name]] = reg
+    if node.op == "VOP":
+        return isa.vop(fields.pop("func"), **fields)
+    if node.op == "RLD":
+        var, scale = fields.pop("var"), fields.pop("scale")
+        if scale != 1:
+            fields["mul"], fields["factor"] = True, scale & isa.MASK32
+        return isa.rld(rd=devs[var].reg, **fields)
+    return isa.Instr.make(node.op.lower(), **fields)

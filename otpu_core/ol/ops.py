@@ -1,0 +1,398 @@
+"""The `ol` operations a kernel calls: memory moves, quantize, dot, VOPs, reductions, loops, variables.
+
+Each call lowers to one instruction, or to one per chunk when the hardware bounds a single one
+(act_rows rows per QACT/MM, one LD/ST per row of a strided tensor). Functions that can fuse
+with the instruction that produced their argument check whether that argument is an unnamed
+temporary (its reference count, calibrated in vector.py) before asking `peephole.py`.
+"""
+from __future__ import annotations
+
+import builtins
+import sys
+from dataclasses import dataclass
+
+from ..isa import BMode, VFunc, WF_4BIT
+from . import peephole, vector
+from .affine import Affine, DevVar, RunVar
+from .builder import current
+from .errors import CompileError
+from .ir import ACT, DRAM, TMEM, Access, Node
+from .layouts import Chunk, QRange, QTensor, Stationary, Tensor, Tile
+from .vector import ARG_TEMP_REFS, new_tile, tile_access
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+def _unnamed(refs: int) -> bool:
+    # `refs` is sys.getrefcount(arg) taken in the API function itself, minus nothing.
+    return refs <= ARG_TEMP_REFS
+
+
+# -- queries ------------------------------------------------------------------------------------
+def config():
+    return current().cfg
+
+
+def block_size() -> int: return current().cfg.D
+
+
+def mxu_columns() -> int: return current().cfg.MCOLS
+
+
+def act_rows() -> int: return current().cfg.act_rows
+
+
+# -- constructors -------------------------------------------------------------------------------
+def empty(shape) -> Tile:
+    """An uninitialised tile. A 2-D tile with rows > 1 and an even column count gets an odd row
+    stride (its rows start in different TMEM banks) and rows spare words for MM row maxima."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if len(shape) == 2 and shape[0] > 1:
+        rs = shape[1] + 1 if shape[1] % 2 == 0 else shape[1]
+        t = new_tile(shape, rs, spare=shape[0])
+        t.spare = shape[0]
+        return t
+    return new_tile(shape)
+
+
+def full(shape, value) -> Tile:
+    return vector.fill(empty(shape), value)
+
+
+def zeros(shape) -> Tile:
+    return full(shape, 0.0)
+
+
+# -- memory -------------------------------------------------------------------------------------
+def _ld_st(op: str, dram: Affine, tmem: Affine, n: int) -> Node:
+    if n <= 0:
+        raise CompileError(f"{op} of {n} words")
+    dram_acc, tmem_acc = Access(DRAM, dram, 4 * n), Access(TMEM, tmem, n)
+    reads, writes = ([dram_acc], [tmem_acc]) if op == "LD" else ([tmem_acc], [dram_acc])
+    return current().emit(Node(op, {"dram": dram, "tmem": tmem}, {"n": n}, reads, writes))
+
+
+def load(src: Tensor, out: Tile | None = None) -> Tile:
+    """LD a DRAM tensor into a tile: one LD when rows are contiguous (or the strides agree), else one per row."""
+    if not isinstance(src, Tensor):
+        raise CompileError(f"load needs a Tensor, not {type(src).__name__}")
+    shape = src.shape if len(src.shape) == 2 else (src.cols,)
+    if out is None:
+        out = new_tile(shape)
+    if (out.rows, out.cols) != (src.rows, src.cols):
+        raise CompileError(f"shape mismatch in load: tensor of shape {src.shape} into tile of shape {out.shape}")
+    if src.rows == 1 or (src.rs == src.cols and out.rs == out.cols):
+        _ld_st("LD", src.base, out.base, src.rows * src.cols)
+    elif src.rs == out.rs:
+        _ld_st("LD", src.base, out.base, (src.rows - 1) * src.rs + src.cols)
+    else:
+        for r in builtins.range(src.rows):
+            _ld_st("LD", src.base + 4 * r * src.rs, out.base + r * out.rs, src.cols)
+    out.buf.version += 1
+    out.producer = out.fusion = None
+    return out
+
+
+def store(dst: Tensor, value: Tile) -> None:
+    """ST a tile to a DRAM tensor: one ST when both are contiguous, else one per row."""
+    if not isinstance(dst, Tensor) or not isinstance(value, Tile):
+        raise CompileError("store needs a Tensor and a Tile")
+    if (dst.rows, dst.cols) != (value.rows, value.cols):
+        raise CompileError(f"shape mismatch in store: tile of shape {value.shape} into tensor of shape {dst.shape}")
+    if dst.rows == 1 or (dst.rs == dst.cols and value.contiguous):
+        _ld_st("ST", dst.base, value.base, dst.rows * dst.cols)
+    else:
+        for r in builtins.range(dst.rows):
+            _ld_st("ST", dst.base + 4 * r * dst.rs, value.base + r * value.rs, dst.cols)
+
+
+# -- quantize and dot ---------------------------------------------------------------------------
+class _ActHold:
+    """Owner of a Stationary's ACT RAM blocks: they are freed when it dies."""
+
+
+def quantize(x: Tile, *, row: bool = False, cscale: Tile | None = None, rscale: Tile | None = None) -> Stationary:
+    """QACT a (rows, K) tile into ACT RAM (K a multiple of D), one QACT per act_rows rows."""
+    unnamed = _unnamed(sys.getrefcount(x))
+    b = current()
+    cfg = b.cfg
+    if not isinstance(x, Tile):
+        raise CompileError(f"quantize needs a tile, not {type(x).__name__}")
+    if x.cols % cfg.D:
+        raise CompileError(f"quantize needs whole blocks: a tile of shape {x.shape} has {x.cols} columns, "
+                           f"not a multiple of D={cfg.D}", hint="pad the tile with zero columns")
+    src, cs, rs = x, None, None
+    if cscale is not None:
+        cs = cscale.base.static()
+    if rscale is not None:
+        rs = rscale.base.static()
+    if unnamed and cs is None and rs is None:
+        fused = peephole.quantize_scales(x)
+        if fused is not None:
+            src, cs, rs = fused
+    kb = src.cols // cfg.D
+    hold = _ActHold()
+    chunks = []
+    for r0 in builtins.range(0, src.rows, cfg.act_rows):
+        rows = min(cfg.act_rows, src.rows - r0)
+        ab, token = b.act_alloc(kb, hold)
+        reads = [Access(TMEM, src.base + r0 * src.rs, (rows - 1) * src.rs + src.cols)]
+        if cs is not None:
+            reads.append(Access(TMEM, Affine(cs), src.cols))
+        if rs is not None:
+            reads.append(Access(TMEM, Affine(rs + r0), rows))
+        b.emit(Node("QACT", {"src": src.base + r0 * src.rs},
+                    {"rows": rows, "ab": ab, "kb": kb, "srs": src.drs if src.rows > 1 else src.cols,
+                     "cscale_addr": cs or 0, "rscale_addr": (rs + r0) if rs is not None else 0,
+                     "row": row, "cscale": cs is not None, "rscale": rs is not None, "dup": False},
+                    reads, [Access(ACT, Affine(ab), kb)]))
+        chunks.append(Chunk(r0, rows, [QRange(0, ab, kb, token)]))
+    return Stationary(src.rows, kb, cfg.D, chunks, owner=hold)
+
+
+def _check_held(a: Stationary) -> None:
+    act = current().act
+    for ch in a.chunks:
+        for q in ch.qranges:
+            if not act.holds(q.ab, q.kb, q.token):
+                raise CompileError("stationary operand was overwritten in ACT RAM")
+
+
+def dot(a, w: QTensor, *, out: Tile | None = None, acc: Tile | None = None, rowmax: bool = False,
+        acc_scale: Tile | None = None) -> Tile:
+    """a[M, K] @ w[N, K]^T as MMs: one per act_rows row chunk and per ACT block range of `a`.
+
+    `acc=` accumulates into a tile (MM ACC); `acc_scale=alpha` (M,) rescales it first (MM
+    ASCALE; needs an unscaled weight). `rowmax=True` sets RMAX on the last MM; the maxima are
+    `result.rowmax`.
+    """
+    b = current()
+    cfg = b.cfg
+    if isinstance(a, Tile):
+        a = quantize(a)
+    if not isinstance(a, Stationary) or not isinstance(w, QTensor):
+        raise CompileError("dot needs a quantized activation (or a tile) and a QTensor weight")
+    if w.kb != a.KB:
+        raise CompileError(f"shape mismatch in dot: activation of shape {a.shape} and weight of shape {w.shape}")
+    _check_held(a)
+    M, N = a.M, w.N
+    if N > 0xFFFF:
+        raise CompileError(f"dot: N={N} rows in one MM; chunk the weight rows (at most 65535)")
+    if acc is not None and out is not None:
+        raise CompileError("dot takes out= or acc=, not both")
+    if acc_scale is not None:
+        if acc is None or w.scale is not None:
+            raise CompileError("acc_scale needs acc= and an unscaled (UNIT) weight")
+        if M > cfg.MCOLS:
+            raise CompileError(f"acc_scale needs at most MCOLS={cfg.MCOLS} rows, not {M}")
+    if rowmax and M > cfg.MCOLS:
+        raise CompileError(f"rowmax needs at most MCOLS={cfg.MCOLS} rows, not {M}")
+    target = acc if acc is not None else out
+    if target is None:
+        if M > 1 and N % 2 == 0:
+            target = new_tile((M, N), N + 1, spare=M)
+        else:
+            target = new_tile((M, N) if M > 1 else (N,), spare=M)
+        target.spare = M
+    if (target.rows, target.cols) != (M, N):
+        raise CompileError(f"shape mismatch in dot: result of shape {(M, N)} into a tile of shape {target.shape}")
+    if rowmax and getattr(target, "spare", 0) < M:
+        raise CompileError("rowmax needs the output tile's spare words: let dot allocate it, or use ol.empty")
+    ors = target.rs if target.ndim == 2 else N
+    maxima = Tile(target.buf, target.base + M * ors, (M,))
+    bb = w.block_bytes()
+    mms = [(ch, qi, q) for ch in a.chunks for qi, q in enumerate(ch.qranges)]
+    node = None
+    for i, (ch, qi, q) in enumerate(mms):
+        first_of_chunk = qi == 0
+        ascale = acc_scale is not None and first_of_chunk
+        accumulate = acc is not None or not first_of_chunk
+        last = i == len(mms) - 1
+        out_base = target.base + ch.r0 * ors
+        sa = w.data + q.kb0 * bb
+        if ascale:
+            ssa = acc_scale.base + ch.r0
+        elif w.scale is not None:
+            ssa = w.scale + 4 * q.kb0
+        else:
+            ssa = Affine(0)
+        reads = [Access(DRAM, sa, (N - 1) * w.rs + w.row_bytes(q.kb)), Access(ACT, Affine(q.ab), q.kb)]
+        if w.scale is not None:
+            reads.append(Access(DRAM, ssa, (N - 1) * w.srs + 4 * q.kb))
+        out_words = (ch.rows - 1) * ors + N
+        if accumulate:
+            reads.append(Access(TMEM, out_base, out_words))
+        if ascale:
+            reads.append(Access(TMEM, ssa, ch.rows))
+        writes = [Access(TMEM, out_base, out_words)]
+        rmax = rowmax and last
+        if rmax:
+            writes.append(Access(TMEM, maxima.base, M))
+        node = b.emit(Node("MM", {"sa": sa, "ssa": ssa, "out": out_base},
+                           {"n": N, "kb": q.kb, "rs": w.rs, "ors": ors, "m": ch.rows, "ab": q.ab, "srs": w.srs,
+                            "wf": w.wf, "unit": w.scale is None, "acc": accumulate, "rmax": rmax,
+                            "ascale": ascale, "pair": False}, reads, writes))
+    target.buf.version += 1
+    target.producer = target.fusion = None
+    if rowmax:
+        target._rowmax = maxima
+    elif len(mms) == 1 and getattr(target, "spare", 0) >= M and M <= cfg.MCOLS:
+        target.rowmax_of = (node, target.buf.version, maxima)
+    return target
+
+
+# -- elementwise --------------------------------------------------------------------------------
+def exp2(x: Tile, out: Tile | None = None) -> Tile:
+    if out is None and _unnamed(sys.getrefcount(x)) and peephole.exp2sub(x):
+        return x
+    return vector.unary(VFunc.EXP2, x, out)
+
+
+def log2(x: Tile, out: Tile | None = None) -> Tile: return vector.unary(VFunc.LOG2, x, out)
+
+
+def recip(x: Tile, out: Tile | None = None) -> Tile: return vector.unary(VFunc.RECIP, x, out)
+
+
+def rsqrt(x: Tile, out: Tile | None = None) -> Tile: return vector.unary(VFunc.RSQRT, x, out)
+
+
+def abs(x: Tile, out: Tile | None = None) -> Tile: return vector.unary(VFunc.ABS, x, out)
+
+
+def copy(x: Tile, out: Tile | None = None) -> Tile: return vector.unary(VFunc.COPY, x, out)
+
+
+def maximum(x, y, out: Tile | None = None) -> Tile: return vector.binary("max", x, y, out)
+
+
+def minimum(x, y, out: Tile | None = None) -> Tile: return vector.binary("min", x, y, out)
+
+
+def silu(x: Tile) -> Tile:
+    """x * recip(1 + exp2(-x * log2 e)) (exactly -0 for very negative x, as recip(inf) is 0)."""
+    return x * recip(exp2(x * -LOG2E) + 1.0)
+
+
+# -- reductions ---------------------------------------------------------------------------------
+def _axis(x, axis) -> None:
+    if axis not in (-1, 1 if isinstance(x, Tile) and x.ndim == 2 else 0):
+        raise CompileError(f"reductions run along the last axis only, not axis={axis}")
+
+
+def sum(x: Tile, axis: int = -1, out: Tile | None = None) -> Tile:
+    unnamed = _unnamed(sys.getrefcount(x))
+    _axis(x, axis)
+    if unnamed:
+        fused = peephole.reduce_sum(x)
+        if fused is not None:
+            func, a, bb, brs, bmode, b_acc = fused
+            return vector.reduce(func, a, b=bb, brs=brs, bmode=bmode, b_access=b_acc, out=out)
+    return vector.reduce(VFunc.RSUM, x, out=out)
+
+
+def max(x: Tile, axis: int = -1, out: Tile | None = None) -> Tile:
+    _axis(x, axis)
+    if out is None:
+        maxima = peephole.rowmax(x)
+        if maxima is not None:
+            return maxima
+    return vector.reduce(VFunc.RMAX, x, out=out)
+
+
+def argmax(x: Tile, base=0, out: Tile | None = None) -> Tile:
+    """Per row: (max, index + base) as fp32 pairs; `base` may be affine (a chunk offset)."""
+    if out is None:
+        out = new_tile((x.rows, 2))
+    node = vector.emit_vop(VFunc.ARGMAX, out, x, x.rows, x.cols, imm=Affine.of(base),
+                           drs=out.rs if x.rows > 1 else 0, out_words=(x.rows - 1) * out.rs + 2)
+    out.producer, out.fusion = node, None
+    return out
+
+
+# -- loops and variables ------------------------------------------------------------------------
+def range(n):
+    """A hardware LOOP: the body is traced once; yields the induction variable (for affine addresses).
+    A static count <= 0 traces nothing."""
+    b = current()
+    if isinstance(n, int) and n <= 0:
+        return
+    loop = b.begin_loop(n)
+    try:
+        yield loop
+    finally:
+        b.end_loop()
+
+
+static_range = builtins.range
+
+
+def runvar(name: str) -> RunVar:
+    """A value the host passes at run time (an argument register); use it in affine addresses."""
+    return current().runvar(name)
+
+
+def rld(word: Tile, *, raw: bool = False, scale: int = 1) -> DevVar:
+    """RLD a TMEM word into a register: f2i (or its raw bits), times `scale`; usable as an address term."""
+    if word.rows * word.cols != 1:
+        raise CompileError(f"rld reads one word, not a tile of shape {word.shape}")
+    b = current()
+    v = DevVar(f"dev{len(b.devvars)}")
+    b.devvars.append(v)
+    node = Node("RLD", {"addr": word.base}, {"raw": raw, "scale": int(scale), "var": v},
+                [Access(TMEM, word.base, 1)], [])
+    b.emit(node)
+    v.node = node
+    return v
+
+
+# -- KV cache -----------------------------------------------------------------------------------
+@dataclass(eq=False)
+class KVCache:
+    """One head's cache: K token-major int8 [cap, d] with fp32 scales per (token, D-block); V^T
+    dim-major int8 [d, cap] with one fp32 scale per token. Addresses in bytes; cap a multiple of D."""
+    k: Affine
+    k_scale: Affine
+    vt: Affine
+    v_scale: Affine
+    cap: int
+    d: int
+
+    def keys(self, t0, n: int, D: int) -> QTensor:
+        """Tokens [t0, t0+n) of K as MM weight rows."""
+        return QTensor(self.k + t0 * self.d, self.k_scale + t0 * 4 * (self.d // D), (n, self.d),
+                       self.d, 4 * (self.d // D), 0, D)
+
+    def values_t(self, t0, n: int, D: int) -> QTensor:
+        """V^T columns [t0, t0+n) (n a multiple of D) as MM weight rows, unscaled."""
+        return QTensor(self.vt + t0, None, (self.d, n), self.cap, 0, 0, D)
+
+    def value_scales(self, t0, n: int) -> Tensor:
+        return Tensor(self.v_scale + 4 * t0, (n,))
+
+
+def kv_append(kv: KVCache, pos, k: Tile, v: Tile) -> None:
+    """Two QSTs: K as token row `pos` (per-block scales), V as column `pos` of V^T (one scale)."""
+    b = current()
+    D = b.cfg.D
+    for name, t in (("k", k), ("v", v)):
+        if t.rows * t.cols != kv.d:
+            raise CompileError(f"shape mismatch in kv_append: {name} of shape {t.shape}, head dim {kv.d}")
+    pos = Affine.of(pos)
+    kb = kv.d // D
+    kdst, ksd = kv.k + pos * kv.d, kv.k_scale + pos * (4 * kb)
+    b.emit(Node("QST", {"src": k.base, "dst": kdst, "sdst": ksd},
+                {"rows": 1, "kb": kb, "srs": kv.d, "drs": kv.d, "es": 1, "row": False, "half": False},
+                [Access(TMEM, k.base, kv.d)], [Access(DRAM, kdst, kv.d), Access(DRAM, ksd, 4 * kb)]))
+    vdst, vsd = kv.vt + pos, kv.v_scale + 4 * pos
+    b.emit(Node("QST", {"src": v.base, "dst": vdst, "sdst": vsd},
+                {"rows": 1, "kb": kb, "srs": kv.d, "drs": 1, "es": kv.cap, "row": True, "half": False},
+                [Access(TMEM, v.base, kv.d)],
+                [Access(DRAM, vdst, (kv.d - 1) * kv.cap + 1), Access(DRAM, vsd, 4)]))
+
+
+__all__ = ["LOG2E", "LN2", "config", "block_size", "mxu_columns", "act_rows", "empty", "full", "zeros",
+           "load", "store", "quantize", "dot", "exp2", "log2", "recip", "rsqrt", "abs", "copy", "maximum",
+           "minimum", "silu", "sum", "max", "argmax", "range", "static_range", "runvar", "rld", "KVCache",
+           "kv_append", "BMode", "WF_4BIT"]
