@@ -1,0 +1,11 @@
+"""otpu-smi plugin: mounts `otpu smi`."""
+from __future__ import annotations
+
+from otpu_core.hookspecs import hookimpl
+
+from . import cli
+
+
+@hookimpl
+def otpu_commands(app) -> None:
+    app.add_typer(cli.app, name="smi")
