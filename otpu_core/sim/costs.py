@@ -65,9 +65,9 @@ def work_of(ins: Instr, w: list[int], cfg: Config, ua: Uarch, polls: int = 0, sh
         n = rows * kb * cfg.D
         reads = _tile(w[1], rows, kb * cfg.D, f["srs"])
         if ins.has(isa.F_CSCALE):
-            reads += ((TMEM, f["cscale"], f["cscale"] + kb * cfg.D),)
+            reads += ((TMEM, f["cscale_addr"], f["cscale_addr"] + kb * cfg.D),)
         if ins.has(isa.F_RSCALE):
-            reads += ((TMEM, f["rscale"], f["rscale"] + rows),)
+            reads += ((TMEM, f["rscale_addr"], f["rscale_addr"] + rows),)
         return Work(QNT, _cdiv(n, lanes), reads=reads, writes=((ACT, f["ab"], f["ab"] + kb),), latency=QNT_LATENCY)
     if op == Op.QST:
         return _qst(ins, w, cfg, ua)

@@ -47,9 +47,9 @@ def qact(sl, ins: Instr, w: list[int]) -> None:
         raise Fault("out-of-range", f"QACT blocks [{ab}, {ab + kb}) exceed ACT_BLOCKS={cfg.ACT_BLOCKS}")
     x = _quant_source(sl, w[1], rows, kb, srs, "QACT source")
     if ins.has(isa.F_RSCALE):
-        x = fp32.mul(x, sl.tmem.read(f["rscale"], rows, "QACT rscale")[:, None])
+        x = fp32.mul(x, sl.tmem.read(f["rscale_addr"], rows, "QACT rscale")[:, None])
     if ins.has(isa.F_CSCALE):
-        x = fp32.mul(x, sl.tmem.read(f["cscale"], kb * cfg.D, "QACT cscale")[None, :])
+        x = fp32.mul(x, sl.tmem.read(f["cscale_addr"], kb * cfg.D, "QACT cscale")[None, :])
     q, s = _quantize(x, kb, cfg.D, ins.has(isa.F_ROW))
     d = cfg.D
     act = sl.act
