@@ -209,10 +209,16 @@ def decode(wf: int, d: int, kb: int, rows: np.ndarray, scales: np.ndarray | None
     """Decode what an MM streams: rows [n, >= kb*block_bytes] bytes and scale rows
     [n, >= scale_read_bytes] bytes (not read with unit: every scale 1, every multiplier 1)."""
     _check_wf(wf)
-    n = rows.shape[0]
-    data = np.ascontiguousarray(rows[:, : kb * block_bytes(wf, d)])
+    n, need = rows.shape[0], kb * block_bytes(wf, d)
+    if rows.shape[1] < need:
+        raise WeightFormatError(f"{_name(wf)}: {kb} blocks need {need} row bytes, got {rows.shape[1]}")
+    data = np.ascontiguousarray(rows[:, :need])
     if not unit:
-        side = np.ascontiguousarray(scales[:, : scale_read_bytes(wf, kb)])
+        need = scale_read_bytes(wf, kb)
+        if scales is None or scales.shape[1] < need or scales.shape[0] != n:
+            got = "none" if scales is None else "x".join(map(str, scales.shape))
+            raise WeightFormatError(f"{_name(wf)}: {n} rows of {kb} blocks need {need} scale bytes each, got {got}")
+        side = np.ascontiguousarray(scales[:, :need])
     if wf in WF_4BIT:
         table = DEC_INT4 if wf == WF_INT4 else DEC_FP4
         w = table[unpack_nibbles(data)].reshape(n, kb, NSUB, d // NSUB).astype(np.float32)
