@@ -364,16 +364,17 @@ class I2cBuses:
             return self.state["ctrl"]
         if offset != I2C_IN:
             return 0
-        for b, bus in enumerate(self.state["buses"]):
-            if bus["stretch"]:
-                bus["stretch"] -= 1
-                self._settle(b)
         value = 0
         for b, bus in enumerate(self.state["buses"]):
             value |= bus["scl"] << (2 * b) | bus["sda"] << (2 * b + 1)
         lm73 = self.devices[0][LM73_ADDR]
         if not lm73.alert_pin_low(self._dev_state(0, LM73_ADDR)):
             value |= ALERT0_BIT
+        for b, bus in enumerate(self.state["buses"]):
+            # a stretching device lets go after the master has seen SCL low STRETCH_POLLS times
+            if bus["stretch"] and not self.state["ctrl"] & scl_bit(b):
+                bus["stretch"] -= 1
+                self._settle(b)
         return value
 
     def write(self, offset: int, value: int) -> None:

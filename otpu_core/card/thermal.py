@@ -39,6 +39,7 @@ VR_EFFICIENCY = 0.87
 INPUT_V = 12.0
 VCCINT_V, VCCAUX_V, VCCBRAM_V, VREFP_V = 1.00, 1.80, 1.00, 1.25
 VCCINT_DROOP_OHM = 0.002    # load line of the core regulator
+INPUT_DROOP_OHM = 0.010     # 12 V cable and connector
 
 # Thermal nodes: degrees C per watt and seconds.
 DIE_R, DIE_TAU = 4.0, 30.0
@@ -143,11 +144,13 @@ class Thermal:
     def rails(self) -> dict:
         """What the board's power sensors measure: 12 V input and the VCCINT regulator."""
         p = self.power
-        vccint_a = p["vccint_w"] / VCCINT_V
+        vccint_a = p["vccint_w"] / VCCINT_V          # the core draws its current; the rail droops under it
+        vccint_v = VCCINT_V - VCCINT_DROOP_OHM * vccint_a
         input_a = p["board_w"] / INPUT_V
-        return {"input_v": INPUT_V - 0.01 * input_a, "input_a": input_a, "input_w": p["board_w"],
-                "vccint_v": VCCINT_V - VCCINT_DROOP_OHM * vccint_a, "vccint_a": vccint_a,
-                "vccint_w": p["vccint_w"], "vccint_in_w": p["vccint_w"] / VR_EFFICIENCY}
+        input_v = INPUT_V - INPUT_DROOP_OHM * input_a
+        return {"input_v": input_v, "input_a": input_a, "input_w": input_v * input_a,
+                "vccint_v": vccint_v, "vccint_a": vccint_a, "vccint_w": vccint_v * vccint_a,
+                "vccint_in_w": vccint_v * vccint_a / VR_EFFICIENCY}
 
     def supply_volts(self) -> dict:
         return {"vccint": self.rails()["vccint_v"], "vccaux": VCCAUX_V, "vccbram": VCCBRAM_V}
