@@ -41,7 +41,7 @@ def random_weight_bytes(rng, wf: int, n: int, k: int) -> tuple[np.ndarray, np.nd
     rows = rng.integers(-127, 128, (n, formats.row_bytes(wf, D, kb)), dtype=np.int8).view(np.uint8)
     scales = np.zeros((n, formats.scale_row_bytes(wf, kb)), np.uint8)
     if wf == WF_NAMES["int8x"]:
-        scales[:, :4] = np.float32(1e-3).view(np.uint8)[None, :]
+        scales[:, :4] = np.array([1e-3], np.float32).view(np.uint8)[None, :]
         scales[:, 4:4 + kb] = rng.integers(0, 17, (n, kb), dtype=np.uint8)
     else:
         words = rng.uniform(1e-4, 1e-3, (n, kb)).astype(np.float32).view(np.uint32)
