@@ -585,8 +585,10 @@ class SimCard:
         return {"vendor": plat.get("pcie_vendor"), "device": plat.get("pcie_device"), "speed": speed, "width": width}
 
     def close(self) -> None:
-        if self._runner is None or not self._runner.is_alive():
-            self.dram.close()        # a run in flight keeps using the maps; they go with the process
+        self.join(2.0)               # a run the host stopped ends within one engine time slice
+        if self._runner is not None and self._runner.is_alive():
+            return                   # a run still in flight keeps using the card; it goes with the process
+        self.dram.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

@@ -1,0 +1,230 @@
+"""Board: opening by --dev, identification and the CFG_HASH check, locks, runs, bad input, two processes."""
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from otpu_core import cli
+from otpu_core import target as target_mod
+from otpu_core.board import Board, BoardBackend, ConfigMismatch, IsaBackend, prepare
+from otpu_core.card import regs
+from otpu_core.errors import DeviceBusy, DeviceError, UsageError
+
+COPY = """ld dram=0 tmem=0 n=16
+st dram=r8+0 tmem=0 n=16
+halt
+"""
+LONG = """loop count={n} body=@end
+ld dram=0 tmem=0 n=64
+end:
+halt
+"""
+
+
+def otpu(*args: str) -> tuple[int, str]:
+    """Run `otpu ARGS` in this process, exit codes as the `otpu` command gives them; returns (code, stdout + stderr)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = cli.run_app(cli.build_app(), "otpu", list(args))
+    return code, out.getvalue()
+
+
+@pytest.fixture
+def board():
+    b = Board.open("sim", "sim-small")
+    yield b
+    b.close()
+
+
+def test_identify_and_config_check(board):
+    info = board.info
+    cfg = target_mod.load("sim-small").config()
+    assert (info.d, info.mcols, info.lanes, info.regmap) == (cfg.D, cfg.MCOLS, cfg.LANES, 3)
+    assert info.cfg_hash == target_mod.load("sim-small").arch_hash()
+    assert info.calibrated == (True, True) and info.link["width"] == 8
+    board.close()
+    with pytest.raises(ConfigMismatch) as e:
+        Board.open("sim", "ypcb-00338")
+    text = e.value.message
+    assert f"0x{info.cfg_hash:08x}" in text and f"0x{target_mod.load('ypcb-00338').arch_hash():08x}" in text
+    assert "sim-small" in text
+    Board.open("sim", "ypcb-00338", check=False).close()      # --no-check
+
+
+def test_logical_write_read_with_unaligned_edges(board):
+    rng = np.random.default_rng(2)
+    payload = rng.integers(0, 256, 10_001, dtype=np.uint8)
+    board.write(4097, payload)
+    assert np.array_equal(board.read(4097, payload.size), payload)
+    # The card's own view (the logical memmap) agrees byte for byte.
+    assert np.array_equal(board.t.card.dram.mem[4097:4097 + payload.size], payload)
+    with pytest.raises(UsageError, match="outside"):
+        board.write(board.dram_bytes - 8, payload[:64])
+
+
+def test_large_transfers_are_pipelined_and_exact():
+    b = Board.open("sim:big")                                  # ypcb-00338, 4 GiB sparse
+    try:
+        payload = np.random.default_rng(3).integers(0, 256, (40 << 20) + 256, dtype=np.uint8)
+        b.write(1 << 30, payload)
+        assert np.array_equal(b.read(1 << 30, payload.size), payload)
+        assert np.array_equal(b.t.card.dram.mem[(1 << 30):(1 << 30) + 4096], payload[:4096])
+    finally:
+        b.close()
+
+
+def test_run_counters_and_args(board):
+    data = np.arange(64, dtype=np.uint8)
+    board.write(0, data)
+    board.load_program(0x80000, prepare(COPY).image)
+    board.set_args([4096])
+    stats = board.run(timeout=30)
+    assert stats.instructions == 3 and stats.cycles > 0 and stats.b_reads == 1 and stats.b_writes == 1
+    assert np.array_equal(board.read(4096, 64), data)
+    snap = board.snapshot()
+    assert snap["INSTR"] >= 3 and snap["RUNNING"] >= stats.cycles and snap["UPTIME"] > snap["RUNNING"]
+
+
+def test_backends_agree():
+    data = np.arange(64, dtype=np.uint8)
+    results = []
+    for be in (IsaBackend("sim-small"), BoardBackend(Board.open("sim", "sim-small"))):
+        be.write(0, data)
+        stats = be.run(COPY, args=[8192])
+        results.append((stats.cycles, stats.instructions, be.read(8192, 64).tobytes()))
+        be.close()
+    assert results[0] == results[1] and results[0][2] == data.tobytes()
+
+
+def test_trace_records_come_back_in_order(board):
+    board.load_program(0x80000, prepare(COPY).image)
+    board.set_args([4096])
+    stats = board.run(timeout=30, trace="first")
+    recs = stats.trace["records"]
+    assert stats.trace["count"] == recs.size > 0 and stats.trace["drop"] == 0
+    assert (int(recs[-1]) >> 60) in (8, 11)                    # the run ends with the H record group
+
+
+def test_illegal_program_is_a_usage_error_and_the_card_stays_usable(board):
+    garbage = np.full(32, 0xFF, np.uint8)
+    board.load_program(0x80000, garbage)
+    with pytest.raises(UsageError, match="illegal instruction"):
+        board.run(timeout=30)
+    board.load_program(0x80000, prepare(COPY).image)
+    board.set_args([4096])
+    assert board.run(timeout=30).instructions == 3
+
+
+def test_hung_sequencer_times_out_and_the_card_stays_usable():
+    b = Board.open("sim:hung", "sim-small", faults="hang")
+    try:
+        b.load_program(0x80000, prepare(COPY).image)
+        b.start()
+        time.sleep(0.1)
+        b.set_reg("SNAP", 1)
+        first = b.reg("RUNNING")
+        with pytest.raises(DeviceError, match="did not halt"):
+            b.wait(timeout=0.3)
+        b.set_reg("SNAP", 1)
+        assert b.reg("RUNNING") > first                      # it kept running past its HALT
+        assert not b.status() & regs.ST_RUN
+        b.write(0, np.ones(128, np.uint8))
+        assert b.read(0, 128).sum() == 128
+    finally:
+        b.close()
+
+
+def test_second_user_is_told_who_holds_the_card():
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, time
+        from otpu_core.board import Board
+        b = Board.open("sim", "sim-small")
+        print("held", flush=True)
+        time.sleep(30)
+        """)], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(DeviceBusy) as e:
+            Board.open("sim", "sim-small")
+        assert f"held by PID {holder.pid}" in e.value.message and "python" in e.value.message
+        code, out = otpu("card", "reg", "SCRATCH", "1", "--dev", "sim", "--target", "sim-small")
+        assert code == 3 and f"PID {holder.pid}" in out
+        code, out = otpu("card", "info", "--dev", "sim", "--target", "sim-small", "--json")   # monitors need no lock
+        assert code == 0 and '"cfg_hash"' in out
+    finally:
+        holder.kill()
+        holder.wait()
+    Board.open("sim", "sim-small").close()
+
+
+def test_cli_bad_input_exit_codes(tmp_path):
+    code, out = otpu("card", "info", "--dev", "nonsense")
+    assert code == 2 and "unknown device 'nonsense'" in out
+    code, out = otpu("card", "info", "--dev", str(tmp_path / "xdma3"))
+    assert code == 2                                                   # not a device path at all
+    code, out = otpu("card", "info", "--dev", "/dev/xdma7")
+    assert code == 3 and "no device node /dev/xdma7_user" in out
+    code, out = otpu("card", "info", "--dev", "sim", "--target", "sim-small")
+    assert code == 0
+    code, out = otpu("card", "info", "--dev", "sim", "--target", "ypcb-00338")
+    assert code == 2 and "CFG_HASH" in out and "--no-check" in out
+    code, out = otpu("card", "info", "--dev", "sim", "--fault", "melt")
+    assert code == 2 and "unknown fault kind 'melt'" in out
+    code, out = otpu("card", "reg", "ID", "5", "--dev", "sim")
+    assert code == 2 and "read-only" in out
+
+
+def test_sim_reset_reflashes_the_card():
+    code, out = otpu("sim", "reset", "--target", "sim-small")
+    assert code == 0 and "sim-small" in out
+    b = Board.open("sim", "sim-small")
+    b.write(0, np.full(128, 3, np.uint8))
+    b.close()
+    code, out = otpu("sim", "reset", "--target", "ypcb-00338")
+    assert code == 0
+    b = Board.open("sim", "ypcb-00338")
+    assert not b.read(0, 128).any()
+    b.close()
+
+
+def test_two_processes_counters_move_and_no_write_is_lost():
+    """A runs a long program and writes its region during the run; B watches counters and writes its own."""
+    runner = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys
+        import numpy as np
+        from otpu_core.board import Board, prepare
+        b = Board.open("sim", "sim-small")
+        b.load_program(0x80000, prepare(sys.argv[1]).image)
+        b.start()
+        print("started", flush=True)
+        for k in range(64):
+            b.write(0x200000 + k * 8192, np.full(8192, k + 1, np.uint8))
+        stats = b.wait(timeout=120)
+        print("cycles", stats.cycles, flush=True)
+        b.close()
+        """), LONG.format(n=150000)], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        assert runner.stdout.readline().strip() == "started"
+        watcher = Board.open("sim", "sim-small", lock=False)
+        seen = []
+        for _ in range(4):
+            seen.append(watcher.snapshot()["RUNNING"])
+            watcher.write(0x400000 + len(seen) * 65536, np.full(65536, 100 + len(seen), np.uint8))
+            time.sleep(0.15)
+        assert all(b > a for a, b in zip(seen, seen[1:])), seen      # the counters move
+        line = runner.stdout.readline().split()
+        assert runner.wait(timeout=120) == 0 and line[0] == "cycles" and int(line[1]) > 0
+        for k in range(64):
+            assert (watcher.read(0x200000 + k * 8192, 8192) == k + 1).all(), k
+        for i in range(1, 5):
+            assert (watcher.read(0x400000 + i * 65536, 65536) == 100 + i).all(), i
+        assert watcher.t.card.dma_stats()["lapped"] == 0 and watcher.t.card.dma_stats()["slip"] == 0
+        watcher.close()
+    finally:
+        runner.kill()
