@@ -232,7 +232,8 @@ def stream(sl, ins: Instr, w: list[int]) -> dict:
         slots.add(desc.b_idx)
     if desc.q_en and not desc.q_self or desc.out_p2:
         slots.add(desc.q_idx)
-    consts = {o[k] - isa.OP_K0 for o in ops for k in (2, 3) if isa.OP_K0 <= o[k] < isa.OP_ZERO}
+    operands = [o[2] for o in ops] + [o[3] for o in ops if o[0] not in isa.SOP_UNARY]
+    consts = {c - isa.OP_K0 for c in operands if isa.OP_K0 <= c < isa.OP_ZERO}
     consts |= {j for j in range(4) if desc.rinit >> j & 1}
     if desc.a_en and desc.a_op == isa.A_CONST:
         consts.add(desc.a_idx)
@@ -240,7 +241,7 @@ def stream(sl, ins: Instr, w: list[int]) -> dict:
         consts.add(desc.g_idx)
     if desc.b_src == isa.BS_CONST:
         consts.add(desc.b_idx)
-    uses_x = any(o[2] == isa.OP_X or (o[0] not in isa.SOP_UNARY and o[3] == isa.OP_X) for o in ops)
+    uses_x = isa.OP_X in operands
     # -- read every input first
     C = {i: tm.read(vec + i * cols, cols, f"STREAM slot {i}") for i in sorted(slots)}
     K = {}
@@ -342,28 +343,26 @@ def stream(sl, ins: Instr, w: list[int]) -> dict:
             regs[dreg] = np.broadcast_to(val, (n,)).copy()
         reg = [np.broadcast_to(r, (n,)) for r in regs]
         Dv = reg[desc.d_reg][:, None]
-        if desc.g_src == isa.G_REG:
-            G = reg[desc.g_idx & 7][:, None]
-        elif desc.g_src == isa.G_SLOT:
-            G = C[desc.g_idx][None, :]
-        elif desc.g_src == isa.G_CONST:
-            G = konst(desc.g_idx)
-        else:
-            G = one
-        if desc.b_src == isa.BS_SLOT:
-            B = C[desc.b_idx][None, :]
-        elif desc.b_src == isa.BS_CONST:
-            B = konst(desc.b_idx)
-        else:
-            B = reg[desc.b_idx & 7][:, None]
+
+        def gate():
+            if desc.g_src == isa.G_REG:
+                return reg[desc.g_idx & 7][:, None]
+            if desc.g_src == isa.G_SLOT:
+                return C[desc.g_idx][None, :]
+            return konst(desc.g_idx) if desc.g_src == isa.G_CONST else one
+
+        def bvec():
+            if desc.b_src == isa.BS_SLOT:
+                return C[desc.b_idx][None, :]
+            return konst(desc.b_idx) if desc.b_src == isa.BS_CONST else reg[desc.b_idx & 7][:, None]
         if desc.u_mode == isa.U_PASS:
             Y = fp32.ftz(S)
         elif desc.u_mode == isa.U_FMMA:
-            Y = fp32.add(fp32.mul(S, G), fp32.mul(Dv, B))
+            Y = fp32.add(fp32.mul(S, gate()), fp32.mul(Dv, bvec()))
         elif desc.u_mode == isa.U_MUL:
-            Y = fp32.mul(S, G)
+            Y = fp32.mul(S, gate())
         else:
-            Y = fp32.add(S, fp32.mul(Dv, B))
+            Y = fp32.add(S, fp32.mul(Dv, bvec()))
         Y = np.broadcast_to(Y, S.shape)
         if desc.q_en:
             o_all[r0: r0 + n] = fp32.rdot(Y, Y if desc.q_self else C[desc.q_idx][None, :])
