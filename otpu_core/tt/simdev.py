@@ -137,8 +137,15 @@ class SimDevice(BlackholeDevice):
                 fds = {}
             dead = [t for t, e in fds.items() if not pid_alive(e["pid"])]
             for t in dead:
+                # What the driver did when that process died: its cleanup write, its locks,
+                # and power-down if it was the last user.
+                cleanup = fds.pop(t).get("cleanup")
+                if cleanup:
+                    x, y, addr, data = cleanup
+                    self.chip.write32(self.chip.resolve(x, y), addr, data & 0xFFFFFFFF)
                 self._release_locks(int(t))
-                del fds[t]
+                if not fds:
+                    self.chip.power_down()
             yield fds
             tmp = path.with_name(f".fds.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(fds))

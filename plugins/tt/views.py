@@ -1,0 +1,147 @@
+"""Rich renderings for otpu-tt: the smi screen, the card list, the core grid, probes and the ladder summary."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from otpu_core.tt import consts as K
+from otpu_core.tt.coords import TileMap
+from otpu_core.tt.probe import CoreState
+
+from .recover import Report
+
+STATE_STYLE = {
+    "in reset": (".", "dim"), "idle": ("o", "green"), "resident": ("R", "bold green"), "running": (">", "cyan"),
+    "hung": ("H", "bold yellow"), "wedged": ("W", "bold red"), "unresponsive": ("X", "bold red"),
+    "chip hung": ("!", "bold red"), "link lost": ("!", "bold red"),
+}
+SPINNER = ("●∙∙", "∙●∙", "∙∙●", "∙●∙")
+
+
+def _limit(value: float, limit: float, unit: str, fmt: str = "{:g}") -> Text:
+    style = "red" if limit and value >= limit else "green"
+    return Text(f"{fmt.format(value)} / {fmt.format(limit)} {unit}", style=style)
+
+
+def smi(snap: dict) -> Group:
+    parts = []
+    for d in snap["device_info"]:
+        b, t, f, lim = d["board_info"], d["telemetry"], d["firmwares"], d["limits"]
+        grid = Table.grid(padding=(0, 2))
+        for _ in range(4):
+            grid.add_column()
+        pcie = f"Gen{b['pcie_speed']} x{b['pcie_width']}" if b["pcie_speed"] else "?"
+        pcie += f" (max Gen{b['pcie_max_speed']} x{b['pcie_max_width']})" if b.get("pcie_max_speed") else ""
+        hb = SPINNER[t["heartbeat"] % len(SPINNER)]
+        grid.add_row("card", f"{b['board_type']}  {d['dev']}", "bus", b["bus_id"])
+        grid.add_row("serial", b["board_id"], "ASIC id", b["asic_id"])
+        grid.add_row("firmware", f"bundle {f['fw_bundle_version']}  CM {f['cm_fw']}", "ETH / DM / GDDR",
+                     f"{f['eth_fw']} / {f['dm_app_fw']} / {f['gddr_fw']}")
+        grid.add_row("AICLK", _limit(t["aiclk"], lim["asic_fmax"], "MHz"), "voltage",
+                     _limit(t["voltage"], lim["vdd_max"], "V", "{:.3f}"))
+        grid.add_row("power", _limit(t["power"], lim["tdp_limit"], "W"), "current", _limit(t["current"], lim["tdc_limit"], "A"))
+        grid.add_row("ASIC temp", _limit(t["asic_temperature"], lim["therm_trip_l1_limit"], "°C", "{:.1f}"), "board power",
+                     _limit(t["board_power"], lim["board_power_limit"], "W"))
+        grid.add_row("heartbeat", f"{hb} {t['heartbeat']}", "fan", f"{t['fan_speed']} RPM")
+        throttled = Text(", ".join(d["throttling"]), style="bold red") if d["throttling"] else Text("none", style="green")
+        dram = Text(f"trained, {b['dram_speed']}", style="green") if b["dram_status"] else Text("NOT trained", style="bold red")
+        grid.add_row("throttling", throttled, "DRAM", dram)
+        grid.add_row("PCIe", pcie, "Tensix", f"{b['tensix_enabled']} enabled (harvested x {', '.join(map(str, b['harvested_x']))})")
+        parts.append(grid)
+        procs = Table(title="processes", title_justify="left")
+        for col in ("PID", "user", "device", "command"):
+            procs.add_column(col)
+        for p in d["processes"]:
+            procs.add_row(str(p["pid"]), p["user"], p["device"], p["cmdline"])
+        parts.append(procs)
+    return Group(*parts)
+
+
+def card_list(rows: list[dict]) -> Table:
+    table = Table(title="Blackhole cards")
+    for col in ("dev", "node", "bus", "board", "serial", "Tensix", "status"):
+        table.add_column(col)
+    for r in rows:
+        status = Text("ok", style="green") if not r.get("error") else Text(r["error"], style="red")
+        table.add_row(r["dev"], r.get("node", ""), r.get("bus_id", ""), r.get("board_type", ""), r.get("board_id", ""),
+                      str(r.get("tensix_enabled", "")), status)
+    return table
+
+
+def core_grid(tiles: TileMap, states: list[CoreState]) -> Group:
+    by_xy = {(s.tile.x, s.tile.y): s for s in states}
+    xs = [x for x in K.TRANSLATED_TENSIX_X]
+    grid = Table(title="Tensix cores (translated x, y)", show_lines=False, pad_edge=False)
+    grid.add_column("y\\x", justify="right")
+    for x in xs:
+        grid.add_column(str(x), justify="center")
+    for y in K.TENSIX_ROWS:
+        row = [str(y)]
+        for x in xs:
+            s = by_xy.get((x, y))
+            if s is None:
+                row.append(Text("-", style="dim") if x in tiles.harvested_x else Text(" "))
+            else:
+                glyph, style = STATE_STYLE.get(s.state, ("?", "red"))
+                row.append(Text(glyph, style=style))
+        grid.add_row(*row)
+    legend = Text("  ".join(f"{g} {name}" for name, (g, _) in STATE_STYLE.items()) + "  - off (harvested)", style="dim")
+    counts: dict[str, int] = {}
+    for s in states:
+        counts[s.state] = counts.get(s.state, 0) + 1
+    summary = Text(", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    parts = [grid, legend, summary]
+    bad = [s for s in states if not s.healthy or s.state in ("resident", "running")]
+    if bad:
+        table = Table(title="what they are doing", title_justify="left")
+        for col in ("core", "state", "detail"):
+            table.add_column(col)
+        for s in bad:
+            table.add_row(f"{s.tile.x},{s.tile.y}", Text(s.state, style=STATE_STYLE.get(s.state, ("", ""))[1]), s.detail)
+        parts.append(table)
+    return Group(*parts)
+
+
+def probe_view(s: CoreState) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column()
+    table.add_column()
+    table.add_row("core", f"{s.tile.x},{s.tile.y} (NOC0 {s.tile.noc0[0]},{s.tile.noc0[1]})")
+    table.add_row("state", Text(s.state, style=STATE_STYLE.get(s.state, ("", ""))[1]))
+    table.add_row("detail", s.detail)
+    for k, v in s.data.items():
+        table.add_row(k, str(v))
+    return table
+
+
+def recover_view(report: Report) -> Group:
+    table = Table(title="recovery ladder")
+    for col in ("rung", "action", "cores", "result", "took"):
+        table.add_column(col)
+    for st in report.steps:
+        style = "green" if st.result == "fixed" else ("red" if st.result.startswith(("failed", "still", "needs")) else "yellow")
+        cores = ", ".join(st.targets) if len(st.targets) <= 4 else f"{len(st.targets)} cores"
+        table.add_row(f"{st.rung} {st.name}", _action(st.rung), cores, Text(st.result, style=style), f"{st.seconds:.3f} s")
+    parts = [table]
+    if report.fixed_at is not None:
+        parts.append(Text(f"recovered at rung {report.fixed_at}", style="bold green"))
+    elif not report.steps and report.recovered:
+        parts.append(Text("every core is healthy: nothing to do", style="green"))
+    if report.needs_yes:
+        would = Table(title="would run next (needs --yes)", title_justify="left")
+        would.add_column("rung")
+        would.add_column("action")
+        for r in report.needs_yes:
+            would.add_row(f"{r.number} {r.name}", r.action)
+        parts.append(would)
+    if not report.recovered and not report.needs_yes:
+        bad = [s for s in report.after if not s.healthy]
+        parts.append(Text(f"still bad: {', '.join(f'{s.tile.x},{s.tile.y} ({s.state})' for s in bad[:8])}"
+                          + (" ..." if len(bad) > 8 else ""), style="bold red"))
+    return Group(*parts)
+
+
+def _action(n: int) -> str:
+    from .recover import RUNGS
+    return next(r.action for r in RUNGS if r.number == n)
