@@ -28,9 +28,12 @@ BW_HINT = "check LnkSta in `lspci -vv` (link width and speed), the IOMMU (iommu=
 
 
 def _mem_result(r: memtest.MemResult, hint: str) -> Result:
+    """A memtest outcome as a row; a failure's hint names the lane, DQ bit or address bit when it can."""
     if r.ok:
         return Result(Status.PASS, r.message, r.data())
-    return Result(Status.FAIL, r.message, r.data(), hint=hint)
+    specific = (memtest.address_hints(r.channel, r.addr_bits) if r.addr_bits
+                else memtest.lane_hints(r.channel, r.errors.lanes, r.errors.bits))
+    return Result(Status.FAIL, r.message, r.data(), hint="; ".join(specific) or hint)
 
 
 def data_bits(ctx: CheckContext, ch: int) -> Result:

@@ -141,6 +141,6 @@ def checks() -> list[Check]:
         Check("platform", N.CONFIG, configuration, needs=(N.ID,), stage="config"),
         Check("platform", N.SCRUB, dram_scrub, needs=(N.ID, N.calib(0), N.calib(1)), stage="scrub"),
         Check("platform", N.STATUS_ERR, status_errors, needs=(N.ID,)),
-        Check("platform", N.TEMP, die_temperature, needs=(N.CONFIG,)),
+        Check("platform", N.TEMP, die_temperature, needs=(N.CONFIG,), stage="config"),
         Check("platform", N.POWER, power_estimate),
     ]

@@ -18,6 +18,8 @@ from ..errors import DeviceBusy, DeviceError
 from . import device
 
 RUN_TIMEOUT_S = 5.0
+HANG_HINT = ("the core did not halt: a hung sequencer or memory path; stop it (CTRL=0), reload the bitstream, and "
+             "compare the run's counters with the simulator")
 
 
 @dataclass
@@ -78,7 +80,7 @@ def run_check(ctx: CheckContext, check: opchecks.OpCheck) -> Outcome:
 def result_of(check: opchecks.OpCheck, out: Outcome, hint: str | None = None, extra: str = "") -> Result:
     words = check.out_bytes // 4
     if out.error:
-        return Result(Status.FAIL, out.error, {"group": check.group}, hint=hint)
+        return Result(Status.FAIL, out.error, {"group": check.group}, hint=HANG_HINT if "halt" in out.error else hint)
     m = out.mismatch
     data = {"group": check.group, "cycles": out.stats.cycles, "instructions": out.stats.instructions}
     if not m.ok:

@@ -7,11 +7,12 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-from otpu_core import checks, cliopts, plugins
+from otpu_core import checks, cliopts
 from otpu_core.cli import tool_main
 from otpu_core.console import stdout
 from otpu_core.corechecks import device
 from otpu_core.corechecks import names as N
+from otpu_core.corechecks.registry import collect
 from otpu_core.errors import EXIT_CHECKS_FAILED, UsageError
 
 from .diagnosis import diagnose
@@ -42,7 +43,7 @@ def _registry(mem: str, soak: int) -> checks.Registry:
         dropped |= {N.march(0), N.march(1)}
     if soak <= 0:
         dropped.add(N.SOAK)
-    full = checks.collect(plugins.get().hook)
+    full = collect()
     reg = checks.Registry()
     for c in full:
         if c.name not in dropped:

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import typer
 
-from otpu_core import checks, cliopts, plugins
+from otpu_core import checks, cliopts
 from otpu_core.cli import tool_main
 from otpu_core.console import print_json, stdout
 from otpu_core.corechecks import device
+from otpu_core.corechecks.registry import collect
 from otpu_core.errors import EXIT_CHECKS_FAILED, UsageError
 
 from .report import group_stages, stage_text, verdict_text
@@ -27,7 +28,7 @@ def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: 
              tokens: int = typer.Option(8, "--tokens", min=1, help="Tokens the model stage decodes."),
              json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of lines.")) -> None:
     """Bring up a card stage by stage."""
-    registry = checks.collect(plugins.get().hook)
+    registry = collect()
     stages = STAGES + (("model",) if model else ())
     if model and not any(c.stage == "model" for c in registry):
         raise UsageError("--model: no plugin provides the model stage", hint="install the otpu chat plugin")
