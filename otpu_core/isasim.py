@@ -84,8 +84,9 @@ class Slice:
             raise SimError("shape", f"at most {isa.NARGS} run arguments, got {len(args)}")
         self.args = [int(a) & MASK32 for a in args] + [0] * (isa.NARGS - len(args))
 
-    def start(self, program: Sequence[Instr]) -> None:
-        """Start a run: registers from the arguments, pc 0, empty loop stack; memories stay."""
+    def start(self, program: Sequence[Instr], new_run: bool = True) -> None:
+        """Start a program: registers from the arguments, pc 0, empty loop stack; memories stay.
+        A HALT CHAIN (new_run=False) continues the run: its counters keep counting."""
         if len(program) > self.cfg.imem_instrs:
             raise SimError("out-of-range", f"slice {self.sid}: program of {len(program)} instructions "
                                            f"does not fit IMEM ({self.cfg.imem_instrs})")
@@ -94,7 +95,9 @@ class Slice:
         self.pc, self.loops, self.chain, self.polls = 0, [], None, 0
         self.state = RUNNING if self.prog else HALTED
         if self.timing is not None:
-            self.timing.reset_run(self.sid)
+            if new_run:
+                self.timing.reset_run(self.sid)
+            self.timing.load_program(self.sid, isa.BYTES_PER_INSTR * len(self.prog))
 
     def error(self, f: Fault, pc: int | None = None) -> SimError:
         pc = self.pc if pc is None else pc
@@ -180,7 +183,7 @@ def _halt(sl: Slice, ins: Instr) -> None:
     if ins.has(isa.F_CHAIN):
         sl.chain = (sl.regs[ins.ra], sl.regs[ins.rb])
     if sl.timing is not None:
-        sl.timing.halt(sl.sid)
+        sl.timing.halt(sl.sid, final=sl.chain is None)
     sl.state = HALTED
 
 
@@ -334,7 +337,7 @@ class Machine:
                 raise Fault("illegal-opcode", f"HALT CHAIN program at 0x{addr:x}: {e.message}") from None
         except Fault as f:
             raise sl.error(f, halt_pc) from None
-        sl.start(prog)
+        sl.start(prog, new_run=False)
         sl.chains += 1
 
     # -- running ----------------------------------------------------------------------------------

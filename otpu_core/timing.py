@@ -267,8 +267,9 @@ class TimingModel:
         for sid, pc, op, words, work in entries:
             self.issue(sid, pc, op, words, work, not_before=start)
 
-    def halt(self, sid: int) -> int:
-        """HALT: the run ends when every unit is idle; returns the run's CYCLES."""
+    def halt(self, sid: int, final: bool = True) -> int:
+        """HALT: the run ends when every unit is idle (the H record's cycle + 1 is CYCLES); a HALT
+        CHAIN (final=False) continues the run with the next program."""
         sc = self.slices[sid]
         d = self._dispatch(sc)
         last = max([d, sc.high - 1] + [f.end for f in sc.inflight])
@@ -276,12 +277,22 @@ class TimingModel:
         sc.counters["INSTR"] += 1
         self._advance(sc, last + 1)
         sc.next_dispatch = last + 1
-        if self.trace:
+        if self.trace and final:
             self._emit(sc, last, 5, 0, tracefmt.halt(last - sc.run_start, [sc.ports[k] for k in tracefmt.H_FIELDS]))
         return sc.counters["CYCLES"]
 
+    def load_program(self, sid: int, nbytes: int) -> None:
+        """The sequencer fetches a program image of `nbytes` from DRAM before its first dispatch."""
+        sc = self.slices[sid]
+        start = max(sc.next_dispatch, sc.dram_free)
+        sc.counters["DRAM_WAIT"] += start - sc.next_dispatch
+        sc.dram_free = start + math.ceil(nbytes / self.bytes_per_cycle)
+        sc.next_dispatch = sc.dram_free + self.ua.DRAM_LATENCY
+        sc.counters["DRAM_RD"] += -(-nbytes // BEAT)
+        self._advance(sc, sc.next_dispatch)
+
     def reset_run(self, sid: int) -> None:
-        """A new run (or HALT CHAIN) on slice `sid`: per-run counters restart, free-running ones keep counting."""
+        """A new run on slice `sid`: per-run counters restart, free-running ones keep counting."""
         sc = self.slices[sid]
         base = sc.high
         sc.inflight.clear()
