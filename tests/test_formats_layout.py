@@ -43,6 +43,14 @@ def test_int8x_worked_example():
     assert list(p.scales[0]) == [0x00, 0x00, 0x80, 0x37, 16, 10, 0, 0]
 
 
+def test_int8_and_e2m1_worked_examples():
+    p = Fm.quantize(np.array([[127, -2, 0.5, 1.5, 0, -127, 64, -0.25]], np.float32), WF_INT8, 8)
+    assert bytes(p.rows[0]) == bytes.fromhex("7FFE000200814000") and word(p.scales[0]) == 0x3F800000
+    # S = bf16(2/15) = 0.1337890625, stored S/2 = 0x3D89; m = [7, 1, 15, 1]
+    p = Fm.quantize(np.array([[6, -3, 0.5, 1, 12, 0, -0.25, 0.75]], np.float32), WF_E2M1, 8, search=False)
+    assert bytes(p.rows[0]) == bytes.fromhex("D776077C00000000") and word(p.scales[0]) == 0x1F173D89
+
+
 def test_int8_is_quantize_per_block_bit_for_bit():
     w = RNG.normal(size=(5, 300)).astype(np.float32)
     p = Fm.quantize(w, WF_INT8, 128)
