@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
+from ..isa import WF_4BIT, WF_INT8X
 from .affine import Affine
 from .errors import CompileError
 
@@ -74,6 +75,13 @@ class Tensor:
         return Tensor(self.base + 4 * (_index(r, self.rows, "tensor row") * self.rs + c0), (c1 - c0,))
 
 
+    def window(self, r0, rows: int, c0, cols: int) -> "Tensor":
+        """Rows [r0, r0+rows) and columns [c0, c0+cols); r0 and c0 may be affine (loop chunks)."""
+        if len(self.shape) == 1:
+            return Tensor(self.base + 4 * Affine.of(c0), (cols,))
+        return Tensor(self.base + 4 * (Affine.of(r0) * self.rs + Affine.of(c0)), (rows, cols), self.rs)
+
+
 @dataclass(eq=False)
 class QTensor:
     """Quantised weight rows [N, K] in DRAM: data at `data` (bytes), scales at `scale` (None = UNIT)."""
@@ -84,6 +92,7 @@ class QTensor:
     srs: int
     wf: int
     D: int
+    part_stride: tuple = (0, 0)   # (data, scale) bytes between column parts, for `part(c)`
 
     def __post_init__(self):
         self.data = Affine.of(self.data)
@@ -100,15 +109,22 @@ class QTensor:
     def kb(self) -> int: return -(-self.K // self.D)
 
     @property
-    def four_bit(self) -> bool:
-        from ..isa import WF_4BIT
-        return self.wf in WF_4BIT
+    def four_bit(self) -> bool: return self.wf in WF_4BIT
 
     def block_bytes(self) -> int: return self.D // 2 if self.four_bit else self.D
 
     def row_bytes(self, kb: int | None = None) -> int:
         kb = self.kb if kb is None else kb
         return -(-(kb * self.block_bytes()) // self.D) * self.D
+
+    def part(self, c) -> "QTensor":
+        """Column part c (affine: a loop over parts) of a matrix stored as equal column parts."""
+        if not self.part_stride[0]:
+            raise CompileError("this weight is not stored as column parts")
+        c = Affine.of(c)
+        return QTensor(self.data + c * self.part_stride[0],
+                       None if self.scale is None else self.scale + c * self.part_stride[1],
+                       self.shape, self.rs, self.srs, self.wf, self.D)
 
     def rows(self, n0, n: int) -> "QTensor":
         """Rows [n0, n0+n); n0 may be affine (a loop over row chunks)."""
@@ -124,6 +140,8 @@ class QTensor:
             raise CompileError(f"K blocks [{kb0}, {kb0 + kb}) out of range for a weight of shape {self.shape}")
         if self.four_bit and kb0 % 2:
             raise CompileError(f"a 4-bit weight slice must start on an even block, not block {kb0}")
+        if kb0 and self.wf == WF_INT8X:
+            raise CompileError("an int8x weight's scale row cannot be sliced by blocks")
         return QTensor(self.data + kb0 * self.block_bytes(), None if self.scale is None else self.scale + 4 * kb0,
                        (self.N, min(self.K - kb0 * self.D, kb * self.D)), self.rs, self.srs, self.wf, self.D)
 

@@ -235,6 +235,8 @@ def lower(root: list, cfg) -> Lowered:
                 flush = emit_loop(it)
             elif not it.dead:
                 put(_encode(it, reg_of_aff, devs), it)
+                if it.op == "RLD":
+                    clear[devs[it.imm["var"]].reg] = False
                 flush = False
         return flush
 

@@ -304,7 +304,7 @@ def max(x: Tile, axis: int = -1, out: Tile | None = None) -> Tile:
 def argmax(x: Tile, base=0, out: Tile | None = None) -> Tile:
     """Per row: (max, index + base) as fp32 pairs; `base` may be affine (a chunk offset)."""
     if out is None:
-        out = new_tile((x.rows, 2))
+        out = new_tile((2,) if x.ndim == 1 else (x.rows, 2))
     node = vector.emit_vop(VFunc.ARGMAX, out, x, x.rows, x.cols, imm=Affine.of(base),
                            drs=out.rs if x.rows > 1 else 0, out_words=(x.rows - 1) * out.rs + 2)
     out.producer, out.fusion = node, None

@@ -28,6 +28,7 @@ class Image:
         self.dram = np.zeros(self.size, np.uint8)
         self.cursor = ALIGN            # keep address 0 unused: a zero address is usually a bug
         self.packed: dict[int, formats.PackedWeights] = {}
+        self.parts: dict[int, list[QTensor]] = {}
 
     def alloc(self, nbytes: int) -> int:
         addr = self.cursor
@@ -65,9 +66,30 @@ class Image:
         return QTensor(data, scale, (packed.n, packed.kb * self.cfg.D), packed.rs, packed.srs if not unit else 0,
                        wf, self.cfg.D)
 
+    def weight_parts(self, w, part_cols: int, fmt: str | int = "int8") -> QTensor:
+        """A matrix [N, K] stored as K/part_cols column parts, each [N, part_cols] with its own
+        contiguous scale rows; `q.part(c)` addresses part c."""
+        w = np.asarray(w, dtype=np.float32)
+        parts = [self.weight(w[:, c: c + part_cols], fmt) for c in range(0, w.shape[1], part_cols)]
+        if len(parts) > 1:
+            for a, b in zip(parts, parts[1:]):
+                if (b.data.const - a.data.const, b.scale.const - a.scale.const) != \
+                        (parts[1].data.const - parts[0].data.const, parts[1].scale.const - parts[0].scale.const):
+                    raise ValueError("column parts are not equally spaced")
+            q = parts[0]
+            q.part_stride = (parts[1].data.const - q.data.const, parts[1].scale.const - q.scale.const)
+        else:
+            q = parts[0]
+            q.part_stride = (q.rs * q.N, q.srs * q.N)
+        self.parts[q.data.const] = parts
+        return q
+
     def dequantized(self, q: QTensor) -> np.ndarray:
-        """The float64 values the MXU multiplies for a weight placed by `weight`."""
-        return self.packed[q.data.const].dequantize()
+        """The float64 values the MXU multiplies for a weight placed by `weight` or `weight_parts`."""
+        base = q.data.const
+        if base in self.parts:
+            return np.concatenate([self.packed[p.data.const].dequantize() for p in self.parts[base]], axis=1)
+        return self.packed[base].dequantize()
 
     def kv_cache(self, cap: int, d: int) -> KVCache:
         D = self.cfg.D

@@ -59,11 +59,13 @@ class Fusion:
 
 
 def new_tile(shape: tuple, rs: int | None = None, spare: int = 0) -> Tile:
-    """A fresh TMEM tile; `spare` words after it stay reserved (room for MM row maxima)."""
+    """A fresh TMEM tile; with `spare`, that many words after rows*rs stay reserved (where an MM
+    RMAX epilogue writes the row maxima)."""
     shape = tuple(int(s) for s in shape)
     rows = shape[0] if len(shape) == 2 else 1
     rs = shape[-1] if rs is None else rs
-    buf = current().buffer((rows - 1) * rs + shape[-1] + spare)
+    words = rows * rs + spare if spare else (rows - 1) * rs + shape[-1]
+    buf = current().buffer(words)
     return Tile(buf, buf.start, shape, rs)
 
 
@@ -137,6 +139,9 @@ def _ranges_overlap(a: Access, b: Access) -> bool:
     d = a.lo - b.lo
     if d.is_static():
         return -a.n < d.const < b.n
+    ba, bb = a.lo.bounds(), b.lo.bounds()
+    if ba is not None and bb is not None:
+        return ba[0] < bb[1] + b.n and bb[0] < ba[1] + a.n
     return True
 
 

@@ -1,0 +1,29 @@
+"""SwiGLU MLP: y = down(silu(x Wg^T) * (x Wu^T)), the hidden dimension F in chunks.
+
+x is quantised once; each F-chunk runs the gate and up MMs, silu(g)*u on the VPU, quantises the
+chunk and accumulates its down-projection into y with MM ACC, all inside one hardware loop. The
+down weight is stored as F-chunk column parts (`Image.weight_parts`) so each chunk's scales are
+contiguous. Every weight byte is streamed once.
+"""
+from __future__ import annotations
+
+from .. import ol
+from ..ol import CompileError, QTensor, Stationary, Tile
+
+
+def swiglu_mlp(x: Tile | Stationary, w_gate: QTensor, w_up: QTensor, w_down: QTensor, f_chunk: int) -> Tile:
+    """x (M, d) -> (M, d); w_gate/w_up [F, d]; w_down [d, F] stored as column parts of f_chunk."""
+    xq = x if isinstance(x, Stationary) else ol.quantize(x)
+    F = w_gate.N
+    if w_up.N != F or w_gate.K != xq.K or w_up.K != xq.K:
+        raise CompileError(f"shape mismatch in swiglu_mlp: x of shape {xq.shape}, gate {w_gate.shape}, up {w_up.shape}")
+    if F % f_chunk or w_down.K != f_chunk:
+        raise CompileError(f"swiglu_mlp: F={F} must split into parts of {f_chunk} columns; down part shape {w_down.shape}")
+    M = xq.M
+    y = ol.zeros((M, w_down.N) if M > 1 else (w_down.N,))
+    for c in ol.range(F // f_chunk):
+        g = ol.dot(xq, w_gate.rows(c * f_chunk, f_chunk))
+        u = ol.dot(xq, w_up.rows(c * f_chunk, f_chunk))
+        h = ol.silu(g) * u
+        ol.dot(ol.quantize(h), w_down.part(c), acc=y)
+    return y

@@ -1,0 +1,23 @@
+"""RMSNorm: y = x * rsqrt(mean(x^2) + eps) * w, per row.
+
+`rmsnorm_quantized` is the form a matmul consumes: one RSSQ, the rsqrt, and one QACT that folds
+the row scale (RSCALE) and the weight (CSCALE) in, so the normalised tile is never written.
+"""
+from __future__ import annotations
+
+from .. import ol
+from ..ol import Stationary, Tile
+
+
+def _inv_rms(x: Tile, eps: float) -> Tile:
+    return ol.rsqrt(ol.sum(x * x) * (1.0 / x.cols) + eps)
+
+
+def rmsnorm(x: Tile, w: Tile, eps: float = 1e-6) -> Tile:
+    r = _inv_rms(x, eps)
+    return (x * r[:, None]) * w[None, :]
+
+
+def rmsnorm_quantized(x: Tile, w: Tile, eps: float = 1e-6) -> Stationary:
+    r = _inv_rms(x, eps)
+    return ol.quantize((x * r[:, None]) * w[None, :])
