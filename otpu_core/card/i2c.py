@@ -20,6 +20,7 @@ one over BAR0. It has primitives and read transactions; it has no call that writ
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from typing import Callable
 
 from ..errors import DeviceError
@@ -67,7 +68,7 @@ def lm73_raw(celsius: float, resolution: float) -> int:
 
 # ---- devices ----------------------------------------------------------------------------------
 
-class Device:
+class Device(ABC):
     """An I2C target. `st` is its part of the state dict; `rx` the bytes of the current write."""
     addr: int
     stretches = False
@@ -80,12 +81,13 @@ class Device:
     def start(self, st: dict, read: bool) -> None:
         st["rx"], st["ri"] = [], 0
 
+    @abstractmethod
     def write_byte(self, st: dict, byte: int) -> bool:
         """A byte the master wrote; return False to NACK it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def read_byte(self, st: dict) -> int:
-        raise NotImplementedError
+        """The next byte the master clocks out."""
 
     def stop(self, st: dict) -> None:
         st["rx"] = []
@@ -98,9 +100,13 @@ class Register16Device(Device):
     widths: dict[int, int] = {}          # pointer -> register bytes
     writable: set[int] = set()
 
-    def value(self, st: dict, ptr: int) -> int: raise NotImplementedError
+    @abstractmethod
+    def value(self, st: dict, ptr: int) -> int:
+        """The register at `ptr` as the device would send it now."""
 
-    def store(self, st: dict, ptr: int, value: int) -> None: raise NotImplementedError
+    @abstractmethod
+    def store(self, st: dict, ptr: int, value: int) -> None:
+        """A complete register write."""
 
     def write_byte(self, st: dict, byte: int) -> bool:
         if not st["rx"]:

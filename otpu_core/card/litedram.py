@@ -276,6 +276,9 @@ def _default_drp() -> dict[int, int]:
     return regs
 
 
+# Block number (offset >> 11) -> (block base, channel or None).
+_BLOCKS = tuple(next(((b, (n * BLOCK - b) // BLOCK) for b in PER_CHANNEL if b <= n * BLOCK <= b + BLOCK), (n * BLOCK, None))
+                for n in range(0x10000 // BLOCK))
 _MEM_KEEP = 64     # DFII bursts remembered per channel (training touches a handful)
 
 
@@ -350,14 +353,11 @@ class LiteDram:
 
     # ---- register access ---------------------------------------------------------------------
 
-    def _split(self, offset: int) -> tuple[int, int | None, int]:
+    @staticmethod
+    def _split(offset: int) -> tuple[int, int | None, int]:
         """(block base, channel or None, offset inside the block)."""
-        block = offset & ~(BLOCK - 1)
-        rel = offset & (BLOCK - 1)
-        for base in PER_CHANNEL:
-            if block in (base, base + BLOCK):
-                return base, (block - base) // BLOCK, rel
-        return block, None, rel
+        base, ch = _BLOCKS[offset >> 11]
+        return base, ch, offset & (BLOCK - 1)
 
     def read(self, offset: int) -> int:
         base, ch, rel = self._split(offset & 0xFFFC)
