@@ -33,6 +33,10 @@ from .isa import NSUB, WF_4BIT, WF_E2M1, WF_FP4X6, WF_INT4, WF_INT8, WF_INT8X, W
 DEC_INT4 = np.array([0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1], np.int8)
 # E2M1 codes decoded to twice their value, so every weight is an integer
 DEC_FP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
+_NIBBLES_OF_BYTE = np.stack([np.arange(256) & 15, np.arange(256) >> 4], axis=1)
+# every byte decoded to its (low nibble, high nibble) pair of values in one lookup
+_BYTE_PAIRS_INT4 = DEC_INT4[_NIBBLES_OF_BYTE].astype(np.float32)
+_BYTE_PAIRS_FP4 = DEC_FP4[_NIBBLES_OF_BYTE].astype(np.float32)
 E2M1_MAX = 6.0
 INT4_MAX = 7
 PUBLIC_MULT_MAX = 15                  # 4-bit sub-block multipliers
@@ -220,8 +224,8 @@ def decode(wf: int, d: int, kb: int, rows: np.ndarray, scales: np.ndarray | None
             raise WeightFormatError(f"{_name(wf)}: {n} rows of {kb} blocks need {need} scale bytes each, got {got}")
         side = np.ascontiguousarray(scales[:, :need])
     if wf in WF_4BIT:
-        table = DEC_INT4 if wf == WF_INT4 else DEC_FP4
-        w = table[unpack_nibbles(data)].reshape(n, kb, NSUB, d // NSUB).astype(np.float32)
+        pairs = _BYTE_PAIRS_INT4 if wf == WF_INT4 else _BYTE_PAIRS_FP4
+        w = pairs[data].reshape(n, kb, NSUB, d // NSUB)
         if not unit:
             words = side.view("<u4").astype(np.uint32).reshape(n, kb)
             if wf == WF_FP4X6:
