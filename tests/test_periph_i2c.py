@@ -230,3 +230,16 @@ def test_standalone_bus_has_its_own_thermal_model_that_ticks():
     before = int.from_bytes(m.read(PMBUS_ADDR, 0x8C, 2), "little")
     bus.tick(120, FULL)
     assert linear11(int.from_bytes(m.read(PMBUS_ADDR, 0x8C, 2), "little")) > linear11(before) + 1
+
+
+def test_recover_frees_a_bus_left_mid_read():
+    rec = Recorder()
+    m = rec.master(1)
+    m.start()
+    assert m.write_byte((INA226_ADDR << 1) | 1)    # the INA226 now sends CONFIG 0x4127: bit 7 = 0 on SDA
+    m._drive(False, False)                          # ... and the master lets go of SCL and walks away
+    assert m.levels() == (1, 0)
+    with pytest.raises(I2cError, match="busy: SCL 1 SDA 0"):
+        m.start()
+    assert m.recover()
+    assert m.read(INA226_ADDR, 0xFF, 2) == b"\x22\x60"

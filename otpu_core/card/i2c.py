@@ -521,9 +521,27 @@ class BitBangMaster:
     def start(self) -> None:
         scl, sda = self.levels()
         if not (scl and sda):
-            raise I2cError(f"I2C bus {BUS_NAMES[self.bus]} busy: SCL {scl} SDA {sda} before START")
+            raise I2cError(f"I2C bus {BUS_NAMES[self.bus]} busy: SCL {scl} SDA {sda} before START",
+                           hint="SDA low with SCL high is a device left mid-transfer: bus recovery (nine "
+                                "clocks and a STOP) frees it; SCL low is a device or the host holding the clock")
         self._drive(False, True)
         self._drive(True, True)
+
+    def recover(self) -> bool:
+        """Free a bus a device holds by SDA (it was left mid-byte): up to nine SCL pulses with SDA
+        released until SDA reads high with SCL high, then START and STOP there, without another
+        clock edge, so every device goes back to idle. True when both lines end up high."""
+        self._scl_high(False)
+        for _ in range(9):
+            if self.levels()[1]:
+                break
+            self._drive(True, False)
+            self._scl_high(False)
+        if not self.levels()[1]:
+            return False
+        self._drive(False, True)
+        self._drive(False, False)
+        return self.levels() == (1, 1)
 
     def repeated_start(self) -> None:
         self._drive(True, False)
