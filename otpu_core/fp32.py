@@ -6,7 +6,7 @@ arguments broadcast). Inputs may also be float32 arrays (taken by their bits), i
 Results are always ``uint32`` bit patterns, except ``f2i`` (uint32 register values), ``q8`` and
 ``quantize`` (int8 codes).
 
-Rules (docs/formats.md, "Numerics"):
+Rules (docs/formats.md, section 1):
 - round to nearest even; flush to zero on every input and every output, the output flush decided
   after rounding to the subnormal grid (so 0.5 * 0x00FFFFFF is 0x00800000);
 - add, sub and mul return the canonical NaN 0x7FC00000 for any NaN result; ftz, fabs, neg, fmax

@@ -1,7 +1,7 @@
 """MM numerics: the bit-exact matrix unit as one vectorised computation, plus the decoded-weight
 cache that keeps repeated MMs over the same DRAM weights from decoding them again.
 
-Both numerics of docs/formats.md ("MM numerics"):
+Both numerics of docs/formats.md (section 2, "MM numerics"):
 - public formats (WF 0..2): per D-block fp32 terms t = mul(mul(i2f(isum), ws), ascale), summed
   over the blocks by the 4-partial tree (fp32.isum_mm); PAIR adds t[j][2c] + t[j+M][2c+1] first;
 - seed formats (WF 3, 4): the block dots shifted by the per-block exponents and summed exactly
