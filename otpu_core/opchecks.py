@@ -6,7 +6,8 @@ TMEM), clears the TMEM it uses (a card keeps TMEM between programs), stores its 
 the OUT area and halts. `run_golden` runs a check on `otpu_core.isasim` and returns the OUT
 bytes; `compare` says, bit for bit, where the card's bytes differ. Groups (the unit each
 program exercises) are what otpu-diag's diagnosis reasons about: control, dma, mxu, quant,
-vpu, vpu-reduce, vpu-composite, vpu-edge, gen, waitw, collective.
+vpu, vpu-reduce, vpu-new (RDOT, LOG2, OUTER: what register map 3 added), vpu-composite,
+vpu-edge, gen, waitw, collective.
 """
 from __future__ import annotations
 
@@ -37,8 +38,7 @@ EDGE_BITS = np.array([
     dtype=np.uint32)
 VPU_BINARY = ("add", "sub", "rsub", "mul", "max", "min", "fill")
 VPU_UNARY = ("copy", "abs")
-COMPOSITE = ("exp2", "recip", "rsqrt", "log2", "exp2sub")
-REDUCE = ("rsum", "rmax", "rssq", "rdot")
+COMPOSITE = ("exp2", "recip", "rsqrt", "exp2sub")
 
 
 @dataclass(frozen=True)
@@ -187,8 +187,25 @@ def _vpu() -> list[OpCheck]:
 
 
 def _reduce() -> list[OpCheck]:
-    out = [_vop("vpu-reduce", f.upper(), f, reduce=True) for f in ("rsum", "rmax", "rssq")]
-    out += [_vop("vpu-reduce", f"RDOT {bm.upper()}", "rdot", bm, reduce=True) for bm in ("full", "row", "col", "scalar")]
+    return [_vop("vpu-reduce", f.upper(), f, reduce=True) for f in ("rsum", "rmax", "rssq")]
+
+
+def _outer(name: str, flags: str) -> OpCheck:
+    """OUTER in place: T[dst] = T[dst] * Dv(c) + B(r) * Cv(c), Cv at the TMEM address in imm."""
+    body = "\n".join([
+        f"ld dram={DATA} tmem={TO} n={ROWS * COLS}", f"ld dram={DATA + 0x800} tmem={TA} n={COLS}",
+        f"ld dram={DATA + 0x1000} tmem={TB} n={ROWS}", f"ld dram={DATA + 0x1800} tmem={TC} n={COLS}",
+        f"vop.outer dst={TO} a={TA} b={TB} brs=1 rows={ROWS} cols={COLS} drs={COLS} bmode=row imm={TC} {flags}",
+        f"st dram={OUT} tmem={TO} n={ROWS * COLS}"])
+    return _check("vpu-new", name, body, ROWS * COLS)
+
+
+def _new() -> list[OpCheck]:
+    """The functions a register map 3 bitstream added: RDOT, LOG2, OUTER."""
+    out = [_vop("vpu-new", f"RDOT {bm.upper()}", "rdot", bm, reduce=True) for bm in ("full", "row", "col", "scalar")]
+    out.append(_vop("vpu-new", "LOG2", "log2"))
+    out.append(_vop("vpu-new", "LOG2 edge values", "log2", src=EDGE, rows=1))
+    out += [_outer("OUTER column", ""), _outer("OUTER scalar", "dscalar"), _outer("OUTER one", "done")]
     return out
 
 
@@ -235,7 +252,7 @@ def _collective() -> list[OpCheck]:
 
 def op_checks(cfg: Config, gen: bool = False, waitw: bool = False) -> list[OpCheck]:
     """Every op check this configuration can run; GEN and WAITW programs only when the card has them."""
-    out = _control() + _dma() + _mxu(cfg) + _quant(cfg) + _vpu() + _reduce() + _composite() + _edge()
+    out = _control() + _dma() + _mxu(cfg) + _quant(cfg) + _vpu() + _reduce() + _new() + _composite() + _edge()
     if gen:
         out += _gen()
     if waitw:

@@ -1,7 +1,7 @@
 """ISA op checks (section `isa`, one row per program, grouped by unit) and the system checks
 (section `system`): the all-units demo, masked DRAM writes, the stream program, the cycle
-counters and the soak. Selftest stages: kernel (demo, masked writes), vops (the reduce and
-composite groups), stream."""
+counters and the soak. Selftest stages: kernel (demo, masked writes), vops (the RDOT / OUTER /
+LOG2 group and the reductions), stream."""
 from __future__ import annotations
 
 import functools
@@ -14,7 +14,7 @@ from . import device, programs
 from . import names as N
 
 CORE = (N.ID, N.CONFIG, N.calib(0), N.calib(1), N.SCRUB)
-VOPS_GROUPS = ("vpu-reduce", "vpu-composite")
+VOPS_GROUPS = ("vpu-new", "vpu-reduce")
 CAP_OF_GROUP = {"gen": "gen", "waitw": "waitw"}
 CYCLES_N = 20_000
 KERNEL_HINT = "run the op checks (otpu-diag --only isa) and compare the failing unit's counters with the simulator"
