@@ -284,3 +284,13 @@ def test_longest_run_linear_and_circular():
 
 def test_has_litedram():
     assert L.has_litedram(YPCB) and not L.has_litedram(target.load("bcu1525"))
+
+
+def test_state_survives_a_json_round_trip_between_processes():
+    import json
+    ld, st = card(13)
+    bist(ld, 1, 0, 0, 512)
+    other = L.LiteDram(YPCB, 13, json.loads(json.dumps(st)), F.NO_FAULTS)
+    assert other.calibrated(0) and other.calibrated(1)
+    assert bist(other, 1, L.BIST_READ, 0, 512)["errors"] == 0
+    assert other.read(L.B_PHASE + L.BLOCK + L.PHASE_DQS_STEPS) == ld.read(L.B_PHASE + L.BLOCK + L.PHASE_DQS_STEPS)
