@@ -74,7 +74,8 @@ class Card:
         if (self.info.vendor_id, self.info.device_id) != (K.PCI_VENDOR, K.PCI_DEVICE_BH):
             raise DeviceError(f"{self.spec} is {self.info.vendor_id:04x}:{self.info.device_id:04x}, not a Blackhole "
                               f"({K.PCI_VENDOR:04x}:{K.PCI_DEVICE_BH:04x})")
-        self.noc = Noc(self.dev, TileMap(0, 0))        # ARC and PCIe only, until telemetry says more
+        # ARC and PCIe only until telemetry says more (or the map this card had before a reset).
+        self.noc = Noc(self.dev, getattr(self, "tiles", None) or TileMap(0, 0))
         arc.wait_ready(self.noc, self.ready_timeout)
         self.telemetry = Telemetry(self.noc)
         self.tiles = TileMap.from_telemetry(self.telemetry.read())

@@ -152,6 +152,7 @@ class SimChip:
     def _power_on_reset(self) -> None:
         """State of a card that has just come out of an ASIC reset (or was just made)."""
         W = self.W
+        self._wipe_memories()
         keep = {k: W[k] for k in (H_GEN, H_EPOCH, H_RESETS, H_TOKEN, H_LINK_LOST, H_NEEDS_SBR)}
         keep_fw = W[H_FW_BUNDLE] or FW_BUNDLE
         locks = bytes(self._state[H_LOCKS * 4:(H_LOCKS + 64) * 4])
@@ -165,7 +166,6 @@ class SimChip:
         for i in range(8):
             W[H_TENSIX_RESET + i] = W[H_RISC_RESET + i] = MASK
         self.F[F_BOOT] = time.time()
-        self._wipe_memories()
         self._arc_init()
 
     def _wipe_memories(self) -> None:

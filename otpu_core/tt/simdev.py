@@ -75,7 +75,8 @@ class SimWindow:
 
     def close(self) -> None:
         if self._tlb is not None:
-            self._dev._mapped[self._tlb] -= 1
+            mapped = self._dev._mapped
+            mapped[self._tlb] = max(0, mapped.get(self._tlb, 0) - 1)
             self._tlb = None
 
 

@@ -146,7 +146,12 @@ def probe_cmd(xy: str = typer.Argument(..., metavar="X,Y", help="Translated coor
         raise typer.Exit(EXIT_CHECKS_FAILED)
 
 
-@core_app.command("recover")
+RECOVER_HELP = ("Climb the recovery ladder, lowest rung first, probing after each and climbing only while the core "
+                "stays bad; rungs 3 and up need --yes (without it: print what would run, exit 2). Rungs: "
+                + "; ".join(f"{r.number} {r.name}" for r in RUNGS) + ". Exit 0 recovered, 1 still bad.")
+
+
+@core_app.command("recover", help=RECOVER_HELP)
 def recover_cmd(xy: str = typer.Argument(None, metavar="[X,Y]", help="The core to recover (translated)."),
                 all_cores: bool = typer.Option(False, "--all", help="Every Tensix that probes bad."),
                 max_rung: int = typer.Option(TOP_RUNG, "--max-rung", min=1, max=TOP_RUNG, help="Climb no higher than this rung."),
@@ -154,9 +159,6 @@ def recover_cmd(xy: str = typer.Argument(None, metavar="[X,Y]", help="The core t
                 settle: float = typer.Option(2.0, "--settle", min=0.0, help="Seconds to wait after an ASIC reset before looking for the card."),
                 dev: str = dev_option(), fault: str = fault_option(),
                 json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Climb the recovery ladder, lowest rung first, probing after each; rungs 3+ need --yes.
-
-    Rungs: """ + "; ".join(f"{r.number} {r.name}" for r in RUNGS)
     if (xy is None) == (not all_cores):
         raise UsageError("name one core X,Y or --all")
     with opened(dev, fault) as card:
