@@ -46,15 +46,20 @@ def vop_sequence(rows, cols, gs=3):
             isa.st(dram=STATE, tmem=S_T, n=rows * cols), isa.halt()]
 
 
+def state_and_output(rows, cols, prog, gs=3, tmem=()):
+    """Run prog on a fresh setup (extra TMEM words written first); the new state bytes and o."""
+    m, *_ = setup(rows, cols, gs)
+    for addr, words in tmem:
+        m.write_tmem(addr, words)
+    m.load(prog)
+    m.run()
+    return m.read_dram(STATE, 4 * rows * cols), m.read_tmem(O, rows)
+
+
 @pytest.mark.parametrize("rows,cols", [(1, 64), (16, 128), (33, 192), (8, 256)])
 def test_dstep_is_bit_identical_to_the_vop_sequence(rows, cols):
-    outs = []
-    for prog in (dstep_prog(rows, cols), vop_sequence(rows, cols)):
-        m, *_ = setup(rows, cols)
-        m.load(prog)
-        m.run()
-        outs.append((m.read_dram(STATE, 4 * rows * cols), m.read_tmem(O, rows)))
-    assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
+    (s1, o1), (s2, o2) = (state_and_output(rows, cols, p) for p in (dstep_prog(rows, cols), vop_sequence(rows, cols)))
+    assert np.array_equal(s1, s2) and np.array_equal(o1, o2)
 
 
 def test_dstep_against_float64():
@@ -93,19 +98,10 @@ def test_dstep_shape_rules():
 
 def test_stream_gdn_descriptor_equals_dstep_when_ks_is_gs():
     rows, cols, gs = 12, 128, 3
-    outs = []
-    for use_stream in (False, True):
-        m, *_ = setup(rows, cols, gs)
-        if use_stream:
-            desc = isa.gdn_desc(rows, cols).encode()
-            m.write_tmem(K_T, desc)
-            prog = [isa.stream(desc=K_T, ks=gs, src=STATE, dst=STATE, vec=QK, x=V, k=G, out=O), isa.halt()]
-        else:
-            prog = dstep_prog(rows, cols, gs)
-        m.load(prog)
-        m.run()
-        outs.append((m.read_dram(STATE, 4 * rows * cols), m.read_tmem(O, rows)))
-    assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
+    s1, o1 = state_and_output(rows, cols, dstep_prog(rows, cols, gs), gs)
+    stream = [isa.stream(desc=K_T, ks=gs, src=STATE, dst=STATE, vec=QK, x=V, k=G, out=O), isa.halt()]
+    s2, o2 = state_and_output(rows, cols, stream, gs, tmem=[(K_T, isa.gdn_desc(rows, cols).encode())])
+    assert np.array_equal(s1, s2) and np.array_equal(o1, o2)
 
 
 def test_stream_loop_carried_scalar_program_runs_row_by_row():

@@ -149,22 +149,21 @@ def run_cmd(program: Path = typer.Argument(..., help="Program: assembly text (.s
     _print_summary(result, trace)
 
 
+def _table(title: str, columns: tuple[str, str], rows) -> Table:
+    table = Table(title=title)
+    table.add_column(columns[0])
+    table.add_column(columns[1], justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def _print_summary(result: dict, trace: Path | None) -> None:
     con = stdout()
     con.print(f"halted after [bold]{result['cycles']:,}[/] cycles, {result['instructions']:,} instructions "
               f"({result['seconds_at_core_clock'] * 1e6:.1f} us at {result['core_mhz']:g} MHz)")
-    table = Table(title="unit utilisation")
-    table.add_column("unit")
-    table.add_column("busy", justify="right")
-    for unit, u in result["utilisation"].items():
-        table.add_row(unit, f"{100 * u:.1f}%")
-    con.print(table)
-    counters = Table(title="counters")
-    counters.add_column("counter")
-    counters.add_column("value", justify="right")
-    for k, v in result["counters"].items():
-        counters.add_row(k, f"{v:,}")
-    con.print(counters)
+    con.print(_table("unit utilisation", ("unit", "busy"), ((u, f"{100 * x:.1f}%") for u, x in result["utilisation"].items())))
+    con.print(_table("counters", ("counter", "value"), ((k, f"{v:,}") for k, v in result["counters"].items())))
     for d in result["dumps"]:
         if d["kind"] == "regs":
             con.print("registers: " + "  ".join(f"r{i}=0x{v:08x}" for i, v in enumerate(d["values"])))
