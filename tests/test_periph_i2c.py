@@ -104,6 +104,17 @@ def test_lm73_id_temperature_and_resolution():
     raw = int.from_bytes(m.read(LM73_ADDR, 0x00, 2), "big", signed=True)
     assert abs(raw / 128 - rec.thermal.board_c) < 0.03125
     assert m.read(LM73_ADDR, 0x04, 1)[0] & 0x61 == 0x61       # RES kept, DAV set
+    # power-down keeps the last conversion while the board warms
+    m.start()
+    assert m.write_byte(LM73_ADDR << 1) and m.write_byte(0x01) and m.write_byte(0xC0)
+    m.stop()
+    frozen = m.read(LM73_ADDR, 0x00, 2)
+    rec.thermal.tick(600, FULL)
+    assert m.read(LM73_ADDR, 0x00, 2) == frozen
+    m.start()
+    assert m.write_byte(LM73_ADDR << 1) and m.write_byte(0x01) and m.write_byte(0x40)
+    m.stop()
+    assert int.from_bytes(m.read(LM73_ADDR, 0x00, 2), "big") > int.from_bytes(frozen, "big")
     # an undefined pointer is NACKed
     with pytest.raises(I2cNack, match="command 0x05"):
         m.read(LM73_ADDR, 0x05, 1)

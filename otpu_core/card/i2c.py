@@ -151,11 +151,9 @@ class Lm73(Register16Device):
     def resolution(self, st: dict) -> float: return self.RESOLUTIONS[(st["ctrl"] >> 5) & 3]
 
     def temp_raw(self, st: dict) -> int:
-        if st["config"] & self.CFG_PD and st["held"] is not None:
-            return st["held"]
-        raw = lm73_raw(self.bus.thermal.board_c, self.resolution(st))
-        st["held"] = raw
-        return raw
+        if st["config"] & self.CFG_PD:
+            return st["held"]                     # shut down: the last conversion stays
+        return lm73_raw(self.bus.thermal.board_c, self.resolution(st))
 
     def update_alert(self, st: dict) -> None:
         t = _s16(self.temp_raw(st))
@@ -185,6 +183,8 @@ class Lm73(Register16Device):
         if ptr == self.CONFIG:
             if value & self.CFG_ALRT_RST:
                 st["alert"] = False
+            if value & self.CFG_PD and not st["config"] & self.CFG_PD:
+                st["held"] = self.temp_raw(st)
             st["config"] = (value & ~self.CFG_ALRT_RST & 0xFF) | 0x40
         elif ptr in (self.THIGH, self.TLOW):
             st["thigh" if ptr == self.THIGH else "tlow"] = value & 0xFFE0
