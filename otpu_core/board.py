@@ -26,7 +26,7 @@ from . import target as target_mod
 from .card import regs
 from .card.runstate import update_status
 from .errors import DeviceError, UsageError
-from .transport import DMA_CHUNK, Transport, as_bytes, placed
+from .transport import DMA_CHUNK, DMA_PLACE, Transport, as_bytes, buffer_address, placed
 
 PIPE = 2 * DMA_CHUNK          # logical bytes per pipelined piece of a large transfer
 WR_SETTLE = 2e-3
@@ -96,6 +96,7 @@ class Board:
         self._run_t0 = 0.0
         self._trace_keep: str | None = None
         self._args: list[int] | None = None
+        self._pipe: list[tuple[np.ndarray, np.ndarray]] | None = None
         try:
             self.info = self.identify()
             if check:
@@ -248,8 +249,7 @@ class Board:
 
     def _pipelined_write(self, lo: int, src: np.ndarray) -> None:
         """De-interleave piece i+1 on this thread while a worker DMAs piece i."""
-        half = PIPE // 2
-        bufs = [(placed(half, regs.axi_address(0, lo // 2)), placed(half, regs.axi_address(1, lo // 2))) for _ in range(2)]
+        bufs = self._pipe_buffers(lo)
         with ThreadPoolExecutor(1, thread_name_prefix="otpu-dma") as pool:
             pending = None
             for i, pos in enumerate(range(0, src.size, PIPE)):
@@ -260,6 +260,18 @@ class Board:
                 off = (lo + pos) // 2
                 pending = pool.submit(self._write_pair, off, a, b)
             pending.result()
+
+    def _pipe_buffers(self, lo: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Two pairs of per-channel buffers placed for the channel offsets of a transfer at `lo`,
+        kept between transfers (fresh pages would cost a fault each)."""
+        half = PIPE // 2
+        if self._pipe is None:
+            self._pipe = [(placed(half + 4096, 0), placed(half + 4096, 0)) for _ in range(2)]
+        views = []
+        for pair in self._pipe:
+            views.append(tuple(buf[s:s + half] for ch, buf in enumerate(pair)
+                               for s in [(regs.axi_address(ch, lo // 2) + DMA_PLACE - buffer_address(buf)) % 4096]))
+        return views
 
     def _write_pair(self, off: int, a: np.ndarray, b: np.ndarray) -> None:
         self.t.mem_write(0, off, a)
@@ -281,8 +293,7 @@ class Board:
 
     def _pipelined_read(self, lo: int, out: np.ndarray) -> None:
         """A worker reads piece i+1 while this thread interleaves piece i."""
-        half = PIPE // 2
-        bufs = [(placed(half, regs.axi_address(0, lo // 2)), placed(half, regs.axi_address(1, lo // 2))) for _ in range(2)]
+        bufs = self._pipe_buffers(lo)
         starts = list(range(0, out.size, PIPE))
 
         def fetch(i: int):

@@ -309,30 +309,39 @@ def _check_chunks(addr: int, n: int) -> None:
         raise ValueError(f"split/join need 128-byte chunk alignment (address 0x{addr:x}, {n} bytes)")
 
 
+def _rows(buf, n: int) -> np.ndarray:
+    """A byte buffer as n rows of eight 64-bit words (one beat each), for vectorised selects."""
+    raw = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf.reshape(-1).view(np.uint8)
+    return raw[:n * BEAT].view(np.uint64).reshape(n, BEAT // 8)
+
+
+def _shuffle(addr: int, first: np.ndarray, second: np.ndarray, to_first: np.ndarray, to_second: np.ndarray,
+             chash: bool) -> None:
+    """to_first = first and to_second = second, swapped on the chunks whose parity is odd (CHASH)."""
+    np.copyto(to_first, first)
+    np.copyto(to_second, second)
+    if chash:
+        odd = chunk_parity(np.arange(addr // CHUNK, addr // CHUNK + first.shape[0], dtype=np.uint64))[:, None]
+        np.copyto(to_first, second, where=odd)
+        np.copyto(to_second, first, where=odd)
+
+
 def split(addr: int, data, chash: bool, out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Logical bytes at a chunk-aligned address -> the two channels' runs, both at channel offset addr // 2."""
-    raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).reshape(-1)
+    raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
     _check_chunks(addr, raw.size)
     n = raw.size // CHUNK
-    beats = raw.reshape(n, 2, BEAT)
     ch0, ch1 = out if out is not None else (np.empty(n * BEAT, np.uint8), np.empty(n * BEAT, np.uint8))
-    a, b = ch0[:n * BEAT].reshape(n, BEAT), ch1[:n * BEAT].reshape(n, BEAT)
-    a[:], b[:] = beats[:, 0], beats[:, 1]
-    if chash:
-        swap = chunk_parity(np.arange(addr // CHUNK, addr // CHUNK + n, dtype=np.uint64))
-        a[swap], b[swap] = beats[swap, 1], beats[swap, 0]
+    beats = raw.view(np.uint64).reshape(n, 2, BEAT // 8)
+    _shuffle(addr, beats[:, 0], beats[:, 1], _rows(ch0, n), _rows(ch1, n), chash)
     return ch0[:n * BEAT], ch1[:n * BEAT]
 
 
 def join(addr: int, ch0, ch1, chash: bool, out: np.ndarray | None = None) -> np.ndarray:
     """Inverse of split: the channels' runs at channel offset addr // 2 -> logical bytes."""
-    a = np.frombuffer(ch0, dtype=np.uint8) if not isinstance(ch0, np.ndarray) else ch0
-    b = np.frombuffer(ch1, dtype=np.uint8) if not isinstance(ch1, np.ndarray) else ch1
-    _check_chunks(addr, 2 * a.size)
-    n = a.size // BEAT
-    res = out.reshape(n, 2, BEAT) if out is not None else np.empty((n, 2, BEAT), dtype=np.uint8)
-    res[:, 0], res[:, 1] = a.reshape(n, BEAT), b.reshape(n, BEAT)
-    if chash:
-        swap = chunk_parity(np.arange(addr // CHUNK, addr // CHUNK + n, dtype=np.uint64))
-        res[swap, 0], res[swap, 1] = b.reshape(n, BEAT)[swap], a.reshape(n, BEAT)[swap]
-    return res.reshape(-1)
+    n = (ch0.size if isinstance(ch0, np.ndarray) else len(ch0)) // BEAT
+    _check_chunks(addr, 2 * n * BEAT)
+    res = out.reshape(-1)[:2 * n * BEAT] if out is not None else np.empty(2 * n * BEAT, np.uint8)
+    beats = res.view(np.uint64).reshape(n, 2, BEAT // 8)
+    _shuffle(addr, _rows(ch0, n), _rows(ch1, n), beats[:, 0], beats[:, 1], chash)
+    return res

@@ -24,6 +24,7 @@ import mmap
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 import numpy as np
@@ -81,6 +82,7 @@ class Transport:
         self.trace_bar = os.environ.get("OTPU_TRACE_BAR") == "1"
         self.dma: DmaLock = dma_lock(self.devname, lock_dir)
         self._staging: np.ndarray | None = None
+        self._read_stages: tuple[np.ndarray, np.ndarray] | None = None
         self.stats = {"h2c_calls": 0, "c2h_calls": 0, "bounced": 0}
 
     # -- subclass interface ----------------------------------------------------------------------
@@ -194,12 +196,14 @@ class Transport:
                     piece = self._stage(piece, axi)
                 self._dma_write_call(axi, piece)
 
-    def _stage(self, piece: np.ndarray, axi: int) -> np.ndarray:
+    def _stage(self, piece: np.ndarray, axi: int, copy: bool = True) -> np.ndarray:
+        """The staging buffer, placed for `axi`, sized like `piece` (holding a copy of it for a write)."""
         if self._staging is None:
             self._staging = placed(DMA_CHUNK + 8192, 0)
         start = (axi + DMA_PLACE - buffer_address(self._staging)) % 4096
         out = self._staging[start:start + piece.size]
-        out[:] = piece
+        if copy:
+            out[:] = piece
         self.stats["bounced"] += 1
         return out
 
@@ -212,17 +216,43 @@ class Transport:
         dst = as_bytes(out)
         if dst.size < n:
             raise UsageError(f"read buffer holds {dst.size} bytes, {n} asked")
+        if n > DMA_CHUNK and not read_placed(buffer_address(dst), axi0):
+            self._bounced_read(axi0, dst[:n])
+            return dst[:n]
         for pos in range(0, n, DMA_CHUNK):
-            piece = dst[pos:pos + DMA_CHUNK][:n - pos]
+            piece = dst[pos:pos + DMA_CHUNK]
             axi = axi0 + pos
             with self.dma:
                 if piece.size >= READ_BOUNCE_MIN and not read_placed(buffer_address(piece), axi):
-                    stage = self._stage(piece, axi)
+                    stage = self._stage(piece, axi, copy=False)
                     self._dma_read_call(axi, stage)
                     piece[:] = stage
                 else:
                     self._dma_read_call(axi, piece)
         return dst[:n]
+
+    def _bounced_read(self, axi0: int, dst: np.ndarray) -> None:
+        """A large read into a badly placed buffer: DMA chunk i into one staging buffer while a
+        worker copies chunk i-1 out of the other (the copy touches no device, so it runs outside
+        the DMA lock)."""
+        if self._read_stages is None:
+            self._read_stages = (placed(DMA_CHUNK + 8192, 0), placed(DMA_CHUNK + 8192, 0))
+        with ThreadPoolExecutor(1, thread_name_prefix="otpu-bounce") as pool:
+            pending = None
+            for i, pos in enumerate(range(0, dst.size, DMA_CHUNK)):
+                piece = dst[pos:pos + DMA_CHUNK]
+                axi = axi0 + pos
+                buf = self._read_stages[i % 2]
+                start = (axi + DMA_PLACE - buffer_address(buf)) % 4096
+                stage = buf[start:start + piece.size]
+                with self.dma:
+                    self._dma_read_call(axi, stage)
+                self.stats["bounced"] += 1
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(np.copyto, piece, stage)
+            if pending is not None:
+                pending.result()
 
     def _dma_write_call(self, axi: int, buf: np.ndarray) -> None:
         self.stats["h2c_calls"] += 1
@@ -249,7 +279,7 @@ class Transport:
     # -- lifetime ---------------------------------------------------------------------------------
     def close(self) -> None:
         self._close()
-        self._staging = None
+        self._staging = self._read_stages = None
 
     def __enter__(self) -> "Transport": return self
 
