@@ -61,11 +61,13 @@ class Work:
     macs: int = 0                    # MXU chunk steps (MXU_MAC)
     deny: int = 0                    # TMEM bank-conflict cycles (TMEM_DENY)
     barrier: bool = False            # BAR: waits for every older instruction
-    all_dram: bool = False           # WAITW: reads (and is treated as writing) all of DRAM
     late_writes: bool = False        # MM: TMEM write conflicts delay only the write-back
 
     @property
     def dram_bytes(self) -> int: return self.b_rd + self.b_wr + self.a_rd + self.sw_wr
+
+
+ALL_DRAM = (DRAM, 0, 1 << 64)        # WAITW's footprint: all of DRAM, read and treated as written
 
 
 @dataclass(slots=True)
@@ -74,30 +76,26 @@ class _Flight:
     slot: int
     reads: tuple
     writes: tuple
-    all_dram: bool
 
 
 def _overlap(a: tuple, b: tuple) -> bool:
     for sa, lo, hi in a:
         for sb, lo2, hi2 in b:
-            if sa == sb and lo < hi2 and lo2 < hi:
+            if lo < hi2 and lo2 < hi and sa == sb:
                 return True
     return False
 
 
-def _touches_dram(ranges: tuple) -> bool:
-    return any(s == DRAM for s, _, _ in ranges)
+def _conflict(reads: tuple, writes: tuple, f: _Flight) -> bool:
+    """RAW, WAR or WAW between a new instruction's ranges and an older in-flight one's."""
+    return _overlap(reads, f.writes) or _overlap(writes, f.writes) or _overlap(writes, f.reads)
 
 
-def _conflict(w: Work, f: _Flight, spaces=None) -> bool:
-    """RAW, WAR or WAW between a new instruction and an older in-flight one (optionally within `spaces`)."""
-    def keep(r):
-        return r if spaces is None else tuple(x for x in r if x[0] in spaces)
-    wr, wd, fr, fd = keep(w.reads), keep(w.writes), keep(f.reads), keep(f.writes)
-    if (w.all_dram and (spaces is None or DRAM in spaces) and (_touches_dram(f.reads) or _touches_dram(f.writes) or f.all_dram)) \
-            or (f.all_dram and (spaces is None or DRAM in spaces) and (_touches_dram(w.reads) or _touches_dram(w.writes))):
-        return True
-    return _overlap(wr, fd) or _overlap(wd, fr) or _overlap(wd, fd)
+def _gating(work: Work) -> tuple[tuple, tuple]:
+    """The ranges whose conflicts hold back an instruction's start (an MM's TMEM ones do not)."""
+    if not work.late_writes:
+        return work.reads, work.writes
+    return (tuple(r for r in work.reads if r[0] != TMEM), tuple(r for r in work.writes if r[0] != TMEM))
 
 
 @dataclass
@@ -123,13 +121,15 @@ class SliceClock:
         self.counters = dict.fromkeys(RUN_COUNTERS + FREE_COUNTERS, 0)
 
     def retire(self, now: int) -> None:
-        keep = []
-        for f in self.inflight:
-            if f.end <= now:
-                heapq.heappush(self.free_slots, f.slot)
-            else:
-                keep.append(f)
-        self.inflight = keep
+        """Free the slots of instructions complete by `now`."""
+        if self.inflight and min(f.end for f in self.inflight) <= now:
+            keep = []
+            for f in self.inflight:
+                if f.end <= now:
+                    heapq.heappush(self.free_slots, f.slot)
+                else:
+                    keep.append(f)
+            self.inflight = keep
 
 
 class TimingModel:
@@ -159,8 +159,9 @@ class TimingModel:
         if not sc.free_slots:
             d = max(d, min(f.end for f in sc.inflight))
         ready = d + DISPATCH_CYCLES
+        reads, writes = _gating(work)
         for f in sc.inflight:
-            if f.end > ready and (work.barrier or _conflict(work, f, (DRAM, ACT) if work.late_writes else None)):
+            if f.end > ready and (work.barrier or _conflict(reads, writes, f)):
                 ready = f.end
         return max(ready, sc.unit_free[work.unit]) if work.unit is not None else ready
 
@@ -184,12 +185,13 @@ class TimingModel:
         sc.next_dispatch = d + 1
         ready = d + DISPATCH_CYCLES
         write_ready = ready
+        reads, writes = _gating(work)
         for f in sc.inflight:
             if f.end <= ready:
                 continue
-            if work.barrier or _conflict(work, f, (DRAM, ACT) if work.late_writes else None):
+            if work.barrier or _conflict(reads, writes, f):
                 ready = f.end
-            elif work.late_writes and _conflict(work, f):
+            elif work.late_writes and _conflict(work.reads, work.writes, f):
                 write_ready = max(write_ready, f.end)
         start = max(ready, sc.unit_free[work.unit], not_before)
         nbytes = work.dram_bytes
@@ -204,7 +206,7 @@ class TimingModel:
         release = busy_end
         end = max(busy_end, write_ready) + work.latency
         sc.unit_free[work.unit] = end
-        sc.inflight.append(_Flight(end, slot, work.reads, work.writes, work.all_dram))
+        sc.inflight.append(_Flight(end, slot, work.reads, work.writes))
         starve = max(0, stream_end - (start + work.compute)) if work.unit == MXU else 0
         # counters
         c[BUSY_OF[work.unit]] += end - start

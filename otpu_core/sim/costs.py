@@ -9,7 +9,7 @@ from __future__ import annotations
 from .. import formats, isa
 from ..isa import BMode, Instr, Op, VFunc
 from ..target import Config, Uarch
-from ..timing import ACT, COLL, DMA, DRAM, MXU, QNT, TMEM, VPU, Work
+from ..timing import ACT, ALL_DRAM, COLL, DMA, DRAM, MXU, QNT, TMEM, VPU, Work
 
 VPU_LATENCY = 4          # VPU pipeline: operand read, op, round, write
 REDUCE_LATENCY = 8       # the 64-partial fold after the last element
@@ -56,7 +56,7 @@ def work_of(ins: Instr, w: list[int], cfg: Config, ua: Uarch, polls: int = 0, sh
         return Work(DMA, _cdiv(n, lanes), reads=((TMEM, w[2], w[2] + n),), writes=((DRAM, w[1], w[1] + 4 * n),),
                     b_wr=4 * n)
     if op == Op.WAITW:
-        return Work(DMA, polls * max(f["interval"], 1), writes=((TMEM, w[2], w[2] + 1),), all_dram=True,
+        return Work(DMA, polls * max(f["interval"], 1), reads=(ALL_DRAM,), writes=(ALL_DRAM, (TMEM, w[2], w[2] + 1)),
                     b_rd=64 * (polls + 1))
     if op == Op.MM:
         return _mm(ins, w, cfg, ua)
