@@ -124,3 +124,25 @@ def test_address_alias_segments_and_indices_agree_with_per_byte_mapping():
     assert sum(p[2] for p in pieces) == n
     assert F.alias_segments(fs, 1, addr, n) == [(0, addr, n)] and F.alias_indices(fs, 1, addr, n) is None
     assert F.alias_address(fs, 0, 0x2C0) == 0x080
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+def _fault_strategy():
+    def one(kind):
+        spec = F.KINDS[kind]
+        keys = {k: (st.integers(int(v.lo), int(v.hi)) if v.typ is int
+                    else st.floats(v.lo, v.hi, allow_nan=False).map(lambda x: round(x, 3)))
+                for k, v in spec.keys.items()}
+        return st.fixed_dictionaries(keys).map(lambda p: F.Fault(kind, p))
+    return st.sampled_from(sorted(F.KINDS)).flatmap(one)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_fault_strategy(), max_size=6, unique_by=str))
+def test_any_fault_set_round_trips_through_its_spec(faults):
+    fs = F.FaultSet(faults)
+    again = F.parse(str(fs))
+    assert again == fs and str(again) == str(fs)
+    assert [f.params for f in again] == [dict(f.params) for f in faults]

@@ -254,3 +254,23 @@ def test_recover_frees_a_bus_left_mid_read():
         m.start()
     assert m.recover()
     assert m.read(INA226_ADDR, 0xFF, 2) == b"\x22\x60"
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from otpu_core.card.i2c import linear11 as encode_linear11, lm73_raw  # noqa: E402
+
+
+@given(st.floats(-1000.0, 1000.0, allow_nan=False))
+def test_linear11_keeps_ten_bits_of_any_reading(value):
+    word = encode_linear11(value)
+    assert 0 <= word <= 0xFFFF
+    got = linear11(word)
+    assert abs(got - value) <= max(abs(value) * 2.0 ** -10, 2.0 ** -17)
+
+
+@given(st.floats(-55.0, 150.0, allow_nan=False), st.sampled_from([0.25, 0.125, 0.0625, 0.03125]))
+def test_lm73_word_truncates_to_the_resolution(celsius, res):
+    raw = lm73_raw(celsius, res)
+    signed = raw - 0x10000 if raw & 0x8000 else raw
+    assert 0 <= celsius - signed / 128 < res + 1e-12       # two's complement truncation: towards -inf

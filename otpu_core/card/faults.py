@@ -80,7 +80,8 @@ class Fault:
     def __str__(self) -> str:
         if not self.params:
             return self.kind
-        return self.kind + ":" + ",".join(f"{k}={_fmt(v)}" for k, v in self.params.items())
+        order = KINDS[self.kind].keys if self.kind in KINDS else self.params
+        return self.kind + ":" + ",".join(f"{k}={_fmt(self.params[k])}" for k in order if k in self.params)
 
     def __hash__(self) -> int: return hash(str(self))
 
@@ -89,7 +90,10 @@ class Fault:
 
 
 def _fmt(value: int | float) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
 
 
 class FaultSet:
