@@ -4,6 +4,7 @@ int64, one RNE rounding done in pure Python integers), plus float64 matmuls of t
 weights for max-abs and cosine."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 from test_fp32_basic import exact_i2f, model, tree_model
 
 from otpu_core import formats as Fm
@@ -198,3 +199,19 @@ def test_weight_cache_hits_invalidates_and_evicts():
     cache.get(("dram", 4096, 1), WF_INT8, D, 4, p.rows, p.scales, False)
     assert len(cache) == 2 and cache.bytes <= cache.max_bytes                  # oldest evicted
     assert cache.get(("dram", 0, 1), WF_INT8, D, 4, p.rows, p.scales, False) is not first
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2 ** 32 - 1), st.sampled_from([WF_INT8, WF_INT4, WF_E2M1, WF_INT8X, WF_FP4X6]),
+       st.integers(1, 9), st.integers(1, 6), st.integers(1, 3), st.booleans())
+def test_any_shape_and_format_matches_its_model(seed, wf, kb, n, m, pair):
+    rng = np.random.default_rng(seed)
+    scale = np.exp2(rng.integers(-30, 30, (n, 1)))                        # rows of any magnitude
+    dec = Fm.quantize((rng.normal(size=(n, kb * D)) * scale).astype(np.float32), wf, D).decode()
+    seed_format = wf in (WF_INT8X, WF_FP4X6)
+    rows = 2 * m if pair else m
+    q, s = activations(rng, rows, kb, row_mode=seed_format)
+    if pair and seed_format:
+        s[m:] = s[:m]                                                       # DUP copies the scales
+    want = seed_model(q, s, dec, pair)[1] if seed_format else public_model(q, s, dec, pair)
+    np.testing.assert_array_equal(mxu.mm(q, s, dec, pair=pair), want)
