@@ -254,7 +254,8 @@ class Tile:
     def __rsub__(self, o): return vector.binary("sub", o, self)
 
     def __mul__(self, o):
-        return vector.binary("mul", self, o, a_unnamed=sys.getrefcount(self) <= vector.OPERATOR_TEMP_REFS)
+        unnamed = sys.getrefcount(self) <= vector.OPERATOR_TEMP_REFS   # before self is passed on
+        return vector.binary("mul", self, o, a_unnamed=unnamed)
 
     def __rmul__(self, o): return vector.binary("mul", o, self)
 
@@ -272,7 +273,8 @@ class Tile:
 
     def set(self, value) -> "Tile":
         """Write `value` (a tile, a broadcast or a number) into this tile in place."""
-        return vector.assign(self, value, unnamed=sys.getrefcount(value) <= vector.ARG_TEMP_REFS)
+        unnamed = sys.getrefcount(value) <= vector.ARG_TEMP_REFS
+        return vector.assign(self, value, unnamed=unnamed)
 
 
 @dataclass(eq=False)
@@ -326,6 +328,7 @@ class Stationary:
     chunks: list
     dup: bool = False
     owner: object = None      # keeps the ACT RAM blocks alive while any view lives
+    row: bool = False         # one scale per row (QACT ROW), as the seed weight formats need
 
     @property
     def K(self) -> int: return self.KB * self.D
@@ -345,7 +348,7 @@ class Stationary:
                 if lo < hi:
                     qr.append(QRange(lo - kb0, q.ab + lo - q.kb0, hi - lo, q.token))
             chunks.append(Chunk(ch.r0, ch.rows, qr))
-        return Stationary(self.M, kb, self.D, chunks, self.dup, self.owner or self)
+        return Stationary(self.M, kb, self.D, chunks, self.dup, self.owner or self, self.row)
 
 
 from . import vector  # noqa: E402  (operators above dispatch to the VOP lowering)

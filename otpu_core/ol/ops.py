@@ -11,7 +11,7 @@ import builtins
 import sys
 from dataclasses import dataclass
 
-from ..isa import BMode, VFunc, WF_4BIT
+from ..isa import BMode, VFunc, WF_4BIT, WF_SEED
 from . import peephole, vector
 from .affine import Affine, DevVar, RunVar
 from .builder import current
@@ -148,7 +148,7 @@ def quantize(x: Tile, *, row: bool = False, cscale: Tile | None = None, rscale: 
                      "row": row, "cscale": cs is not None, "rscale": rs is not None, "dup": False},
                     reads, [Access(ACT, Affine(ab), kb)]))
         chunks.append(Chunk(r0, rows, [QRange(0, ab, kb, token)]))
-    return Stationary(src.rows, kb, cfg.D, chunks, owner=hold)
+    return Stationary(src.rows, kb, cfg.D, chunks, owner=hold, row=row)
 
 
 def _check_held(a: Stationary) -> None:
@@ -169,10 +169,15 @@ def dot(a, w: QTensor, *, out: Tile | None = None, acc: Tile | None = None, rowm
     """
     b = current()
     cfg = b.cfg
+    if not isinstance(w, QTensor):
+        raise CompileError("dot needs a QTensor weight")
     if isinstance(a, Tile):
-        a = quantize(a)
-    if not isinstance(a, Stationary) or not isinstance(w, QTensor):
-        raise CompileError("dot needs a quantized activation (or a tile) and a QTensor weight")
+        a = quantize(a, row=w.wf in WF_SEED)
+    if not isinstance(a, Stationary):
+        raise CompileError("dot needs a quantized activation (or a tile)")
+    if w.wf in WF_SEED and not a.row:
+        raise CompileError("the seed weight formats (int8x, fp4x6) need activations quantized with one scale "
+                           "per row: quantize(x, row=True)")
     if w.kb != a.KB:
         raise CompileError(f"shape mismatch in dot: activation of shape {a.shape} and weight of shape {w.shape}")
     _check_held(a)

@@ -53,17 +53,17 @@ def quantize_scales(x: Tile):
         return None
     if not fusion.b.is_static():
         return None              # QACT's cscale field is absolute: no register can be added
-    src = fusion.a_tile()
-    if src is None:
-        return None
-    rscale = None
-    inner, inner_f = _fresh(src)
-    if (fusion.a_unnamed and inner is not None and inner_f.op == "mul" and inner_f.bmode == BMode.ROW
-            and inner_f.brs == 1 and inner_f.b.is_static() and inner_f.a_tile() is not None):
+    src, rscale = fusion.a_tile(), None
+    inner, inner_f = fusion.a_node, fusion.a_fusion
+    if (inner is not None and inner_f is not None and not inner.dead and inner.op == "VOP"
+            and inner_f.op == "mul" and inner_f.bmode == BMode.ROW and inner_f.brs == 1
+            and inner_f.b.is_static() and inner_f.a_tile() is not None):
         rscale = inner_f.b.const
         inner.dead = True
         src = inner_f.a_tile()
         b.savings.add("quantize_rscale", 1, 2 * x.rows * x.cols)
+    if src is None:
+        return None
     node.dead = True
     b.savings.add("quantize_cscale", 1, 2 * x.rows * x.cols)
     return src, fusion.b.const, rscale

@@ -52,7 +52,10 @@ class Fusion:
     brs: int = 0
     b_access: Access | None = None
     imm: int = 0
-    a_unnamed: bool = False     # the A operand was itself an unnamed temporary
+    # when the A operand was itself an unnamed temporary: the VOP that made it and its record
+    # (kept here because that temporary dies as soon as this result exists)
+    a_node: object = None
+    a_fusion: "Fusion | None" = None
 
     def a_tile(self) -> Tile | None:
         return self.a() if self.a is not None else None
@@ -167,7 +170,8 @@ def binary(op: str, x, y, out: Tile | None = None, *, where: str | None = None, 
         x, y, op = y, x, _SWAPPED[op]
     func = VFunc.RSUB if op == "rsub" else _FUNCS[op]
     bmode, b, brs, imm, b_acc = _operand(x, y, what)
-    fusion = Fusion(op, weakref.ref(x), bmode, None if b is None else Affine.of(b), brs, b_acc, imm, a_unnamed)
+    fusion = Fusion(op, weakref.ref(x), bmode, None if b is None else Affine.of(b), brs, b_acc, imm,
+                    x.producer if a_unnamed else None, x.fusion if a_unnamed else None)
     return _elementwise(func, x, out, b=b, brs=brs, bmode=bmode, imm=imm, b_access=b_acc, fusion=fusion)
 
 
