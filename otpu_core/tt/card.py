@@ -24,7 +24,7 @@ from .coords import TileMap
 from .device import BlackholeDevice, DeviceGone
 from .faults import Fault
 from .kmd import KmdDevice, present_minors
-from .noc import Noc
+from .noc import LinkLost, Noc, NocHung
 from .simdev import SimDevice
 
 RESET_LOCK_INDEX = 63        # LOCK_CTL index for "a tool is resetting this card" (0-15 are ETH by convention)
@@ -75,12 +75,24 @@ class Card:
             raise DeviceError(f"{self.spec} is {self.info.vendor_id:04x}:{self.info.device_id:04x}, not a Blackhole "
                               f"({K.PCI_VENDOR:04x}:{K.PCI_DEVICE_BH:04x})")
         # ARC and PCIe only until telemetry says more (or the map this card had before a reset).
-        self.noc = Noc(self.dev, getattr(self, "tiles", None) or TileMap(0, 0))
-        arc.wait_ready(self.noc, self.ready_timeout)
-        self.telemetry = Telemetry(self.noc)
-        self.tiles = TileMap.from_telemetry(self.telemetry.read())
-        self.noc.tiles = self.tiles
+        self.tiles: TileMap | None = getattr(self, "tiles", None)
+        self.noc = Noc(self.dev, self.tiles or TileMap(0, 0))
         self._queue: ArcQueue | None = None
+        self.broken: DeviceError | None = None
+        try:
+            arc.wait_ready(self.noc, self.ready_timeout)
+            self.telemetry = Telemetry(self.noc)
+            self.tiles = TileMap.from_telemetry(self.telemetry.read())
+        except (NocHung, LinkLost) as e:
+            # Still open, so the chip-wide rungs of recovery (which need no NoC) can run.
+            self.broken = e
+            return
+        self.noc.tiles = self.tiles
+
+    def require(self) -> None:
+        """Raise the reason this card cannot be used over the NoC, if there is one."""
+        if self.broken is not None:
+            raise self.broken
 
     @property
     def arc(self) -> ArcQueue:

@@ -51,6 +51,8 @@ def check_driver(ctx: CheckContext) -> Result:
 
 def check_telemetry(ctx: CheckContext) -> Result:
     card = card_of(ctx)
+    if card.broken is not None:
+        return Result(Status.FAIL, card.broken.message, hint=card.broken.hint)
     first = card.telemetry.read()
     period = first.get(K.TAGS["UPDATE_TELEM_SPEED"], 100) / 1000
     time.sleep(min(1.0, 1.5 * period))

@@ -39,11 +39,17 @@ def fault_option():
 
 
 @contextmanager
-def opened(dev: str | None, fault: str | None = None):
-    """An open card; errors of the OS or driver reach the user as DeviceError, never as a traceback."""
+def opened(dev: str | None, fault: str | None = None, need_noc: bool = True):
+    """An open card; errors of the OS or driver reach the user as DeviceError, never as a traceback.
+
+    With `need_noc`, a card whose NoC is hung or whose link is gone is an error (exit 3, with the
+    hint to recover); recovery itself opens without it.
+    """
     card = None
     try:
         card = Card(dev, tt_faults.parse(fault))
+        if need_noc:
+            card.require()
         yield card
     except OSError as e:
         raise DeviceError(f"{dev or 'tt'}: {e.strerror or e}", hint="`otpu-tt list` shows the cards present") from None
@@ -161,9 +167,9 @@ def recover_cmd(xy: str = typer.Argument(None, metavar="[X,Y]", help="The core t
                 json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     if (xy is None) == (not all_cores):
         raise UsageError("name one core X,Y or --all")
-    with opened(dev, fault) as card:
+    with opened(dev, fault, need_noc=False) as card:
         xys = None if all_cores else [parse_xy(xy)]
-        if xys:
+        if xys and card.tiles is not None:
             card.tiles.tile("tensix", *xys[0])      # refuse a coordinate that is not a live Tensix
         say = (lambda s: None) if json_out else (lambda s: stdout().print(f"[dim]{s}[/]"))
         report = Ladder(card, max_rung=max_rung, yes=yes, settle=settle, say=say).run(xys)

@@ -24,8 +24,11 @@ from otpu_core.tt import consts as K
 from otpu_core.tt import layout as L
 from otpu_core.tt.arc import ArcError
 from otpu_core.tt.card import Card
-from otpu_core.tt.coords import Tile
+from otpu_core.tt.coords import TENSIX, Tile
+from otpu_core.tt.noc import LinkLost
 from otpu_core.tt.probe import CoreState, probe_many
+
+CARD = Tile("card", 0, 0, (-1, -1))     # the whole card, when the NoC cannot tell cores apart
 
 
 @dataclass(frozen=True)
@@ -87,15 +90,21 @@ class Ladder:
         self.card, self.max_rung, self.yes, self.settle = card, max_rung, yes, settle
         self.interval, self.stop_timeout, self.say = interval, stop_timeout, say
 
-    def _probe(self, xys: list[tuple[int, int]]) -> list[CoreState]:
-        tiles = [self.card.tiles.tile("tensix", x, y) for x, y in xys]
-        return probe_many(self.card.noc, tiles, self.interval)
+    def _probe(self, xys: list[tuple[int, int]] | None) -> list[CoreState]:
+        """Probe the cores at `xys`, or every live Tensix when None."""
+        card = self.card
+        if card.broken is not None:
+            # Without the NoC there is no telemetry: the whole card is one bad target.
+            state = "link lost" if isinstance(card.broken, LinkLost) else "chip hung"
+            targets = xys if xys is not None else ([(t.x, t.y) for t in card.tiles.tensix] if card.tiles else [])
+            tiles = [Tile(TENSIX, x, y, (-1, -1)) for x, y in targets] or [CARD]
+            return [CoreState(t, state, card.broken.message) for t in tiles]
+        tiles = card.tiles.tensix if xys is None else [card.tiles.tile(TENSIX, x, y) for x, y in xys]
+        return probe_many(card.noc, tiles, self.interval)
 
     def run(self, xys: list[tuple[int, int]] | None = None) -> Report:
         """Recover the cores at `xys` (translated), or every live Tensix when None."""
         everyone = xys is None
-        if everyone:
-            xys = [(t.x, t.y) for t in self.card.tiles.tensix]
         report = Report(before=self._probe(xys))
         bad = [s for s in report.before if not s.healthy]
         report.after = list(report.before)
@@ -107,14 +116,19 @@ class Ladder:
             if rung.needs_yes and not self.yes:
                 report.needs_yes = [r for r in RUNGS if rung.number <= r.number <= self.max_rung]
                 break
-            targets = [f"{s.tile.x},{s.tile.y}" for s in bad]
+            targets = [_name(s.tile) for s in bad]
             self.say(f"rung {rung.number} ({rung.name}) on {', '.join(targets) if len(targets) < 6 else f'{len(targets)} cores'}")
             t0 = time.monotonic()
             result = self._apply(rung, bad)
-            after = self._probe([(s.tile.x, s.tile.y) for s in bad]) if result is None else bad
+            if result is not None:
+                still = bad
+            elif everyone and (rung.chip_wide or self.card.broken is not None):
+                still = [s for s in self._probe(None) if not s.healthy]
+            else:
+                still = [s for s in self._probe([(s.tile.x, s.tile.y) for s in bad]) if not s.healthy]
             seconds = time.monotonic() - t0
-            fixed = [f"{s.tile.x},{s.tile.y}" for s in after if s.healthy]
-            still = [s for s in after if not s.healthy]
+            left = {_name(s.tile) for s in still}
+            fixed = [t for t in targets if t not in left and t != _name(CARD)]
             if result is None:
                 result = "fixed" if not still else f"still bad: {_states(still)}"
             report.steps.append(Step(rung.number, rung.name, targets, result, seconds, fixed))
@@ -122,8 +136,7 @@ class Ladder:
             if not bad:
                 report.fixed_at = rung.number
                 break
-        final = {(s.tile.x, s.tile.y): s for s in (self._probe(xys) if not self._dead(bad) else bad)}
-        report.after = [final.get((s.tile.x, s.tile.y), s) for s in report.before]
+        report.after = bad if self._dead(bad) else self._probe(xys)
         return report
 
     @staticmethod
@@ -228,6 +241,8 @@ class Ladder:
 
     def _quiesce(self) -> None:
         """Before a chip-wide rung: ask every resident kernel on the card to stop, then give them a moment."""
+        if self.card.broken is not None:
+            return                             # no NoC: nobody can be asked
         try:
             asked = [t for t in self.card.tiles.tensix if self._ask_to_stop(t)]
         except OtpuError:
@@ -236,6 +251,10 @@ class Ladder:
         while asked and time.monotonic() < deadline:
             asked = [t for t in asked if self._kernel_present(t) is not None]
             time.sleep(0.005)
+
+
+def _name(tile: Tile) -> str:
+    return "card" if tile is CARD else f"{tile.x},{tile.y}"
 
 
 def _states(states: list[CoreState]) -> str:

@@ -1,0 +1,94 @@
+"""otpu-tt and ft_tt_core from the command line: output, JSON, exit codes, errors without tracebacks."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from otpu_core.cli import run_app
+from otpu_tt.cli import app, core_app
+
+
+def run(args, capsys, which=app, prog="otpu-tt"):
+    code = run_app(which, prog, args)
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    return code, out.out, out.err
+
+
+def test_smi_json_has_the_tt_smi_shape(capsys):
+    code, out, _ = run(["smi", "--dev", "tt:sim:c", "--json"], capsys)
+    assert code == 0
+    snap = json.loads(out)
+    d = snap["device_info"][0]
+    assert set(snap) >= {"time", "host_info", "device_info"}
+    assert d["board_info"]["board_type"] == "p150a" and d["board_info"]["dram_status"] is True
+    assert d["board_info"]["tensix_enabled"] == 120 and len(d["board_info"]["harvested_x"]) == 2
+    t, lim = d["telemetry"], d["limits"]
+    assert t["aiclk"] == 800 and lim["asic_fmax"] == 1350 and lim["tdp_limit"] == 150
+    assert 0.7 <= t["voltage"] <= lim["vdd_max"] and 20 < t["asic_temperature"] < 90
+    assert d["firmwares"]["fw_bundle_version"] == "19.9.0.0" and d["throttling"] == []
+    assert any(p["pid"] for p in d["processes"])
+    assert d["smbus_telem"]["GDDR_STATUS"] == "0x55555555"
+
+
+def test_smi_text_and_list(capsys):
+    code, out, _ = run(["smi", "--dev", "tt:sim:c"], capsys)
+    assert code == 0 and "p150a" in out and "AICLK" in out and "heartbeat" in out
+    code, out, _ = run(["list", "--json"], capsys)
+    rows = json.loads(out)
+    assert code == 0 and [r["dev"] for r in rows] == ["tt:sim:c"] and rows[0]["board_type"] == "p150a"
+
+
+def test_core_status_json_and_grid(capsys):
+    code, out, _ = run(["core", "status", "--dev", "tt:sim:g", "--fault", "hang_resident:x=2,y=3", "--json"], capsys)
+    data = json.loads(out)
+    states = {(c["x"], c["y"]): c["state"] for c in data["cores"]}
+    assert code == 0 and len(states) == 120 and states[(2, 3)] == "hung" and not data["healthy"]
+    code, out, _ = run(["core", "status", "--dev", "tt:sim:g2", "--fault", "wedge:x=4,y=4"], capsys)
+    assert code == 0 and "wedged" in out and "4,4" in out
+
+
+def test_probe_refuses_a_harvested_coordinate(capsys):
+    code, _, err = run(["core", "probe", "15,2", "--dev", "tt:sim:p"], capsys)
+    assert code == 2 and "x=15, y=2" in err and "harvested" in err
+    code, out, _ = run(["core", "probe", "1,2", "--dev", "tt:sim:p", "--json"], capsys)
+    assert code == 0 and json.loads(out)["state"] == "in reset"
+    code, out, _ = run(["core", "probe", "1,2", "--dev", "tt:sim:p2", "--fault", "wedge:x=1,y=2"], capsys)
+    assert code == 1 and "wedged" in out
+
+
+def test_recover_exit_codes(capsys):
+    code, out, _ = run(["core", "recover", "3,4", "--dev", "tt:sim:r1", "--fault", "hang_resident:x=3,y=4"], capsys)
+    assert code == 0 and "recovered at rung 1" in out
+    code, out, _ = run(["core", "recover", "3,4", "--dev", "tt:sim:r2", "--fault", "noc_stuck:x=3,y=4"], capsys)
+    assert code == 2 and "needs --yes" in out and "tile-reset" in out
+    code, out, _ = run(["core", "recover", "--all", "--yes", "--settle", "0", "--max-rung", "4", "--json",
+                        "--dev", "tt:sim:r3", "--fault", "bad_tile:x=3,y=4"], capsys)
+    report = json.loads(out)
+    assert code == 1 and report["fixed_at_rung"] is None and [s["rung"] for s in report["steps"]] == [1, 2, 3, 4]
+    code, _, err = run(["core", "recover", "--dev", "tt:sim:r4"], capsys)
+    assert code == 2 and "X,Y or --all" in err
+
+
+def test_ft_tt_core_is_the_core_group(capsys):
+    code, out, _ = run(["recover", "--all", "--yes", "--settle", "0", "--dev", "tt:sim:f", "--fault", "hang_chip"],
+                       capsys, which=core_app, prog="ft_tt_core")
+    assert code == 0 and "recovered at rung 5" in out
+
+
+def test_user_errors(capsys):
+    code, _, err = run(["smi", "--dev", "tt:sim:u", "--fault", "melt"], capsys)
+    assert code == 2 and "unknown Blackhole fault 'melt'" in err and "hang_resident" in err
+    code, _, err = run(["smi", "--dev", "tt:7"], capsys)
+    assert code == 3 and "/dev/tenstorrent/7 does not exist" in err
+    code, _, err = run(["smi", "--dev", "tt:sim:h", "--fault", "hang_chip"], capsys)
+    assert code == 3 and "NoC is hung" in err
+
+
+def test_console_scripts_and_otpu_root():
+    out = subprocess.run([sys.executable, "-c", "from otpu_tt.cli import core_main; core_main()", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "recover" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "otpu_core", "tt", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "smi" in out.stdout and "core" in out.stdout
