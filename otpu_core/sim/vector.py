@@ -243,6 +243,8 @@ def stream(sl, ins: Instr, w: list[int]) -> dict:
         consts.add(desc.b_idx)
     uses_x = isa.OP_X in operands
     # -- read every input first
+    if slots and max(slots) >= isa.STREAM_SLOTS:
+        raise Fault("shape", f"STREAM descriptor names column slot {max(slots)}; there are {isa.STREAM_SLOTS}")
     C = {i: tm.read(vec + i * cols, cols, f"STREAM slot {i}") for i in sorted(slots)}
     K = {}
     for j in sorted(consts):
