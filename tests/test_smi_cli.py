@@ -1,0 +1,139 @@
+"""otpu-smi on the simulated card: table, JSON, -q, --query CSV, --help-query, exit codes, loop
+mode and Ctrl-C, and a run in another process showing up in its utilisation."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from otpu_core import power, smi_fields
+from otpu_core.cli import run_app
+from otpu_smi import cli as smi_cli
+from otpu_smi.render import bar, sparkline
+from otpu_smi.sample import Sampler, rates
+
+
+@pytest.fixture(autouse=True)
+def _run_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("OTPU_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.delenv("OTPU_SIM_FAULTS", raising=False)
+
+
+def smi(*args):
+    return run_app(smi_cli.app, "otpu-smi", ["--dev", "sim:s", "--target", "sim-small", *args])
+
+
+def test_table_has_every_row_in_a_closed_box(capsys):
+    assert smi() == 0
+    out = capsys.readouterr().out
+    frame = [line for line in out.splitlines() if line[:1] in "╭│├╰"]
+    assert frame[0].startswith("╭") and frame[-1].startswith("╰")
+    assert len({len(line) for line in frame}) == 1
+    for text in ("D=32 MCOLS=4 LANES=8", "CFG_HASH match", "5.0 GT/s PCIe x8", "ch0 ok ch1 ok", "die ",
+                 "W estimate", "16 MiB total", "MXU", "░░░░░░░░░░", "IPC", "no process"):
+        assert text in out, text
+
+
+def test_json_fields(capsys):
+    assert smi("--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert isinstance(doc, list) and len(doc) == 1
+    card = doc[0]
+    assert card["ok"] and card["device"] == "sim:s" and card["regmap"] == 3 and card["name"] == "sim-small"
+    assert card["bitstream"]["D"] == 32 and card["calib"] == [True, True] and card["cfg_hash"]["match"] is True
+    assert 20 < card["temp_c"] < 85
+    m = power.board_model()
+    assert m.fixed_w <= card["power"]["w"] <= m.max_w and card["power"]["measured"] is False
+    assert set(card["util"]) >= {"RUNNING", "MXU_BUSY", "VPU_BUSY", "QNT_BUSY", "DMA_BUSY", "DRAM"}
+    assert card["fields"]["memory.total"] == 16 and card["fields"]["utilization.mxu"] == 0
+    assert 150 < card["sample"]["seconds"] * 1000 < 1000
+
+
+def test_query_csv_formats(capsys):
+    assert smi("--query", "name,memory.total,utilization.mxu,temperature.board", "--format", "csv") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["name, memory.total [MiB], utilization.mxu [%], temperature.board [C]",
+                     "sim-small, 16 MiB, 0 %, [N/A]"]
+    assert smi("--query", "name,memory.total", "--format", "csv,noheader,nounits") == 0
+    assert capsys.readouterr().out.splitlines() == ["sim-small, 16"]
+
+
+def test_help_query_and_bad_options(capsys):
+    assert run_app(smi_cli.app, "otpu-smi", ["--help-query"]) == 0
+    out = capsys.readouterr().out
+    for name in smi_fields.CATALOGUE:
+        assert f"  {name} " in out
+    assert smi("--query", "name,power.drwa") == 2
+    assert "unknown field power.drwa" in capsys.readouterr().err
+    assert smi("--query", "name", "--format", "xml") == 2
+
+
+def test_full_query_is_nested(capsys):
+    assert smi("-q") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "bitstream" in lines and any(line.startswith("    D ") for line in lines)
+    assert any(line.startswith("status ") and "0x" in line for line in lines)
+
+
+def test_missing_card_exit_3(capsys):
+    assert run_app(smi_cli.app, "otpu-smi", ["--dev", "/dev/xdma9"]) == 3
+
+
+def test_rates_bars_and_sparklines():
+    a = {"UPTIME": 0, "RUNNING": 0, "MXU_BUSY": 0, "DRAM_RD": 0, "DRAM_WR": 0, "INSTR": 0}
+    b = {"UPTIME": 1_000_000, "RUNNING": 800_000, "MXU_BUSY": 600_000, "DRAM_RD": 700_000, "DRAM_WR": 20_000,
+         "INSTR": 5_000}
+    r = rates(a, b, 100_000)
+    assert r["util"]["RUNNING"] == 0.8 and r["util"]["MXU_BUSY"] == 0.6 and r["util"]["DRAM"] == 0.72
+    assert r["dram_gbs"] == pytest.approx(0.72 * 64 * 100e6 / 1e9)   # 4.608 GB/s at 100 MHz
+    assert r["ipc"] == 0.005 and r["seconds"] == 0.01
+    assert bar(50) == "█████░░░░░  50%" and bar(None) == "n/a"
+    assert sparkline([0, 50, 100], 0, 100) == "▁▅█"
+
+
+def test_loop_mode_repeats_and_ctrl_c_exits_0(tmp_path):
+    env = {**os.environ, "OTPU_RUN_DIR": str(tmp_path / "run")}
+    p = subprocess.Popen([sys.executable, "-c", "from otpu_smi.cli import main; main()", "--dev", "sim:s",
+                          "--target", "sim-small", "--query", "utilization.running", "--format", "csv,noheader",
+                          "-l", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    lines = [p.stdout.readline() for _ in range(3)]
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=20) == 0
+    assert all(line.strip().endswith("%") for line in lines)
+
+
+def test_a_run_in_another_process_shows_in_utilisation(tmp_path):
+    env = {**os.environ, "OTPU_RUN_DIR": str(tmp_path / "run")}
+    runner = textwrap.dedent("""
+        import sys, numpy as np
+        from otpu_core import isa, opchecks
+        from otpu_core.board import Board
+        b = Board.open("sim:busy", target="sim-small")
+        b.load_program(opchecks.PROG_AT, np.frombuffer(isa.encode_program(opchecks.nop_loop(900_000)), np.uint8))
+        print("started", flush=True)
+        b.run(timeout=120)
+        b.close()
+    """)
+    idle = Sampler("sim:busy", "sim-small")
+    try:
+        before = idle.sample(0.2)["fields"]
+        p = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.PIPE, env=env, text=True)
+        assert p.stdout.readline().strip() == "started"
+        time.sleep(0.3)
+        idle.sample(0.0)                       # start the interval inside the run
+        busy = idle.sample(0.3)["fields"]
+        assert p.wait(timeout=120) == 0
+        idle.sample(0.05)
+        after = idle.sample(0.3)["fields"]
+    finally:
+        idle.close()
+    assert before["utilization.running"].value == 0
+    assert busy["utilization.running"].value > 50, busy["utilization.running"]
+    assert busy["process.pid"].value == p.pid and busy["state"].value == "running"
+    assert after["utilization.running"].value == 0 and after["process.pid"].value is None
