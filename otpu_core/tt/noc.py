@@ -33,12 +33,12 @@ class LinkLost(DeviceError):
 def check_address(tile: Tile, addr: int, length: int) -> None:
     """Refuse an address that is not valid for the kind of tile (before anything is issued)."""
     end = addr + length
+    if tile.kind == TENSIX and 0 <= addr and 0 < length and end <= K.L1_BYTES:
+        return                                   # the hot path: L1
     where = f"{tile.kind} {tile.x},{tile.y}"
     if addr < 0 or length <= 0:
         raise UsageError(f"bad NoC access of {length} bytes at {addr:#x} on {where}")
     if tile.kind == TENSIX:
-        if end <= K.L1_BYTES:
-            return
         for lo, hi in K.PRIVATE_RAM:
             if addr < hi and end > lo:
                 raise UsageError(f"refusing {where} address {addr:#x}: RISC private memory; reading it over the "
