@@ -64,6 +64,29 @@ def note_host_writes(card: "SimCard", m, seen: np.ndarray) -> None:
         seen[changed] = gens[changed]
 
 
+def vpu_lane_fault(card: "SimCard"):
+    """The `vpu_lane:lane=,bit=` fault as a per-instruction hook: after each VOP, flip the bit in
+    every result word the faulty lane wrote (lane = TMEM bank = word address mod LANES)."""
+    from .. import isa
+    faults = card.faults.get("vpu_lane")
+    if not faults:
+        return None
+    lanes = card.cfg.LANES
+
+    def hook(sl, pc: int, ins) -> None:
+        if ins.op != isa.Op.VOP:
+            return
+        f = ins.fields
+        w = sl.resolved(ins)
+        cols = 2 if ins.func == isa.VFunc.ARGMAX else 1 if ins.func in isa.REDUCE else f["cols"]
+        idx = (w[1] + np.arange(f["rows"])[:, None] * f["drs"] + np.arange(cols)[None, :]).reshape(-1)
+        idx = idx[(idx >= 0) & (idx < sl.tmem.t.size)]
+        for fault in faults:
+            hit = idx[idx % lanes == fault["lane"] % lanes]
+            sl.tmem.t[hit] ^= np.uint32(1 << fault["bit"])
+    return hook
+
+
 class CardRun:
     """One run of the loaded program on the card."""
 
@@ -81,6 +104,7 @@ class CardRun:
             note_host_writes(card, m, seen)
             m.load(decode_program(self.words), self.args)
             m.max_steps = 1 << 62
+            m.on_step = vpu_lane_fault(card)
             if m.timing is not None:
                 for sc in m.timing.slices:
                     sc.groups.clear()

@@ -85,13 +85,15 @@ class SimCard:
         self._rlock = threading.RLock()
         self._lock_fd = open_shared(self.dir / f"{name}.card.lock")
         self._depth = 0
+        refit = False
         with self._locked():
             meta = self._load_meta()
             if meta is None:
                 meta = self._new_meta(target, faults)
-            elif faults is not None and faults != meta.get("faults", ""):
-                meta["faults"] = str(faults_mod.parse(faults))
+            elif faults is not None and str(faults_mod.parse(faults)) != meta.get("faults", ""):
+                meta["faults"] = str(faults_mod.parse(faults))      # another card, in effect: power-cycle it
                 self._save_meta(meta)
+                refit = True
             self.meta = meta
             self.target = target_mod.load(meta["target"])
             self.cfg = self.target.config()
@@ -112,7 +114,9 @@ class SimCard:
             self._periph_text = ""
             self.periph_state: dict[str, dict] = {}
             self.periphs: dict[str, Any] = {}
-            if self.bar[regs.off("ID") // 4] != regs.ID_OTPU or self.hidden[H["POWER_GEN"]] == 0:
+            if refit:
+                self.dram.power_off()
+            if refit or self.bar[regs.off("ID") // 4] != regs.ID_OTPU or self.hidden[H["POWER_GEN"]] == 0:
                 self._power_on()
             self._sync_periph()
         self._runner: threading.Thread | None = None
@@ -632,6 +636,8 @@ def _file_array(path: Path, count: int, dtype) -> np.ndarray:
 
 def open_card(name: str, target: str | None = None, faults: str | None = None) -> SimCard:
     """Open (creating on first use) a simulated card; wraps file errors as DeviceError."""
+    if faults is None:
+        faults = os.environ.get(faults_mod.ENV_VAR) or None
     try:
         return SimCard(name, target, faults)
     except OSError as e:
