@@ -209,6 +209,24 @@ class Decoded:
         return w.reshape(n, kb * d)
 
 
+def _block_weights(wf: int, d: int, kb: int, rows: np.ndarray, mult: np.ndarray | None) -> np.ndarray:
+    """float32 [kb, n, d] integer weights, filled one block at a time straight from the rows
+    (mult [n, kb, NSUB]: the 4-bit sub-block multipliers, None for 1)."""
+    n, bb = rows.shape[0], block_bytes(wf, d)
+    out = np.empty((kb, n, d), np.float32)
+    pairs = _BYTE_PAIRS_INT4 if wf == WF_INT4 else _BYTE_PAIRS_FP4
+    for k in range(kb):
+        chunk = rows[:, k * bb:(k + 1) * bb]
+        if wf not in WF_4BIT:
+            out[k] = chunk.view(np.int8)
+        elif mult is None:
+            out[k] = np.take(pairs, chunk, axis=0).reshape(n, d)
+        else:
+            np.multiply(np.take(pairs, chunk, axis=0).reshape(n, NSUB, d // NSUB), mult[:, k, :, None],
+                        out=out[k].reshape(n, NSUB, d // NSUB))
+    return out
+
+
 def decode(wf: int, d: int, kb: int, rows: np.ndarray, scales: np.ndarray | None, unit: bool = False) -> Decoded:
     """Decode what an MM streams: rows [n, >= kb*block_bytes] bytes and scale rows
     [n, >= scale_read_bytes] bytes (not read with unit: every scale 1, every multiplier 1)."""
@@ -216,34 +234,25 @@ def decode(wf: int, d: int, kb: int, rows: np.ndarray, scales: np.ndarray | None
     n, need = rows.shape[0], kb * block_bytes(wf, d)
     if rows.shape[1] < need:
         raise WeightFormatError(f"{_name(wf)}: {kb} blocks need {need} row bytes, got {rows.shape[1]}")
-    data = np.ascontiguousarray(rows[:, :need])
     if not unit:
         need = scale_read_bytes(wf, kb)
         if scales is None or scales.shape[1] < need or scales.shape[0] != n:
             got = "none" if scales is None else "x".join(map(str, scales.shape))
             raise WeightFormatError(f"{_name(wf)}: {n} rows of {kb} blocks need {need} scale bytes each, got {got}")
         side = np.ascontiguousarray(scales[:, :need])
-    if wf in WF_4BIT:
-        pairs = _BYTE_PAIRS_INT4 if wf == WF_INT4 else _BYTE_PAIRS_FP4
-        w = pairs[data].reshape(n, kb, NSUB, d // NSUB)
-        if not unit:
+        if wf != WF_INT8X:
             words = side.view("<u4").astype(np.uint32).reshape(n, kb)
-            if wf == WF_FP4X6:
-                shifts = (6 * np.arange(NSUB) + 8).astype(np.uint32)
-                mult = (words[..., None] >> shifts) & np.uint32(FP4X6_MULT_MAX)
-            else:
-                mult = (words[..., None] >> (16 + 4 * np.arange(NSUB)).astype(np.uint32)) & np.uint32(15)
-            w *= mult[..., None].astype(np.float32)
-        w = w.reshape(n, kb, d)
-    else:
-        w = data.view(np.int8).reshape(n, kb, d).astype(np.float32)
-    w = np.ascontiguousarray(w.transpose(1, 0, 2))
+    mult = None
+    if wf in WF_4BIT and not unit:
+        first, width = (8, 6) if wf == WF_FP4X6 else (16, 4)
+        fields = (first + width * np.arange(NSUB)).astype(np.uint32)
+        mult = ((words[..., None] >> fields) & np.uint32((1 << width) - 1)).astype(np.float32)
+    w = _block_weights(wf, d, kb, rows, mult)
 
     if wf in (WF_INT8, WF_INT4, WF_E2M1):
         if unit:
             ws = np.full((n, kb), F.ONE, np.uint32)
         else:
-            words = side.view("<u4").astype(np.uint32).reshape(n, kb)
             ws = F.ftz(words if wf == WF_INT8 else words << np.uint32(16))
         return Decoded(wf, d, w, block_scale=ws)
 
@@ -256,7 +265,7 @@ def decode(wf: int, d: int, kb: int, rows: np.ndarray, scales: np.ndarray | None
             r = int(np.argmax(shift.max(axis=1)))
             raise WeightFormatError(f"int8x row {r}: block shift byte {int(shift[r].max())} is above {SEED_MAX_SHIFT}")
         return Decoded(wf, d, w, shift=shift, row_scale=row_scale)
-    exps = (side.view("<u4").astype(np.uint32).reshape(n, kb) & np.uint32(0xFF)).astype(np.int64)
+    exps = (words & np.uint32(0xFF)).astype(np.int64)
     base = exps.min(axis=1)
     spread = exps.max(axis=1) - base
     if spread.size and spread.max() > SEED_MAX_SHIFT:
