@@ -114,6 +114,7 @@ class SliceClock:
     groups: list = field(default_factory=list)     # (cycle, order, sub, seq, records)
     seq: int = 0
     run_start: int = 0
+    fetch_bytes: int = 0                            # program image still to fetch before dispatch
     ports: dict = field(default_factory=lambda: dict.fromkeys(tracefmt.H_FIELDS, 0))  # beats for the H record
 
     def __post_init__(self):
@@ -148,6 +149,8 @@ class TimingModel:
         sc.groups.append((cycle, order, sub, sc.seq, recs))
 
     def _dispatch(self, sc: SliceClock) -> int:
+        if sc.fetch_bytes:
+            self._fetch(sc)
         d = max(sc.next_dispatch, sc.reg_ready)
         sc.retire(d)
         return d
@@ -284,8 +287,12 @@ class TimingModel:
         return sc.counters["CYCLES"]
 
     def load_program(self, sid: int, nbytes: int) -> None:
-        """The sequencer fetches a program image of `nbytes` from DRAM before its first dispatch."""
-        sc = self.slices[sid]
+        """The sequencer fetches a program image of `nbytes` from DRAM before its first dispatch
+        (accounted when the run starts executing, so counters move only while running)."""
+        self.slices[sid].fetch_bytes = nbytes
+
+    def _fetch(self, sc: SliceClock) -> None:
+        nbytes, sc.fetch_bytes = sc.fetch_bytes, 0
         start = max(sc.next_dispatch, sc.dram_free)
         sc.counters["DRAM_WAIT"] += start - sc.next_dispatch
         sc.dram_free = start + math.ceil(nbytes / self.bytes_per_cycle)
