@@ -396,13 +396,20 @@ def _quantize_fp4x6(x: np.ndarray, d: int, search: bool):
     return _codes_and_words(WF_FP4X6, d, codes.reshape(n, kb, d), words)
 
 
+def _check_matrix(w: np.ndarray, what: str, d: int) -> None:
+    if w.ndim != 2 or d % (2 * NSUB):
+        raise WeightFormatError(f"{what}: need a 2-D matrix and D a multiple of {2 * NSUB}")
+    if not np.isfinite(w).all():
+        r, c = np.argwhere(~np.isfinite(w))[0]
+        raise WeightFormatError(f"{what}: weight [{r}, {c}] is {w[r, c]}; only finite weights can be quantised")
+
+
 def quantize(w, wf: int, d: int, search: bool = True) -> PackedWeights:
     """Quantise an fp32 matrix [n, k] (k padded with zeros to whole D-blocks) to format wf.
     search picks each 4-bit sub-block multiplier by least squared error (else nearest)."""
     _check_wf(wf)
     w = np.asarray(F.to_float(w) if np.asarray(w).dtype == np.uint32 else w, np.float64)
-    if w.ndim != 2 or d % (2 * NSUB):
-        raise WeightFormatError(f"{_name(wf)}: need a 2-D matrix and D a multiple of {2 * NSUB}")
+    _check_matrix(w, _name(wf), d)
     x = _blocks(w, d)
     if wf == WF_INT8:
         q, s = F.quantize(x.astype(np.float32))
@@ -442,6 +449,7 @@ class Nvfp4:
 def quantize_nvfp4(w, d: int = 128) -> Nvfp4:
     """NVFP4 with groups of D/8 elements: tensor scale amax/(6*448), E4M3 group scales."""
     w = np.asarray(w, np.float64)
+    _check_matrix(w, "nvfp4", d)
     n, k = w.shape
     group = d // 8
     x = _blocks(w, group)

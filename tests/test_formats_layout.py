@@ -154,3 +154,14 @@ def test_short_rows_or_scales_are_refused():
         Fm.decode(WF_INT8, 32, 3, p.rows, p.scales)
     with pytest.raises(Fm.WeightFormatError, match="scale bytes"):
         Fm.decode(WF_INT8, 32, 2, p.rows, p.scales[:, :4])
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_non_finite_weights_are_refused_with_their_position(bad):
+    w = np.ones((3, 64), np.float32)
+    w[2, 5] = bad
+    for wf in (WF_INT8, WF_INT4, WF_E2M1, WF_INT8X, WF_FP4X6):
+        with pytest.raises(Fm.WeightFormatError, match=r"weight \[2, 5\]"):
+            Fm.quantize(w, wf, 32)
+    with pytest.raises(Fm.WeightFormatError, match=r"weight \[2, 5\]"):
+        Fm.quantize_nvfp4(w, 32)
