@@ -7,7 +7,7 @@ from otpu_tt.checks import CORES, DEVICE, DRIVER, TELEMETRY, add_checks
 def run(dev, fault=None):
     reg = Registry()
     add_checks(reg)
-    ctx = CheckContext(dev=dev, options={"tt_fault": fault} if fault else {})
+    ctx = CheckContext(dev=dev, options={"fault": fault} if fault else {})
     try:
         return {r.name: r for r in checks.run_all(reg, ctx, always=())}
     finally:

@@ -21,7 +21,7 @@ def card_of(ctx: CheckContext) -> Card:
     card = ctx.cache.get("tt.card")
     if card is None:
         card = ctx.cache["tt.card"] = Card(ctx.dev if ctx.dev.startswith("tt:") else None,
-                                           parse_faults(ctx.options.get("tt_fault")))
+                                           parse_faults(ctx.options.get("fault")))
     return card
 
 

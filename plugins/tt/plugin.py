@@ -1,4 +1,4 @@
-"""Hook implementations of the tt plugin: the `tt` command group and the Blackhole checks."""
+"""Hook implementations of the tt plugin: the `tt` command group, the Blackhole checks, the `tt:` device prefix."""
 from __future__ import annotations
 
 from otpu_core.hookspecs import hookimpl
@@ -14,3 +14,15 @@ def otpu_commands(app) -> None:
 def otpu_checks(registry) -> None:
     from .checks import add_checks
     add_checks(registry)
+
+
+@hookimpl
+def otpu_transports():
+    """`tt:` names a Blackhole card: not an openTPU transport, so openTPU tools point to otpu-tt."""
+    from otpu_core.devspec import TransportSpec
+    from otpu_core.errors import UsageError
+
+    def refuse(dev: str, **_):
+        raise UsageError(f"{dev} is a Tenstorrent Blackhole card, not an openTPU card",
+                         hint=f"use `otpu-tt smi --dev {dev}`, `otpu-tt core status --dev {dev}` or `otpu-diag --dev {dev}`")
+    return [TransportSpec("tt:", "Tenstorrent Blackhole (tt:N, tt:sim[:NAME]); driven by otpu-tt", refuse)]

@@ -80,7 +80,7 @@ def device_snapshot(card: Card) -> dict:
             "pcie_speed": _pcie_gen(facts.get("current_link_speed")), "pcie_width": facts.get("current_link_width"),
             "pcie_max_speed": _pcie_gen(facts.get("max_link_speed")), "pcie_max_width": facts.get("max_link_width"),
             "tensix_enabled": bin(g("ENABLED_TENSIX_COL") & 0x3FFF).count("1") * len(K.TENSIX_ROWS),
-            "harvested_x": card.tiles.harvested_x,
+            "harvested_x": card.tiles.harvested_x, "harvested_noc0_x": card.tiles.harvested_noc0_x,
         },
         "telemetry": telemetry,
         "throttling": reasons,

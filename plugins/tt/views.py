@@ -47,7 +47,7 @@ def smi(snap: dict) -> Group:
         throttled = Text(", ".join(d["throttling"]), style="bold red") if d["throttling"] else Text("none", style="green")
         dram = Text(f"trained, {b['dram_speed']}", style="green") if b["dram_status"] else Text("NOT trained", style="bold red")
         grid.add_row("throttling", throttled, "DRAM", dram)
-        grid.add_row("PCIe", pcie, "Tensix", f"{b['tensix_enabled']} enabled (harvested x {', '.join(map(str, b['harvested_x']))})")
+        grid.add_row("PCIe", pcie, "Tensix", f"{b['tensix_enabled']} enabled (harvested NOC0 x {', '.join(map(str, b['harvested_noc0_x']))})")
         parts.append(grid)
         procs = Table(title="processes", title_justify="left")
         for col in ("PID", "user", "device", "command"):
