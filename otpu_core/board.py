@@ -18,7 +18,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from .errors import DeviceError, UsageError
 from .transport import DMA_CHUNK, DMA_PLACE, Transport, as_bytes, buffer_address, placed
 
 PIPE = 2 * DMA_CHUNK          # logical bytes per pipelined piece of a large transfer
+SCRUB_BLOCK = 64 << 20        # zero buffer the scrub writes repeatedly
 WR_SETTLE = 2e-3
 
 
@@ -311,6 +312,30 @@ class Board:
                 pending = pool.submit(fetch, i + 1) if i + 1 < len(starts) else None
                 regs.join(lo + pos, a, b, self.chash, out=out[pos:pos + 2 * a.size])
 
+    def scrub(self, force: bool = False, progress: Callable[[int, int], None] | None = None) -> bool:
+        """Zero both channels once per configuration, then mark SCRATCH = DRAM_INIT.
+
+        ECC DRAM cannot read a beat that was never written since power-up (the read hangs), so
+        a card whose transport says `ecc` is scrubbed before first use. Skipped when SCRATCH
+        already holds the marker, unless `force`. Returns whether it scrubbed. `progress(done,
+        total)` is called after each block (a full card takes a few seconds)."""
+        if not force and (not self.t.ecc or self.reg("SCRATCH") == regs.DRAM_INIT):
+            return False
+        block = min(SCRUB_BLOCK, self.t.channel_bytes)
+        zeros = placed(block, 0)
+        zeros[:] = 0
+        total, done = self.t.channels * self.t.channel_bytes, 0
+        self.t.in_run = self._running()
+        for ch in range(self.t.channels):
+            for off in range(0, self.t.channel_bytes, block):
+                n = min(block, self.t.channel_bytes - off)
+                self.t.mem_write(ch, off, zeros[:n])
+                done += n
+                if progress is not None:
+                    progress(done, total)
+        self.set_reg("SCRATCH", regs.DRAM_INIT)
+        return True
+
     # -- runs --------------------------------------------------------------------------------------
     def load_program(self, addr: int, words) -> None:
         """Write a program image to DRAM and load it into IMEM (PROG_ADDR, PROG_N, CTRL.LOAD)."""
@@ -506,6 +531,7 @@ class BoardBackend:
         if self.prog_at < 0 or self.prog_at + area > board.dram_bytes or self.prog_at % regs.CHUNK:
             raise UsageError(f"program area at 0x{self.prog_at:x} ({area} bytes) does not fit the card's DRAM")
         self._resident: Prepared | None = None
+        board.scrub()
 
     def attach(self, cfg) -> None:
         """Refuse a program compiled for features this bitstream lacks (CAPS PAIR / DSTEP / STREAM)."""

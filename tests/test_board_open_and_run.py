@@ -228,3 +228,38 @@ def test_two_processes_counters_move_and_no_write_is_lost():
         watcher.close()
     finally:
         runner.kill()
+
+
+WAITW = """waitw addr=0x1000 dst=32 ref=1 cmp=eq interval=100 timeout={timeout}
+ld dram=0x2000 tmem=0 n=16
+st dram=0x3000 tmem=0 n=16
+halt
+"""
+
+
+def test_waitw_mailbox_takes_the_data_the_host_writes_during_the_run(board):
+    board.write(0x1000, np.zeros(64, np.uint8))                      # flag: not yet
+    board.write(0x2000, np.full(64, 0xEE, np.uint8))                 # old data
+    board.load_program(0x80000, prepare(WAITW.format(timeout=0)).image)
+    board.start()
+    time.sleep(0.2)
+    assert not board.status() & regs.ST_HALTED                       # still waiting for the host
+    new = np.arange(64, dtype=np.uint8)
+    board.write(0x2000, new)                                         # data first, then the flag
+    board.write(0x1000, np.array([1, 0, 0, 0], np.uint8))
+    stats = board.wait(timeout=30)
+    assert stats.instructions == 4
+    assert np.array_equal(board.read(0x3000, 64), new)
+
+
+def test_waitw_timeout_sets_wait_to_and_the_card_stays_usable(board):
+    board.write(0x1000, np.zeros(64, np.uint8))
+    board.load_program(0x80000, prepare(WAITW.format(timeout=200_000)).image)   # 1.5 ms at 133 MHz
+    board.start()
+    with pytest.raises(DeviceError, match="WAITW timed out"):
+        board.wait(timeout=30)
+    assert board.status() & (regs.ST_WAIT_TO | regs.ST_ERROR | regs.ST_HALTED) == regs.ST_WAIT_TO | regs.ST_ERROR | regs.ST_HALTED
+    board.load_program(0x80000, prepare(COPY).image)
+    board.set_args([4096])
+    assert board.run(timeout=30).instructions == 3                   # the next run's CLEAR resets the error bits
+    assert not board.status() & (regs.ST_WAIT_TO | regs.ST_ERROR)
