@@ -82,7 +82,7 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
                                           "bw_mib": bw_mib, "power_json": power_json, "progress": march_progress})
     printer = RowPrinter(con)
     try:
-        ctx.dev = ctx.dev or device.transport(ctx).dev
+        ctx.dev = device.transport(ctx).dev  # opens the card (and takes its lock) before anything prints
         con.print(f"openTPU diagnostics on {ctx.dev} (target {device.target(ctx).name}, --mem {mem})")
         with progress:
             rows = checks.run_all(registry, ctx, sections, on_row=printer)

@@ -42,7 +42,7 @@ def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: 
         done.append(row)
 
     try:
-        ctx.dev = ctx.dev or device.transport(ctx).dev
+        ctx.dev = device.transport(ctx).dev  # opens the card (and takes its lock) before anything prints
         if not json_out:
             con.print(f"openTPU self-test on {ctx.dev} (target {device.target(ctx).name})")
         rows, stopped = checks.run_stages(registry, ctx, stages, on_row=on_row)

@@ -14,6 +14,7 @@ from otpu_core.checks import Row, Status
 STATUS_STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow", Status.INFO: "cyan"}
 _RANK = {Status.FAIL: 3, Status.SKIP: 2, Status.INFO: 1, Status.PASS: 0}
 NAME_WIDTH = 10
+MESSAGE_WIDTH = 120
 
 
 @dataclass
@@ -29,16 +30,15 @@ class StageLine:
 
     @property
     def message(self) -> str:
-        if len(self.rows) > 2 and all(r.status == Status.PASS for r in self.rows):
+        """Each row's message, joined; a failing stage shows only what failed; a long passing list is counted."""
+        st = self.status
+        rows = [r for r in self.rows if r.status == st or r.blocked_by] if st == Status.FAIL else self.rows
+        joined = "; ".join(dict.fromkeys(r.message for r in rows if r.message))
+        if st == Status.PASS and len(self.rows) > 2 and all(r.section == "isa" for r in self.rows):
+            return f"{len(self.rows)} op checks bit-exact against the golden simulator"
+        if st == Status.PASS and len(self.rows) > 2 and len(joined) > MESSAGE_WIDTH:
             return f"{len(self.rows)} checks pass ({self.rows[0].section})"
-        msgs = []
-        for r in self.rows:
-            if not r.message:
-                continue
-            if len(self.rows) > 1 and r.status != self.status and self.status == Status.FAIL:
-                continue  # a failing stage shows what failed
-            msgs.append(r.message)
-        return "; ".join(dict.fromkeys(msgs))
+        return joined
 
     @property
     def seconds(self) -> float: return sum(r.seconds for r in self.rows)

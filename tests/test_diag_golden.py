@@ -1,0 +1,70 @@
+"""otpu-diag on the simulated card: golden text of a quick run (timings, temperatures, counter
+values and cycle counts masked), --only, --mem full, --soak, --json and bad options."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from otpu_core.cli import run_app
+from otpu_diag import cli
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def normalise(text: str) -> str:
+    text = re.sub(r"  \(\d+\.\ds\)$", "", text, flags=re.M)
+    text = re.sub(r"\d+\.\d C\b", "T C", text)
+    text = re.sub(r"UPTIME \+\d+ cycles", "UPTIME +N cycles", text)
+    text = re.sub(r"\d+ cycles, b_reads=\d+, a_writes=\d+, b_writes=\d+", "N cycles, counters", text)
+    return re.sub(r"NOP loops of (\d+) and (\d+): \d+ and \d+ cycles", r"NOP loops of \1 and \2: N and M cycles", text)
+
+
+@pytest.fixture(autouse=True)
+def _run_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("OTPU_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.delenv("OTPU_SIM_FAULTS", raising=False)
+
+
+def diag(*args):
+    return run_app(cli.app, "otpu-diag", ["--dev", "sim:g", "--target", "sim-small", *args])
+
+
+def test_golden_text_quick(capsys):
+    assert diag() == 0
+    assert normalise(capsys.readouterr().out) == (GOLDEN / "diag_sim_small.txt").read_text()
+
+
+def test_only_sections_and_json(tmp_path, capsys):
+    report = tmp_path / "d.json"
+    assert diag("--only", "regs", "--json", str(report)) == 0
+    doc = json.loads(report.read_text())
+    assert {r["section"] for r in doc["rows"]} == {"platform", "regs"}
+    assert doc["tool"] == "otpu-diag" and doc["failed"] == 0 and doc["hints"] == []
+    assert doc["summary"]["regs"] == {"PASS": 5, "FAIL": 0, "SKIP": 0, "INFO": 0}
+
+
+def test_mem_full_adds_march_and_soak_counts_rounds(tmp_path, capsys):
+    report = tmp_path / "d.json"
+    assert diag("--only", "mem,system", "--mem", "full", "--soak", "2", "--json", str(report)) == 0
+    rows = {r["name"]: r for r in json.loads(report.read_text())["rows"]}
+    assert rows["channel 0 march C-"]["message"] == "6 elements, 10N over 8 MiB"
+    assert rows["channel 1 march C-"]["status"] == "PASS"
+    assert rows["soak"]["status"] == "PASS" and rows["soak"]["data"]["rounds"] == 2
+    assert "x2, no failure" in rows["soak"]["message"]
+
+
+def test_quick_run_has_no_march_or_soak(tmp_path, capsys):
+    report = tmp_path / "d.json"
+    assert diag("--only", "mem", "--json", str(report)) == 0
+    names = {r["name"] for r in json.loads(report.read_text())["rows"]}
+    assert "channel 0 march C-" not in names and "soak" not in names
+
+
+@pytest.mark.parametrize("args,text", [(("--mem", "huge"), "--mem huge: must be quick or full"),
+                                       (("--only", "mem,gpu"), "--only: unknown section gpu")])
+def test_bad_options_exit_2(args, text, capsys):
+    assert diag(*args) == 2
+    assert text in capsys.readouterr().err
