@@ -119,6 +119,12 @@ def initially_clear(reg: int) -> bool:
     return reg in FRESH_ZERO
 
 
+def clear_after(key: Key) -> bool:
+    """Rule 2 (initial value): after its loops' resets a register holds its initial value again,
+    which is zero only for an address that started from zero."""
+    return key.init == "zero"
+
+
 def lower(root: list, cfg) -> Lowered:
     pos = _Pos(root)
     keys: dict[frozenset, Key] = {}
@@ -267,7 +273,7 @@ def lower(root: list, cfg) -> Lowered:
         for k in steps:
             put(isa.addi(rd=k.reg, ra=k.reg, imm=(-dict(k.terms)[loop] * loop.count) & isa.MASK32))
         for k in by_outer.get(id(blk), []):
-            clear[k.reg] = k.init == "zero"
+            clear[k.reg] = clear_after(k)
         return not steps
 
     emit_items(root)

@@ -1,10 +1,11 @@
 """Placement of on-chip storage: the TMEM word allocator and the ACT RAM block allocator.
 
-TMEM: next-fit from a moving cursor; after each allocation the cursor moves past it and, if
-needed, one word further so that consecutive temporaries start in different banks (bank =
-address mod LANES), which keeps the scoreboard from seeing false conflicts between them. When
-next-fit finds no gap the allocator takes the smallest gap that fits (best fit); when that
-fails too it raises "TMEM exhausted: needed N words, largest free M".
+TMEM: next-fit from a moving cursor (the first gap at or after it); after each allocation the
+cursor moves past it and, if needed, one word further so that consecutive temporaries start in
+different banks (bank = address mod LANES), which keeps the scoreboard from seeing false
+conflicts between them. When no gap after the cursor fits, the allocator takes the smallest gap
+anywhere that fits (best fit); when that fails too it raises "TMEM exhausted: needed N words,
+largest free M".
 
 ACT RAM: KB contiguous blocks not held by a live Stationary, searched round-robin from the end
 of the previous allocation, so blocks freed most recently are reused last.
@@ -60,11 +61,11 @@ class TmemAllocator:
         del self.ends[start]
 
     def _next_fit(self, words: int) -> int | None:
-        for origin in (self.cursor, 0):
-            for lo, hi in self.gaps():
-                lo = max(lo, origin)
-                if hi - lo >= words:
-                    return lo
+        """The first gap at or after the cursor that fits (no wrap-around: that is best fit's job)."""
+        for lo, hi in self.gaps():
+            lo = max(lo, self.cursor)
+            if hi - lo >= words:
+                return lo
         return None
 
     def _best_fit(self, words: int) -> int | None:

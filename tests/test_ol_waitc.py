@@ -1,0 +1,197 @@
+"""WAITC entries checked against the dynamic instruction stream of real runs.
+
+The checker is independent of the generator: it records every executed instruction with its
+resolved words, derives footprints from the reference's field meanings, and for every pair
+(earlier i, later j) that conflicts (RAW/WAW: i must be complete; WAR: i must have released its
+sources) checks that j's entry forces it: counts[q_i] <= the number of q_i-instructions
+dispatched between them (or >= 15 of them, which the window guarantees), or for WAR the mask
+bit of i's distance in queued dispatches."""
+import time
+
+import numpy as np
+import pytest
+
+from otpu_core import isa, ol
+from otpu_core.isa import BMode, Op, VFunc
+from otpu_core.kernels import append_kv, attention, matmul, swiglu_mlp, topk
+from otpu_core.ol.runtime import Image
+
+T = "sim-small"
+D = 32
+LOOKBACK = 300       # dynamic instructions looked back per instruction (keeps the checker fast)
+
+
+def footprint(ins, w):
+    """(reads, writes): lists of (space, lo, hi) from resolved words w."""
+    op, f = ins.op, ins.fields
+    R, W = [], []
+    if op == Op.LD:
+        R.append(("D", w[1], w[1] + 4 * f["n"])); W.append(("T", w[2], w[2] + f["n"]))
+    elif op == Op.ST:
+        R.append(("T", w[2], w[2] + f["n"])); W.append(("D", w[1], w[1] + 4 * f["n"]))
+    elif op == Op.MM:
+        n, kb, m = f["n"], f["kb"], f["m"]
+        R.append(("D", w[1], w[1] + (n - 1) * f["rs"] + kb * D))
+        if not f["unit"]:
+            R.append(("D", w[2], w[2] + (n - 1) * f["srs"] + 4 * kb))
+        if f["ascale"]:
+            R.append(("T", w[2], w[2] + m))
+        R.append(("A", f["ab"], f["ab"] + kb))
+        out = ("T", w[3], w[3] + (m - 1) * f["ors"] + n)
+        W.append(out)
+        if f["acc"]:
+            R.append(out)
+        if f["rmax"]:
+            W.append(("T", w[3] + m * f["ors"], w[3] + m * f["ors"] + m))
+    elif op == Op.QACT:
+        rows, kb = f["rows"], f["kb"]
+        R.append(("T", w[1], w[1] + (rows - 1) * f["srs"] + kb * D))
+        if f["cscale"]:
+            R.append(("T", f["cscale_addr"], f["cscale_addr"] + kb * D))
+        if f["rscale"]:
+            R.append(("T", f["rscale_addr"], f["rscale_addr"] + rows))
+        W.append(("A", f["ab"], f["ab"] + kb))
+    elif op == Op.QST:
+        rows, kb = f["rows"], f["kb"]
+        R.append(("T", w[1], w[1] + (rows - 1) * f["srs"] + kb * D))
+        W.append(("D", w[2], w[2] + (rows - 1) * f["drs"] + (kb * D - 1) * f["es"] + 1))
+        W.append(("D", w[3], w[3] + 4 * (rows if f["row"] else rows * kb)))
+    elif op == Op.VOP:
+        func, rows, cols = ins.func, f["rows"], f["cols"]
+        if func != VFunc.FILL:
+            R.append(("T", w[2], w[2] + (rows - 1) * f["ars"] + cols))
+        if func in isa.READS_B:
+            bm = ins.bmode
+            if bm == BMode.FULL:
+                R.append(("T", w[3], w[3] + (rows - 1) * f["brs"] + cols))
+            elif bm == BMode.ROW:
+                R.append(("T", w[3], w[3] + (rows - 1) * f["brs"] + 1))
+            elif bm == BMode.COL:
+                R.append(("T", w[3], w[3] + cols))
+        width = 2 if func == VFunc.ARGMAX else 1 if func in isa.REDUCE else cols
+        W.append(("T", w[1], w[1] + (rows - 1) * f["drs"] + width))
+    elif op == Op.RLD:
+        R.append(("T", w[1], w[1] + 1))
+    return R, W
+
+
+def overlaps(xs, ys):
+    return any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2] for a in xs for b in ys)
+
+
+def check(prog, img, **run_values):
+    m = img.machine(prog, **run_values)
+    trace = []
+    m.on_step = lambda sl, pc, ins: trace.append((pc, ins, footprint(ins, sl.resolved(ins))))
+    m.run()
+    queues = [isa.queue_of(ins.op) for _, ins, _ in trace]
+    checked = 0
+    for j, (pcj, insj, (rj, wj)) in enumerate(trace):
+        if not (rj or wj):
+            continue
+        entry = prog.waits[pcj]
+        between = {q: 0 for q in isa.Queue}
+        queued = 0
+        for i in range(j - 1, max(-1, j - 1 - LOOKBACK), -1):
+            pci, insi, (ri, wi) = trace[i]
+            qi = queues[i]
+            if qi is not None:
+                queued += 1
+            hard = overlaps(wi, rj + wj)
+            war = overlaps(ri, wj)
+            if qi is not None and (hard or war):
+                ok = entry.counts[qi] <= between[qi] or between[qi] >= 15
+                if war and not hard:
+                    ok = ok or (queued <= 31 and entry.mask >> (queued - 1) & 1)
+                assert ok, (f"pc {pcj} {insj} must wait for pc {pci} {insi}: counts {entry.counts} "
+                            f"mask {entry.mask:x}, {between[qi]} of its queue between")
+                checked += 1
+            if qi is not None:
+                between[qi] += 1
+    return checked
+
+
+def test_waitc_matmul_loop():
+    rng = np.random.default_rng(0)
+    img = Image(T)
+    x, w, y = img.tensor(rng.standard_normal((3, 80)).astype(np.float32)), \
+        img.weight(rng.standard_normal((40, 80)).astype(np.float32)), img.tensor(shape=(3, 40))
+    prog = ol.compile_kernel(matmul, T, x=x, w=w, y=y, n_chunk=12)
+    assert check(prog, img) > 10
+
+
+def test_waitc_attention_nested_loops_and_mlp():
+    rng = np.random.default_rng(1)
+    img = Image(T)
+    n, d = 300, 64
+    q, k, v = (img.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((2, d), (n, d), (n, d)))
+    kv, out = img.kv_cache(320, d), img.tensor(shape=(2, d))
+    wg, wu = img.weight(rng.standard_normal((128, d)).astype(np.float32)), img.weight(rng.standard_normal((128, d)).astype(np.float32))
+    wd, y = img.weight_parts(rng.standard_normal((d, 128)).astype(np.float32), 64), img.tensor(shape=(2, d))
+
+    def kern(q, kk, vv, kv, out, wg, wu, wd, y):
+        for t in ol.range(n):
+            append_kv(kv, t, ol.load(kk[t]), ol.load(vv[t]))
+        a = attention(ol.load(q), kv, n)
+        ol.store(out, a)
+        ol.store(y, swiglu_mlp(a, wg, wu, wd, 64))
+    prog = ol.compile_kernel(kern, T, q=q, kk=k, vv=v, kv=kv, out=out, wg=wg, wu=wu, wd=wd, y=y)
+    assert check(prog, img) > 100
+
+
+def test_waitc_device_values_topk():
+    rng = np.random.default_rng(2)
+    img = Image(T)
+    logits, o = img.tensor(rng.standard_normal(700).astype(np.float32)), img.tensor(shape=(3, 2))
+
+    def kern(l, o):
+        ol.store(o, topk(l, 3, 128))
+    prog = ol.compile_kernel(kern, T, l=logits, o=o)
+    assert check(prog, img) > 20
+
+
+def test_halt_waits_for_everything_and_sequencer_glue_waits_for_nothing():
+    img = Image(T)
+    x, y = img.tensor(np.ones((4, 8), np.float32)), img.tensor(shape=(4, 8))
+
+    def k(x, y):
+        for i in ol.range(4):
+            ol.store(y[i], ol.load(x[i]) + 1.0)
+    prog = ol.compile_kernel(k, T, x=x, y=y)
+    for ins, wt in zip(prog.instrs, prog.waits):
+        if ins.op == Op.HALT:
+            assert wt.sync
+        elif ins.op in (Op.LOOP, Op.ADDI, Op.LI, Op.NOP):
+            assert not wt.waits
+    st = [wt for ins, wt in zip(prog.instrs, prog.waits) if ins.op == Op.ST][0]
+    assert st.counts[isa.Queue.VPU] == 0          # the ST reads what the VOP just wrote
+
+
+def test_the_checker_catches_missing_waits():
+    img = Image(T)
+    x, y = img.tensor(np.ones((4, 8), np.float32)), img.tensor(shape=(4, 8))
+
+    def k(x, y):
+        ol.store(y, ol.load(x) * 2.0)
+    prog = ol.compile_kernel(k, T, x=x, y=y)
+    prog.waits = [isa.NO_WAIT] * len(prog.instrs)
+    with pytest.raises(AssertionError, match="must wait"):
+        check(prog, img)
+
+
+def test_generation_is_fast_on_a_big_program():
+    """The affine abstraction: a loop body is analysed once, whatever its trip count."""
+    img = Image(T)
+    n, d = 600, 64
+    rng = np.random.default_rng(3)
+    q, k, v = (img.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((4, d), (n, d), (n, d)))
+    kv, out = img.kv_cache(640, d), img.tensor(shape=(4, d))
+
+    def kern(q, kk, vv, kv, out):
+        for t in ol.range(n):
+            append_kv(kv, t, ol.load(kk[t]), ol.load(vv[t]))
+        for _ in ol.static_range(8):
+            ol.store(out, attention(ol.load(q), kv, n))
+    prog = ol.compile_kernel(kern, T, q=q, kk=k, vv=v, kv=kv, out=out)
+    assert len(prog.instrs) > 300
+    assert prog.stats.waitc_s < 0.5 * max(1.0, len(prog.instrs) / 1000)
