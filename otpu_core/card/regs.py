@@ -345,3 +345,14 @@ def join(addr: int, ch0, ch1, chash: bool, out: np.ndarray | None = None) -> np.
     beats = res.view(np.uint64).reshape(n, 2, BEAT // 8)
     _shuffle(addr, _rows(ch0, n), _rows(ch1, n), beats[:, 0], beats[:, 1], chash)
     return res
+
+
+def markdown_table() -> str:
+    """The control register map as a Markdown table (docs/card.md embeds it; a test keeps them equal)."""
+    lines = ["| offset | name | access | since | meaning | fields |", "|---|---|---|---|---|---|"]
+    for r in REGS:
+        span = f"0x{r.offset:03X}" + (f"/0x{r.offset + 4:03X}" if r.size == 8 else "")
+        fields = ", ".join(f"{f.name} [{f.lsb + f.width - 1}:{f.lsb}]" if f.width > 1 else f"{f.name} [{f.lsb}]"
+                           for f in r.fields)
+        lines.append(f"| {span} | {r.name} | {r.access.value} | {r.since} | {r.desc} | {fields} |")
+    return "\n".join(lines) + "\n"
