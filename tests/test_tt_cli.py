@@ -30,6 +30,11 @@ def test_smi_json_has_the_tt_smi_shape(capsys):
     assert d["firmwares"]["fw_bundle_version"] == "19.9.0.0" and d["throttling"] == []
     assert any(p["pid"] for p in d["processes"])
     assert d["smbus_telem"]["GDDR_STATUS"] == "0x55555555"
+    # the driver's sysfs files (a second path to the same firmware values) agree with ARC over the NoC
+    sysfs = d["sysfs"]
+    assert sysfs["tt_card_type"] == "p150a" and sysfs["tt_serial"] == d["board_info"]["board_id"]
+    assert abs(int(sysfs["temp1_input"]) / 1000 - t["asic_temperature"]) < 1.0
+    assert int(sysfs["in0_input"]) == round(t["voltage"] * 1000)
 
 
 def test_smi_text_and_list(capsys):
@@ -92,3 +97,16 @@ def test_console_scripts_and_otpu_root():
     assert out.returncode == 0 and "recover" in out.stdout
     out = subprocess.run([sys.executable, "-m", "otpu_core", "tt", "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "smi" in out.stdout and "core" in out.stdout
+
+
+def test_live_mode_ends_with_exit_0_on_ctrl_c(capsys, monkeypatch):
+    import otpu_tt.cli as cli
+    ticks = []
+
+    def sleep(seconds):
+        ticks.append(seconds)
+        if len(ticks) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_pause", sleep)
+    code, out, _ = run(["smi", "--dev", "tt:sim:live", "-l", "0.5"], capsys)
+    assert code == 0 and ticks == [0.5, 0.5] and "AICLK" in out

@@ -205,3 +205,27 @@ def test_device_spec_errors():
         open_device("tt:sim:bad/name")
     with pytest.raises(UsageError):
         open_device("tt:0", parse("hang_chip"))
+
+
+def test_windows_are_reused_not_reconfigured_per_access():
+    with Card("tt:sim:w") as card:
+        calls = []
+        real = card.dev._ioctl
+        card.dev._ioctl = lambda req, buf: (calls.append(req), real(req, buf))[1]
+        a, b = card.tiles.tile("tensix", 1, 2), card.tiles.tile("tensix", 2, 2)
+        for _ in range(50):
+            card.noc.read32(a, L.USER_BASE)
+            card.noc.read32(b, L.USER_BASE)
+            card.noc.read32(a, K.SOFT_RESET_0)          # another 2 MiB window of the same tile
+        assert calls.count(I.CONFIGURE_TLB) == 3       # one aim per (tile, window), then reuse
+
+
+def test_real_device_is_found_again_by_pci_address(tmp_path):
+    from otpu_core.tt.kmd import minor_of_bdf
+    pci, dev = tmp_path / "pci", tmp_path / "dev"
+    (pci / "0000:3b:00.0" / "tenstorrent" / "tenstorrent!2").mkdir(parents=True)
+    dev.mkdir()
+    assert minor_of_bdf("0000:3b:00.0", dev, pci) is None       # node not there yet
+    (dev / "2").write_bytes(b"")
+    assert minor_of_bdf("0000:3b:00.0", dev, pci) == 2
+    assert minor_of_bdf("0000:3c:00.0", dev, pci) is None

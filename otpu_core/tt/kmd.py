@@ -22,6 +22,18 @@ DEV_DIR = Path("/dev/tenstorrent")
 SYSFS_PCI = Path("/sys/bus/pci/devices")
 PROC_DIR = Path("/proc/driver/tenstorrent")
 MODULE_VERSION = Path("/sys/module/tenstorrent/version")
+SYSFS_CLASS = Path("/sys/class/tenstorrent")
+SYSFS_TELEMETRY = ("tt_aiclk", "tt_axiclk", "tt_arcclk", "tt_serial", "tt_card_type", "tt_asic_id", "tt_fw_bundle_ver",
+                   "tt_m3app_fw_ver", "tt_heartbeat", "tt_therm_trip_count")
+HWMON_ATTRS = ("temp1_input", "temp1_max", "in0_input", "in0_max", "curr1_input", "curr1_max", "power1_input",
+               "power1_max", "fan1_input")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
 
 
 class MmapWindow:
@@ -100,17 +112,27 @@ class KmdDevice(BlackholeDevice):
             time.sleep(0.2)
 
     def host_facts(self) -> dict:
-        facts = {"minor": self.minor, "node": self.path}
-        try:
-            facts["driver_version"] = MODULE_VERSION.read_text().strip()
-        except OSError:
-            pass
+        facts: dict = {"minor": self.minor, "node": self.path, "bdf": self.bdf}
+        version = _read(MODULE_VERSION)
+        if version is not None:
+            facts["driver_version"] = version
         pci = SYSFS_PCI / self.bdf
         for attr in ("current_link_speed", "max_link_speed", "current_link_width", "max_link_width"):
-            try:
-                facts[attr] = (pci / attr).read_text().strip()
-            except OSError:
-                pass
+            value = _read(pci / attr)
+            if value is not None:
+                facts[attr] = value
+        # The driver's own telemetry files (absent tags and ENODATA before POST_RESET are skipped).
+        sysfs = {}
+        for attr in SYSFS_TELEMETRY:
+            value = _read(SYSFS_CLASS / f"tenstorrent!{self.minor}" / attr)
+            if value is not None:
+                sysfs[attr] = value
+        for hwmon in sorted((pci / "hwmon").glob("hwmon*")):
+            for attr in HWMON_ATTRS:
+                value = _read(hwmon / attr)
+                if value is not None:
+                    sysfs[attr] = value
+        facts["sysfs"] = sysfs
         return facts
 
     def pids(self) -> list[int]:
@@ -120,9 +142,9 @@ class KmdDevice(BlackholeDevice):
             return []
 
 
-def minor_of_bdf(bdf: str, dev_dir: Path = DEV_DIR) -> int | None:
+def minor_of_bdf(bdf: str, dev_dir: Path = DEV_DIR, sysfs_pci: Path | None = None) -> int | None:
     """The /dev/tenstorrent minor now serving the card at PCI address `bdf`, if it is present."""
-    for entry in sorted((SYSFS_PCI / bdf / "tenstorrent").glob("tenstorrent!*")):
+    for entry in sorted(((sysfs_pci or SYSFS_PCI) / bdf / "tenstorrent").glob("tenstorrent!*")):
         minor = int(entry.name.split("!")[1])
         if (dev_dir / str(minor)).exists():
             return minor

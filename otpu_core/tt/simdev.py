@@ -23,7 +23,7 @@ from . import consts as K
 from . import ioctl as I
 from .device import BlackholeDevice, DeviceGone
 from .faults import ENV as FAULTS_ENV, Fault, parse as parse_faults
-from .simchip import H_EPOCH, H_GEN, H_LOCKS, H_NEEDS_INIT, H_NOC_HUNG, TGT_NONE, SimChip
+from .simchip import H_EPOCH, H_GEN, H_LINK_LOST, H_LOCKS, H_NEEDS_INIT, H_NOC_HUNG, TGT_NONE, SimChip
 
 TLB_2M_COUNT, TLB_4G_FIRST, TLB_4G_COUNT = 201, 202, 8
 BAR0_BYTES = 512 << 20
@@ -186,7 +186,22 @@ class SimDevice(BlackholeDevice):
     def host_facts(self) -> dict:
         return {"node": self.spec, "driver_version": ".".join(map(str, DRIVER_VERSION)),
                 "current_link_speed": "16.0 GT/s PCIe", "max_link_speed": "32.0 GT/s PCIe",
-                "current_link_width": "16", "max_link_width": "16", "bdf": self.chip.bdf}
+                "current_link_width": "16", "max_link_width": "16", "bdf": self.chip.bdf, "sysfs": self._sysfs()}
+
+    def _sysfs(self) -> dict:
+        """The driver's telemetry files: read by the driver through its own window (TLB 201)."""
+        chip = self.chip
+        if chip.W[H_NOC_HUNG] or chip.W[H_LINK_LOST] or chip.W[H_NEEDS_INIT]:
+            return {}                       # ENODATA / unreadable
+        v, T = chip.telemetry_values(), K.TAGS
+        temp = v[T["ASIC_TEMPERATURE"]]
+        temp_c = (temp - (1 << 32) if temp & 0x80000000 else temp) / 65536
+        return {"tt_aiclk": str(v[T["AICLK"]]), "tt_axiclk": str(v[T["AXICLK"]]), "tt_arcclk": str(v[T["ARCCLK"]]),
+                "tt_serial": chip.identity["board_id"], "tt_card_type": "p150a", "tt_asic_id": chip.identity["asic_id"],
+                "tt_fw_bundle_ver": K.version_text(v[T["FLASH_BUNDLE_VERSION"]]), "tt_heartbeat": str(v[T["TIMER_HEARTBEAT"]]),
+                "tt_therm_trip_count": str(v[T["THERM_TRIP_COUNT"]]), "temp1_input": str(int(temp_c * 1000)),
+                "in0_input": str(v[T["VCORE"]]), "curr1_input": str(v[T["TDC"]] * 1000),
+                "power1_input": str(v[T["TDP"]] * 1_000_000), "fan1_input": str(v[T["FAN_RPM"]])}
 
     def pids(self) -> list[int]:
         with self._fds() as fds:

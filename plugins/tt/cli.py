@@ -61,12 +61,16 @@ def opened(dev: str | None, fault: str | None = None, need_noc: bool = True):
                 pass
 
 
+def _pause(seconds: float) -> None:
+    time.sleep(seconds)
+
+
 def _live(render, interval: float) -> None:
     """Refresh a renderable every `interval` seconds until Ctrl-C (which exits 0)."""
     try:
         with Live(render(), console=stdout(), refresh_per_second=4, auto_refresh=False) as live:
             while True:
-                time.sleep(interval)
+                _pause(interval)
                 live.update(render(), refresh=True)
     except KeyboardInterrupt:
         raise typer.Exit(0)
@@ -171,8 +175,15 @@ def recover_cmd(xy: str = typer.Argument(None, metavar="[X,Y]", help="The core t
         xys = None if all_cores else [parse_xy(xy)]
         if xys and card.tiles is not None:
             card.tiles.tile("tensix", *xys[0])      # refuse a coordinate that is not a live Tensix
-        say = (lambda s: None) if json_out else (lambda s: stdout().print(f"[dim]{s}[/]"))
-        report = Ladder(card, max_rung=max_rung, yes=yes, settle=settle, say=say).run(xys)
+        if json_out:
+            report = Ladder(card, max_rung=max_rung, yes=yes, settle=settle).run(xys)
+        else:
+            con = stdout()
+            with con.status("probing") as status:     # a reset rung takes seconds: show which one runs
+                def say(text: str) -> None:
+                    con.print(f"[dim]{text}[/]")
+                    status.update(text)
+                report = Ladder(card, max_rung=max_rung, yes=yes, settle=settle, say=say).run(xys)
     if json_out:
         print_json(report.as_dict())
     else:

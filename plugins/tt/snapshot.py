@@ -94,6 +94,7 @@ def device_snapshot(card: Card) -> dict:
         "limits": limits,
         "smbus_telem": {K.TAG_NAMES.get(t, f"TAG_{t}"): f"0x{val:x}" for t, val in sorted(v.items())},
         "processes": processes(card),
+        "sysfs": facts.get("sysfs", {}),
     }
 
 
