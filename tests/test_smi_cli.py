@@ -60,8 +60,8 @@ def test_query_csv_formats(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["name, memory.total [MiB], utilization.mxu [%], temperature.board [C]",
                      "sim-small, 16 MiB, 0 %, [N/A]"]
-    assert smi("--query", "name,memory.total", "--format", "csv,noheader,nounits") == 0
-    assert capsys.readouterr().out.splitlines() == ["sim-small, 16"]
+    assert smi("--query", "index,name,memory.total", "--format", "csv,noheader,nounits") == 0
+    assert capsys.readouterr().out.splitlines() == ["0, sim-small, 16"]
 
 
 def test_help_query_and_bad_options(capsys):

@@ -89,8 +89,9 @@ def smi(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DEV"
 
     def sample_all(wait: float) -> list[dict]:
         reports = [s.sample(wait) for s in samplers] + errors
-        for r in reports:
+        for i, r in enumerate(reports):
             if r.get("ok"):
+                r["fields"]["index"] = smi_fields.Field("index", i)
                 history.add(r["device"], r["fields"])
         return reports
 
