@@ -17,7 +17,8 @@ Rules (docs/formats.md, section 1):
 Public API
 - conversion: ``as_bits``, ``from_float``, ``to_float``
 - elementwise: ``ftz``, ``canon``, ``add``, ``sub``, ``mul``, ``neg``, ``fabs``, ``key``, ``gt``,
-  ``fmax`` (alias ``max_``), ``fmin`` (alias ``min_``), ``i2f``, ``f2i``, ``outer``
+  ``fmax`` (alias ``max_``), ``fmin`` (alias ``min_``), ``i2f``, ``f2i``, ``outer``,
+  ``block_terms`` (the MM per-block term)
 - composites (the reference's exact step sequences): ``exp2``, ``exp2sub``, ``recip``,
   ``rsqrt``, ``log2``
 - sums and reductions along the last axis: ``chain_sum``, ``interleaved_sum``, ``isum_vop``
@@ -79,12 +80,14 @@ def to_float(b) -> np.ndarray:
     return np.asarray(as_bits(b)).view(np.float32)
 
 
-_DENORMAL_SPAN = np.uint32(0x007FFFFF)
+_MIN_NORMAL = np.float32(2.0 ** -126)
 
 
 def _has_denormal(u: np.ndarray) -> bool:
-    # |u| - 1 wraps for zeros, so only 1..0x7FFFFF (the denormals) land below the span
-    return bool(((u & _ABS) - np.uint32(1) < _DENORMAL_SPAN).any())
+    # one float pass finds "zero or denormal"; zeros are checked only when that finds something
+    mag = np.abs(np.asarray(u).view(np.float32))
+    small = mag < _MIN_NORMAL
+    return bool(small.any()) and bool((small & (mag != 0)).any())
 
 
 def _flush(u: np.ndarray) -> np.ndarray:
@@ -127,19 +130,33 @@ def _f(x) -> np.ndarray:
     return _in(x).view(np.float32)
 
 
-def add(a, b) -> np.ndarray:
+# _addf/_subf/_mulf take operands that are already flushed (results of earlier operations,
+# flushed inputs or normal constants) and skip the input scan that add/sub/mul make.
+def _addf(a, b) -> np.ndarray:
     with np.errstate(all="ignore"):
-        return _finish(np.add(_f(a), _f(b)))
+        return _finish(np.add(a.view(np.float32), b.view(np.float32)))
+
+
+def _subf(a, b) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return _finish(np.subtract(a.view(np.float32), b.view(np.float32)))
+
+
+def _mulf(a, b) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return _finish(np.multiply(a.view(np.float32), b.view(np.float32)))
+
+
+def add(a, b) -> np.ndarray:
+    return _addf(_in(a), _in(b))
 
 
 def sub(a, b) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        return _finish(np.subtract(_f(a), _f(b)))
+    return _subf(_in(a), _in(b))
 
 
 def mul(a, b) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        return _finish(np.multiply(_f(a), _f(b)))
+    return _mulf(_in(a), _in(b))
 
 
 def neg(x) -> np.ndarray:
@@ -222,10 +239,10 @@ def _add_exponent(u: np.ndarray, k) -> np.ndarray:
 
 
 def _horner(coeffs: tuple[int, ...], t: np.ndarray) -> np.ndarray:
-    """p = coeffs[-1]; p = add(mul(p, t), c) for c from coeffs[-2] down to coeffs[0]."""
+    """p = coeffs[-1]; p = _addf(_mulf(p, t), c) for c from coeffs[-2] down to coeffs[0]."""
     p = np.broadcast_to(np.uint32(coeffs[-1]), t.shape)
     for c in reversed(coeffs[:-1]):
-        p = add(mul(p, t), np.uint32(c))
+        p = _addf(_mulf(p, t), np.uint32(c))
     return p
 
 
@@ -237,7 +254,7 @@ def exp2(x) -> np.ndarray:
     hi = ~gt(np.uint32(0x43000000), x)                   # not 128 > x (also every NaN)
     xf = np.where(lo | hi, np.uint32(0), x)
     i = np.floor(xf.view(np.float32)).astype(np.int64)
-    f = sub(xf, i2f(i))
+    f = _subf(xf, i2f(i))
     p = _horner(EXP2_COEFFS, f)
     r = _add_exponent(p, i)
     return np.where(lo, np.uint32(0), np.where(hi, np.uint32(POS_INF), r))
@@ -257,8 +274,8 @@ def recip(x) -> np.ndarray:
     a = np.uint32(127 << 23) | (ab & _MANT)
     y = np.uint32(RECIP_SEED) - a
     for _ in range(2):
-        y = mul(y, sub(np.uint32(0x40000000), mul(a, y)))
-    y = add(mul(y, sub(np.uint32(ONE), mul(a, y))), y)
+        y = _mulf(y, _subf(np.uint32(0x40000000), _mulf(a, y)))
+    y = _addf(_mulf(y, _subf(np.uint32(ONE), _mulf(a, y))), y)
     y = _add_exponent(y, 127 - (ab >> np.uint32(23)).astype(np.int64))
     y = np.where(big, np.uint32(0), y) | (x & _SIGN)
     return np.where(zero, np.uint32(0), y)
@@ -274,10 +291,10 @@ def rsqrt(x) -> np.ndarray:
     k = np.where(bad, 0, k)
     xs = np.where(bad, np.uint32(ONE), _add_exponent(x, k))
     y = np.uint32(RSQRT_SEED) - (xs >> np.uint32(1))
-    h = mul(np.uint32(0x3F000000), xs)
+    h = _mulf(np.uint32(0x3F000000), xs)
     for _ in range(2):
-        y = mul(y, sub(np.uint32(0x3FC00000), mul(h, mul(y, y))))
-    y = add(mul(y, sub(np.uint32(0x3F000000), mul(h, mul(y, y)))), y)
+        y = _mulf(y, _subf(np.uint32(0x3FC00000), _mulf(h, _mulf(y, y))))
+    y = _addf(_mulf(y, _subf(np.uint32(0x3F000000), _mulf(h, _mulf(y, y)))), y)
     return np.where(bad, np.uint32(0), _add_exponent(y, k // 2))
 
 
@@ -290,9 +307,9 @@ def log2(x) -> np.ndarray:
     ge = frac >= np.uint32(LOG2_SQRT2_MANT)
     e = np.where(ex == 0, 0, ex - 127 + ge)
     m = np.where(ge, np.uint32(126 << 23), np.uint32(127 << 23)) | frac
-    t = add(m, np.uint32(0xBF800000))
+    t = _addf(m, np.uint32(0xBF800000))
     q = _horner(LOG2_COEFFS, t)
-    r = add(mul(q, t), i2f(e))
+    r = _addf(_mulf(q, t), i2f(e))
     zero = (x & _ABS) == 0
     r = np.where(ex == 255, canon(x), r)
     r = np.where((x >= _SIGN) & ~zero, _NAN, r)
@@ -300,9 +317,17 @@ def log2(x) -> np.ndarray:
     return _in(r)
 
 
+def block_terms(isum, a, b) -> np.ndarray:
+    """MM block terms mul(mul(i2f(isum), a), b). isum holds integers below 2^24 as float32 (so
+    i2f is the value itself, with +0 for zero); a and b are fp32 bits; all broadcast."""
+    with np.errstate(all="ignore"):
+        exact = np.add(np.asarray(isum, np.float32), np.float32(0))   # i2f(0) is +0, never -0
+    return _mulf(_mulf(exact.view(np.uint32), _in(a)), _in(b))
+
+
 def outer(a, d, b, c) -> np.ndarray:
     """VOP OUTER element: add(mul(a, d), mul(b, c))."""
-    return add(mul(a, d), mul(b, c))
+    return _addf(mul(a, d), mul(b, c))
 
 
 def _chain_axis0(u: np.ndarray) -> np.ndarray:
@@ -327,7 +352,7 @@ def _chain_axis0(u: np.ndarray) -> np.ndarray:
     if redo.any():
         acc = np.zeros(int(redo.sum()), np.uint32)
         for row in u[:, redo]:
-            acc = add(acc, row)
+            acc = _addf(acc, row)
         out[redo] = acc
     return out.reshape(rest)
 
@@ -357,7 +382,7 @@ def interleaved_sum(a, partials: int, pad_zero: bool) -> np.ndarray:
     n = partials
     while n > 1:
         n //= 2
-        p = add(p[..., :n], p[..., n:2 * n])
+        p = _addf(p[..., :n], p[..., n:2 * n])
     return p[..., 0]
 
 

@@ -33,18 +33,15 @@ class MxuError(WeightFormatError):
 
 def block_dots(act_q: np.ndarray, weights: Decoded) -> np.ndarray:
     """Exact integer dots per D-block: act_q int8 [R, kb*D] against weights -> float32
-    [kb, R, n] holding integers, zeros as +0 (an IEEE sum of -0 products would give -0)."""
+    [kb, R, n] holding integers (a zero may be -0: IEEE sums of -0 products)."""
     kb, _, d = weights.w.shape
     rows = act_q.shape[0]
     a = np.ascontiguousarray(act_q.reshape(rows, kb, d).transpose(1, 0, 2), dtype=np.float32)
-    dots = np.matmul(a, weights.w.transpose(0, 2, 1))
-    np.add(dots, np.float32(0), out=dots)
-    return dots
+    return np.matmul(a, weights.w.transpose(0, 2, 1))
 
 
 def _public(dots: np.ndarray, act_scale: np.ndarray, weights: Decoded, pair: bool) -> np.ndarray:
-    # i2f of an integer below 2^24 is its float32 value, which the dots already are
-    terms = F.mul(F.mul(dots.transpose(1, 2, 0), weights.block_scale[None]), act_scale[:, None, :])
+    terms = F.block_terms(dots.transpose(1, 2, 0), weights.block_scale[None], act_scale[:, None, :])
     if pair:
         m = terms.shape[0] // 2
         even, odd = terms[:m, :, 0::2], terms[m:, :, 1::2]
