@@ -102,3 +102,31 @@ def test_asic_reset_refuses_while_another_process_has_the_card():
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_real_bad_endpoint_access_is_recovered_by_asic_reset():
+    with Card("tt:sim:bad") as card:
+        tlb = card.dev.allocate_tlb()                   # bypass the guard on purpose
+        win = card.dev.map_tlb(tlb)
+        card.dev.configure_tlb(tlb.id, 0, card.tiles.harvested_x[0], 5)
+        win.read32(0)
+        assert "harvested" in card.dev.chip.hang_reason()
+        report = Ladder(card, yes=True, settle=0).run(None)
+        assert report.before[0].state == "chip hung" and report.fixed_at == 5
+        assert [s.result.split(":")[0] for s in report.steps[:4]] == ["skipped"] * 4
+        assert len(report.after) == 120 and report.recovered
+
+
+def test_asic_reset_refuses_while_another_process_holds_the_lock():
+    code = ("from otpu_core.tt.card import Card\nimport time, os\n"
+            "c = Card('tt:sim:locked')\nheld = c.exclusive()\nheld.__enter__()\nc.dev.close()\n"   # keeps only the lock file
+            "print('locked', flush=True)\ntime.sleep(30)\n")
+    other = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ)
+    try:
+        assert other.stdout.readline().strip() == "locked"
+        _, report = recover("hang_chip", name="locked")
+        step5 = next(s for s in report.steps if s.rung == 5)
+        assert "busy: held by PID" in step5.result and str(other.pid) in step5.result
+    finally:
+        other.kill()
+        other.wait()

@@ -277,6 +277,8 @@ class SimChip:
             if addr - K.PCIE_NIU_NOC_ADDR == K.NOC_NODE_ID:
                 return PCIE_NODE_ID
             return self._hang(f"PCIe tile address 0x{addr:x} is unmapped")
+        if kind == TGT_HARVESTED:
+            return self._hang(f"read of 0x{addr:x} at harvested Tensix {idx} (a bad endpoint)")
         return self._hang(f"read of 0x{addr:x} at a coordinate with no live endpoint")
 
     def write32(self, tgt: tuple[int, int], addr: int, value: int) -> None:
