@@ -45,14 +45,16 @@ def _disasm(ins: Instr) -> str:
     return disasm_one(ins)
 
 
-def as_program(program: Sequence[Instr] | bytes | np.ndarray | str) -> list[Instr]:
-    """A program from instructions, an image (bytes / uint32 words) or assembly text."""
+def as_program(program: Sequence[Instr] | bytes | np.ndarray | str) -> tuple[list[Instr], list | None]:
+    """(instructions, WAITC wait entries or None) from instructions, a program image (bytes /
+    uint32 words) or assembly text (whose `!` entries become the wait table)."""
     if isinstance(program, str):
-        from .asm import assemble
-        return assemble(program)
+        from .asm import parse
+        prog = parse(program)
+        return prog.instrs, prog.waits
     if isinstance(program, (bytes, bytearray, memoryview, np.ndarray)):
-        return isa.decode_program(program)
-    return list(program)
+        return isa.decode_program(program), None
+    return list(program), None
 
 
 class Slice:
@@ -66,6 +68,7 @@ class Slice:
         self.args = [0] * isa.NARGS
         self.regs = [0] * isa.NREGS
         self.prog: list[Instr] = []
+        self.waits: list | None = None        # WAITC entries (SEQ_WC targets)
         self.pc = 0
         self.loops: list[list[int]] = []      # [start, end, remaining] per active loop
         self.state = HALTED
@@ -84,20 +87,25 @@ class Slice:
             raise SimError("shape", f"at most {isa.NARGS} run arguments, got {len(args)}")
         self.args = [int(a) & MASK32 for a in args] + [0] * (isa.NARGS - len(args))
 
-    def start(self, program: Sequence[Instr], new_run: bool = True) -> None:
+    def start(self, program: Sequence[Instr], new_run: bool = True, waits: Sequence | None = None) -> None:
         """Start a program: registers from the arguments, pc 0, empty loop stack; memories stay.
-        A HALT CHAIN (new_run=False) continues the run: its counters keep counting."""
+        A HALT CHAIN (new_run=False) continues the run: its counters keep counting. `waits` is
+        the WAITC table; on a SEQ_WC target it replaces the scoreboard in the timing model."""
         if len(program) > self.cfg.imem_instrs:
             raise SimError("out-of-range", f"slice {self.sid}: program of {len(program)} instructions "
                                            f"does not fit IMEM ({self.cfg.imem_instrs})")
+        if waits is not None and len(waits) != len(program):
+            raise SimError("shape", f"slice {self.sid}: {len(waits)} wait entries for {len(program)} instructions")
         self.prog = list(program)
+        self.waits = [w or isa.NO_WAIT for w in waits] if waits is not None and self.cfg.SEQ_WC else None
         self.regs = [0] * isa.ARG0 + list(self.args)
         self.pc, self.loops, self.chain, self.polls = 0, [], None, 0
         self.state = RUNNING if self.prog else HALTED
         if self.timing is not None:
             if new_run:
                 self.timing.reset_run(self.sid)
-            self.timing.load_program(self.sid, isa.BYTES_PER_INSTR * len(self.prog))
+            table = 8 * len(self.prog) if self.waits is not None else 0
+            self.timing.load_program(self.sid, isa.BYTES_PER_INSTR * len(self.prog) + table)
 
     def error(self, f: Fault, pc: int | None = None) -> SimError:
         pc = self.pc if pc is None else pc
@@ -138,7 +146,8 @@ class Slice:
     def issue(self, ins: Instr, w: list[int], **cost) -> None:
         if self.timing is not None:
             self.timing.issue(self.sid, self.pc, int(ins.op), (w[1], w[2], w[3]),
-                              work_of(ins, w, self.cfg, self.timing.ua, **cost))
+                              work_of(ins, w, self.cfg, self.timing.ua, **cost),
+                              wait=self.waits[self.pc] if self.waits is not None else None)
 
 
 # -- sequencer instructions ---------------------------------------------------------------------
@@ -299,17 +308,18 @@ class Machine:
             self.load(programs, args)
 
     # -- programs ---------------------------------------------------------------------------------
-    def load(self, programs, args: Sequence[int] | None = None) -> None:
+    def load(self, programs, args: Sequence[int] | None = None, waits: Sequence | None = None) -> None:
         """Start new programs (one for all slices, or one per slice); DRAM, TMEM, ACT RAM stay.
-        `args` (ARG0..ARG7) persist across runs until set again."""
+        `args` (ARG0..ARG7) persist across runs until set again. `waits`: the WAITC table of a
+        single program (assembly text carries its own)."""
         per_slice = isinstance(programs, (list, tuple)) and programs and not isinstance(programs[0], Instr)
         progs = [as_program(p) for p in (programs if per_slice else [programs] * self.cfg.S)]
         if len(progs) != self.cfg.S:
             raise SimError("shape", f"{len(progs)} programs for {self.cfg.S} slices")
-        for sl, prog in zip(self.slices, progs):
+        for sl, (prog, table) in zip(self.slices, progs):
             if args is not None:
                 sl.set_args(args)
-            sl.start(prog)
+            sl.start(prog, waits=waits if waits is not None else table)
         self.steps = 0
 
     def set_args(self, args: Sequence[int]) -> None:
@@ -329,15 +339,15 @@ class Machine:
                 raise Fault("misaligned", f"HALT CHAIN program address 0x{addr:x} is not a multiple of D={self.cfg.D}")
             if not 0 < n <= self.cfg.imem_instrs:
                 raise Fault("chain", f"HALT CHAIN program length {n} is not in 1..{self.cfg.imem_instrs}")
-            sl.dram.check(addr, isa.BYTES_PER_INSTR * n, 4, "HALT CHAIN")
-            image = sl.dram.words[addr >> 2: (addr >> 2) + isa.WORDS_PER_INSTR * n]
+            size = (isa.BYTES_PER_INSTR + (8 if self.cfg.SEQ_WC else 0)) * n   # SEQ_WC: the wait table follows
+            sl.dram.check(addr, size, 4, "HALT CHAIN")
             try:
-                prog = isa.decode_program(np.array(image))
+                prog, waits = isa.split_image(sl.dram.bytes[addr: addr + size].tobytes(), n, self.cfg.SEQ_WC)
             except IsaError as e:
                 raise Fault("illegal-opcode", f"HALT CHAIN program at 0x{addr:x}: {e.message}") from None
         except Fault as f:
             raise sl.error(f, halt_pc) from None
-        sl.start(prog, new_run=False)
+        sl.start(prog, new_run=False, waits=waits)
         sl.chains += 1
 
     # -- running ----------------------------------------------------------------------------------

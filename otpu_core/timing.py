@@ -29,7 +29,8 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from . import tracefmt
+from . import isa, tracefmt
+from .sim.fault import Fault
 from .target import Target
 
 DMA, MXU, QNT, VPU, COLL = range(5)
@@ -76,6 +77,8 @@ class _Flight:
     slot: int
     reads: tuple
     writes: tuple
+    release: int                     # operands all read
+    pc: int
 
 
 def _overlap(a: tuple, b: tuple) -> bool:
@@ -89,6 +92,19 @@ def _overlap(a: tuple, b: tuple) -> bool:
 def _conflict(reads: tuple, writes: tuple, f: _Flight) -> bool:
     """RAW, WAR or WAW between a new instruction's ranges and an older in-flight one's."""
     return _overlap(reads, f.writes) or _overlap(writes, f.writes) or _overlap(writes, f.reads)
+
+
+def _check_waits(sc: "SliceClock", work: Work, start: int, pc: int) -> None:
+    """A wait entry must order every conflicting older instruction: RAW and WAW need it complete,
+    WAR released, before this one starts."""
+    reads, writes = _gating(work)
+    for f in sc.inflight:
+        if f.end > start and (_overlap(reads, f.writes) or _overlap(writes, f.writes)):
+            raise Fault("hazard", f"the wait entry lets this instruction start at cycle {start - sc.run_start}, "
+                                  f"before the conflicting instruction at pc {f.pc} completes (cycle {f.end - sc.run_start})")
+        if f.release > start and _overlap(writes, f.reads):
+            raise Fault("hazard", f"the wait entry lets this instruction write at cycle {start - sc.run_start}, "
+                                  f"before the instruction at pc {f.pc} has read its operands (cycle {f.release - sc.run_start})")
 
 
 def _gating(work: Work) -> tuple[tuple, tuple]:
@@ -115,6 +131,8 @@ class SliceClock:
     seq: int = 0
     run_start: int = 0
     fetch_bytes: int = 0                            # program image still to fetch before dispatch
+    queue_ends: list = field(default_factory=lambda: [[] for _ in range(isa.NQUEUES)])  # WAITC queues
+    releases: list = field(default_factory=list)    # release cycles of queued dispatches, oldest first
     ports: dict = field(default_factory=lambda: dict.fromkeys(tracefmt.H_FIELDS, 0))  # beats for the H record
 
     def __post_init__(self):
@@ -155,22 +173,52 @@ class TimingModel:
         sc.retire(d)
         return d
 
+    def _gate(self, sc: SliceClock, work: Work, ready: int, entry) -> tuple[int, int]:
+        """(earliest start, earliest write-back) under the scoreboard, or under a WAITC wait entry."""
+        if entry is not None:
+            return self._wait_entry(sc, entry, ready), ready
+        write_ready = ready
+        reads, writes = _gating(work)
+        for f in sc.inflight:
+            if f.end <= ready:
+                continue
+            if work.barrier or _conflict(reads, writes, f):
+                ready = f.end
+            elif work.late_writes and _conflict(work.reads, work.writes, f):
+                write_ready = max(write_ready, f.end)
+        return ready, max(write_ready, ready)
+
+    def _wait_entry(self, sc: SliceClock, entry, ready: int) -> int:
+        """docs/isa.md 4: counts bound each queue's incomplete instructions, the mask waits for
+        releases, sync for everything; no footprint is compared."""
+        if entry.sync:
+            ready = max([ready] + [f.end for f in sc.inflight])
+        for q, count in enumerate(entry.counts):
+            ends = sc.queue_ends[q]
+            if count != isa.WC_ANY and len(ends) > count:
+                ready = max(ready, ends[-(count + 1)])
+        mask, j = entry.mask, 0
+        while mask:
+            if mask & 1 and j < len(sc.releases):
+                ready = max(ready, sc.releases[-(j + 1)])
+            mask >>= 1
+            j += 1
+        return ready
+
     def ready_time(self, sid: int, work: Work) -> int:
         """The cycle `work` could start if issued next on slice `sid` (nothing is committed)."""
         sc = self.slices[sid]
         d = self._dispatch(sc)
         if not sc.free_slots:
             d = max(d, min(f.end for f in sc.inflight))
-        ready = d + DISPATCH_CYCLES
-        reads, writes = _gating(work)
-        for f in sc.inflight:
-            if f.end > ready and (work.barrier or _conflict(reads, writes, f)):
-                ready = f.end
+        ready, _ = self._gate(sc, work, d + DISPATCH_CYCLES, None)
         return max(ready, sc.unit_free[work.unit]) if work.unit is not None else ready
 
     def issue(self, sid: int, pc: int, op: int, words: tuple[int, int, int], work: Work,
-              not_before: int = 0) -> tuple[int, int, int]:
-        """Schedule one instruction; returns (dispatch, start, end) cycles."""
+              not_before: int = 0, wait=None) -> tuple[int, int, int]:
+        """Schedule one instruction; returns (dispatch, start, end) cycles. `wait` is its WAITC
+        entry on a SEQ_WC target: it replaces the scoreboard, and an entry too weak to order a
+        conflicting older instruction is a `Fault("hazard")`."""
         sc, ua, c = self.slices[sid], self.ua, self.slices[sid].counters
         c["ICOUNT"] += 1
         c["INSTR"] += 1
@@ -186,16 +234,7 @@ class TimingModel:
             sc.retire(d)
         slot = heapq.heappop(sc.free_slots)
         sc.next_dispatch = d + 1
-        ready = d + DISPATCH_CYCLES
-        write_ready = ready
-        reads, writes = _gating(work)
-        for f in sc.inflight:
-            if f.end <= ready:
-                continue
-            if work.barrier or _conflict(reads, writes, f):
-                ready = f.end
-            elif work.late_writes and _conflict(work.reads, work.writes, f):
-                write_ready = max(write_ready, f.end)
+        ready, write_ready = self._gate(sc, work, d + DISPATCH_CYCLES, wait)
         start = max(ready, sc.unit_free[work.unit], not_before)
         nbytes = work.dram_bytes
         stream_end, wait = start, 0
@@ -208,8 +247,16 @@ class TimingModel:
         busy_end = max(start + work.compute, stream_end)
         release = busy_end
         end = max(busy_end, write_ready) + work.latency
+        if wait is not None:
+            _check_waits(sc, work, start, pc)
         sc.unit_free[work.unit] = end
-        sc.inflight.append(_Flight(end, slot, work.reads, work.writes))
+        sc.inflight.append(_Flight(end, slot, work.reads, work.writes, release, pc))
+        queue = isa.queue_of(isa.Op(op))
+        if queue is not None:
+            sc.queue_ends[queue].append(end)
+            del sc.queue_ends[queue][:-isa.WC_ANY]
+            sc.releases.append(release)
+            del sc.releases[:-isa.WC_MASK_BITS]
         starve = max(0, stream_end - (start + work.compute)) if work.unit == MXU else 0
         # counters
         c[BUSY_OF[work.unit]] += end - start
@@ -311,6 +358,8 @@ class TimingModel:
         sc.next_dispatch = sc.reg_ready = sc.dram_free = sc.run_start = base
         sc.unit_free = [base] * 5
         sc.ports = dict.fromkeys(tracefmt.H_FIELDS, 0)
+        sc.queue_ends = [[] for _ in range(isa.NQUEUES)]
+        sc.releases = []
 
     # -- results ----------------------------------------------------------------------------------
     def counters(self, sid: int = 0) -> dict[str, int]:
