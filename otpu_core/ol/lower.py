@@ -4,18 +4,21 @@ Addresses: an address with no variable part uses R0 and its constant as the imme
 run-time-only address uses an argument register holding that combination (the host computes
 it; run-time combination k lives in R(15-k) = ARG(7-k)). A device-only address uses the
 register its RLD wrote. Every address with loop terms gets an address register per distinct
-variable part (`Affine.key`): initialised before the outermost of its loops (LI 0, or ADDI from
-the argument or device register), stepped by ADDI at the end of each of its loops' bodies, and
-reset by ADDI after each of those loops, so it holds its initial value again afterwards.
+variable part (`Affine.key`), live only while its innermost loop runs: it is initialised just
+before that loop, from its parent (the same terms without the innermost loop: a register an
+enclosing loop keeps) or, with one loop term, from zero or the argument or device register;
+it is stepped by ADDI at the end of the loop body. So a layer loop keeps one register for all
+of its `l * stride` addresses, and each inner loop only adds registers while it runs. A
+zero-started register is reset by ADDI after its loop (it is zero again for the next user).
 
 Safety rules of the allocator (each has a test that fails without it):
-1. Live-loop rule: an address register is live from the LOOP of its outermost loop to that
-   loop's end, not from its first use. A register freed while a loop runs is therefore never
-   handed to an address of that loop (whose value must survive every iteration).
+1. Live-loop rule: an address register is live from the LOOP of the loop it is stepped by to
+   that loop's end, not from its first use. A register freed while a loop runs is therefore
+   never handed to an address of that loop (whose value must survive every iteration).
 2. Initial-value rule: a register is taken as already zero (its LI skipped) only if it is a
-   fresh R1..R7 or its previous address started from zero (the resets bring it back); after an
-   address that started from a run-time or device value, or anything a loop body dirties, the
-   head of the new address clears it.
+   fresh R1..R7 or its previous address started from zero (the reset brings it back); after an
+   address that started from a run-time, device or parent value, or anything a loop body
+   dirties, the head of the new address clears it.
 """
 from __future__ import annotations
 
@@ -42,9 +45,9 @@ class Key:
     """One address register's value: its variable part, how it starts, and its live interval."""
     terms: frozenset
     loops: list
-    init: str                 # "zero", "arg" or "dev"
-    source: object = None     # the run-time combination key or the DevVar
-    outer: LoopBlock | None = None
+    init: str                 # "zero", "arg", "dev" or "parent"
+    source: object = None     # the run-time combination key, the DevVar or the parent Key
+    outer: LoopBlock | None = None     # the loop it is initialised before and stepped by (its innermost)
     first_use: int = 0
     start: int = 0
     end: int = 0
@@ -110,7 +113,7 @@ def _classify(aff: Affine):
 
 
 def key_interval_start(key: Key, pos: _Pos) -> int:
-    """Rule 1 (live-loop): the register is live from its outermost loop's LOOP instruction."""
+    """Rule 1 (live-loop): the register is live from the LOOP instruction of the loop it steps with."""
     return pos.span[id(key.outer)][0]
 
 
@@ -150,6 +153,29 @@ def lower(root: list, cfg) -> Lowered:
             run_args.append(combo)
         return ARG_REGS[run_args.index(combo)]
 
+    def key_of(terms: dict, p: int, stack: tuple) -> Key:
+        """The Key for these terms (and, recursively, its parents), created at first use p."""
+        fk = frozenset(terms.items())
+        k = keys.get(fk)
+        if k is not None:
+            return k
+        loops = sorted((v for v in terms if isinstance(v, Loop)), key=lambda lp: lp.depth)
+        inner = pos.block_of[loops[-1]]
+        outside = stack[:stack.index(inner)]           # the loops enclosing the init point
+        if len(loops) > 1:
+            parent = key_of({v: c for v, c in terms.items() if v is not loops[-1]}, p, stack)
+            k = Key(fk, loops, "parent", parent, inner, first_use=p)
+        else:
+            kind, src = _classify(Affine(0, terms))
+            init = {"loop": "zero", "loop-arg": "arg", "loop-dev": "dev"}[kind]
+            k = Key(fk, loops, init, src, inner, first_use=p)
+            if init == "arg":
+                arg_of(src)
+            elif init == "dev":
+                dev_use(src, pos.span[id(inner)][0], outside)
+        keys[fk] = k
+        return k
+
     # -- pass 1: collect keys, device values and argument combinations -------------------------
     def collect(items, stack):
         for it in items:
@@ -171,15 +197,7 @@ def lower(root: list, cfg) -> Lowered:
                 elif kind == "dev":
                     dev_use(src, p, st)
                 else:
-                    k = keys.get(aff.key)
-                    if k is None:
-                        loops = sorted(aff.loops(), key=lambda lp: lp.depth)
-                        init = {"loop": "zero", "loop-arg": "arg", "loop-dev": "dev"}[kind]
-                        k = keys[aff.key] = Key(aff.key, loops, init, src, pos.block_of[loops[0]], first_use=p)
-                        if init == "arg":
-                            arg_of(src)
-                        elif init == "dev":
-                            dev_use(src, pos.span[id(k.outer)][0], stack[:stack.index(k.outer)])
+                    k = key_of(aff.terms, p, st)
                     if any(lp.rcount for lp in k.loops):
                         raise CompileError("a loop with a device-computed count cannot step address registers; "
                                            "address its data with a device value instead")
@@ -252,13 +270,14 @@ def lower(root: list, cfg) -> Lowered:
                 if not clear[k.reg]:
                     put(isa.li(rd=k.reg, imm=0))
             else:
-                src = ARG_REGS[run_args.index(k.source)] if k.init == "arg" else devs[k.source].reg
+                src = {"arg": lambda: ARG_REGS[run_args.index(k.source)], "dev": lambda: devs[k.source].reg,
+                       "parent": lambda: k.source.reg}[k.init]()
                 put(isa.addi(rd=k.reg, ra=src, imm=0))
             clear[k.reg] = False
         for r in dirtied.get(id(blk), ()):
             clear[r] = False
         loop = blk.loop
-        steps = [k for k in keys.values() if loop in k.loops]
+        steps = by_outer.get(id(blk), [])
         head = len(out)
         cv = getattr(loop, "count_var", None)
         put(None)
@@ -270,11 +289,12 @@ def lower(root: list, cfg) -> Lowered:
         body = len(out) - head - 1
         out[head] = isa.loop(body=body, count=loop.count, ra=devs[cv].reg if cv is not None else 0)
         loops_info.append((head, body, loop.count if cv is None else None, loop))
-        for k in steps:
+        resets = [k for k in steps if k.init == "zero"]     # the others die with the loop
+        for k in resets:
             put(isa.addi(rd=k.reg, ra=k.reg, imm=(-dict(k.terms)[loop] * loop.count) & isa.MASK32))
-        for k in by_outer.get(id(blk), []):
+        for k in steps:
             clear[k.reg] = clear_after(k)
-        return not steps
+        return not resets
 
     emit_items(root)
     put(isa.halt())

@@ -44,11 +44,12 @@ def act_rows() -> int: return current().cfg.act_rows
 
 
 # -- constructors -------------------------------------------------------------------------------
-def empty(shape) -> Tile:
+def empty(shape, banked: bool = True) -> Tile:
     """An uninitialised tile. A 2-D tile with rows > 1 and an even column count gets an odd row
-    stride (its rows start in different TMEM banks) and rows spare words for MM row maxima."""
+    stride (its rows start in different TMEM banks) and rows spare words for MM row maxima,
+    unless `banked=False` asks for a contiguous one (which can be reshaped)."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if len(shape) == 2 and shape[0] > 1:
+    if len(shape) == 2 and shape[0] > 1 and banked:
         rs = shape[1] + 1 if shape[1] % 2 == 0 else shape[1]
         t = new_tile(shape, rs, spare=shape[0])
         t.spare = shape[0]
@@ -363,6 +364,9 @@ class KVCache:
     v_scale: Affine
     cap: int
     d: int
+
+    def __post_init__(self):
+        self.k, self.k_scale, self.vt, self.v_scale = (Affine.of(a) for a in (self.k, self.k_scale, self.vt, self.v_scale))
 
     def keys(self, t0, n: int, D: int) -> QTensor:
         """Tokens [t0, t0+n) of K as MM weight rows."""
