@@ -17,7 +17,7 @@ Rules (docs/formats.md, section 1):
 Public API
 - conversion: ``as_bits``, ``from_float``, ``to_float``
 - elementwise: ``ftz``, ``canon``, ``add``, ``sub``, ``mul``, ``neg``, ``fabs``, ``key``, ``gt``,
-  ``fmax`` (alias ``max_``), ``fmin`` (alias ``min_``), ``i2f``, ``f2i``, ``outer``,
+  ``fmax``, ``fmin``, ``i2f``, ``f2i``, ``outer``,
   ``block_terms`` (the MM per-block term)
 - composites (the reference's exact step sequences): ``exp2``, ``exp2sub``, ``recip``,
   ``rsqrt``, ``log2``
@@ -125,13 +125,9 @@ def _in(x) -> np.ndarray:
     return _flush(as_bits(x))
 
 
-def _f(x) -> np.ndarray:
-    """Flushed input as a float32 view (numpy's float32 arithmetic is IEEE RNE)."""
-    return _in(x).view(np.float32)
-
-
-# _addf/_subf/_mulf take operands that are already flushed (results of earlier operations,
-# flushed inputs or normal constants) and skip the input scan that add/sub/mul make.
+# numpy's float32 arithmetic is IEEE round-to-nearest-even. _addf/_subf/_mulf take operands
+# that are already flushed (results of earlier operations, flushed inputs or normal constants)
+# and skip the input scan that add/sub/mul make.
 def _addf(a, b) -> np.ndarray:
     with np.errstate(all="ignore"):
         return _finish(np.add(a.view(np.float32), b.view(np.float32)))
@@ -193,9 +189,6 @@ def fmin(a, b) -> np.ndarray:
     a, b = _in(a), _in(b)
     return np.where(_key_of_flushed(b) > _key_of_flushed(a), a, b)
 
-
-max_ = fmax
-min_ = fmin
 
 _EXACT_IN_FLOAT64 = 1 << 53
 
