@@ -3,7 +3,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 from otpu_core.cli import run_app
 from otpu_tt.cli import app, core_app

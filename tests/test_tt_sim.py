@@ -229,3 +229,32 @@ def test_real_device_is_found_again_by_pci_address(tmp_path):
     (dev / "2").write_bytes(b"")
     assert minor_of_bdf("0000:3b:00.0", dev, pci) == 2
     assert minor_of_bdf("0000:3c:00.0", dev, pci) is None
+
+
+def test_arc_message_queue():
+    from otpu_core.tt.arc import ArcError
+    with Card("tt:sim:arc") as card:
+        M = K.MSG
+        first = card.arc.send(M["TEST"], 41)
+        second = card.arc.send(M["TEST"], 7)
+        assert first[:2] == [0, 42] and second[:3] == [0, 8, first[2] + 1]     # {0, arg+1, last_serial+1}
+        for _ in range(10):                                   # more than the queue's 4 entries: pointers wrap
+            card.arc.send(M["TEST"], 1)
+        card.arc.send(M["AICLK_GO_BUSY"])
+        assert card.telemetry.read()[K.TAGS["AICLK"]] == 1350
+        card.arc.send(M["FORCE_AICLK"], 250)
+        assert card.arc.send(M["GET_AICLK"])[0] >> 16 == 250
+        card.arc.send(M["FORCE_AICLK"], 0)
+        card.arc.send(M["AICLK_GO_LONG_IDLE"])
+        assert card.telemetry.read()[K.TAGS["AICLK"]] == 800
+        with pytest.raises(ArcError, match="does not know"):
+            card.arc.send(0x5F)
+
+
+def test_query_mappings_and_power_gating():
+    with Card("tt:sim:pg") as card:
+        maps = {m.mapping_id: (m.mapping_base, m.mapping_size) for m in card.dev.query_mappings()}
+        assert maps[1] == (0, 512 << 20) and maps[5] == (4 << 36, 32 << 30) and len(maps) == 6
+        card.dev.set_power_state(0)                          # a power-aware client that turned Tensix off
+        with pytest.raises(NocHung):                         # touching a clock-gated Tensix hangs
+            card.noc.read32(card.tiles.tile("tensix", 1, 2), L.USER_BASE)

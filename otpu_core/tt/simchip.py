@@ -671,11 +671,11 @@ class SimChip:
             h = (MSGQ_BASE + q * MSGQ_BYTES) >> 2
             n2 = 2 * MSGQ_ENTRIES
             while u[h + 4] != u[h]:                  # request rptr != wptr
-                slot = u[h + 4] % MSGQ_ENTRIES
-                req = [u[h + 8 + slot * 8 + i] for i in range(8)]
-                resp = self._arc_message(req)
                 if (u[h + 5] - u[h + 1]) % n2 == MSGQ_ENTRIES:
                     break                            # response queue full: host is not reading
+                slot = u[h + 4] % MSGQ_ENTRIES
+                req = [u[h + 8 + slot * 8 + i] for i in range(8)]
+                resp = self._arc_message(req, u[h + 6])
                 rs = u[h + 5] % MSGQ_ENTRIES
                 for i, w in enumerate(resp):
                     u[h + 8 + MSGQ_ENTRIES * 8 + rs * 8 + i] = w & MASK
@@ -683,12 +683,12 @@ class SimChip:
                 u[h + 5] = (u[h + 5] + 1) % n2
                 u[h + 6] = (u[h + 6] + 1) & MASK     # last serial
 
-    def _arc_message(self, req: list[int]) -> list[int]:
+    def _arc_message(self, req: list[int], last_serial: int) -> list[int]:
         W, M = self.W, K.MSG
         code = req[0] & 0xFF
         ok = lambda *data: [0, *data, *([0] * (7 - len(data)))]  # noqa: E731
         if code == M["TEST"]:
-            return ok(req[1] + 1, self.csm_u32[((MSGQ_BASE) >> 2) + 6] + 1)
+            return ok(req[1] + 1, last_serial + 1)
         if code == M["TOGGLE_SINGLE_TENSIX_RESET"]:
             if W[H_FW_BUNDLE] < 0x13090000:
                 return [K.MSG_STATUS_UNKNOWN] + [0] * 7
