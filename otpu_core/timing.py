@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import isa, tracefmt
+from .sim.activity import Activity
 from .sim.fault import Fault
 from .target import Target
 
@@ -133,6 +134,7 @@ class SliceClock:
     fetch_bytes: int = 0                            # program image still to fetch before dispatch
     queue_ends: list = field(default_factory=lambda: [[] for _ in range(isa.NQUEUES)])  # WAITC queues
     releases: list = field(default_factory=list)    # release cycles of queued dispatches, oldest first
+    activity: Activity = field(default_factory=Activity)   # P/Q window intervals (with trace)
     ports: dict = field(default_factory=lambda: dict.fromkeys(tracefmt.H_FIELDS, 0))  # beats for the H record
 
     def __post_init__(self):
@@ -237,7 +239,7 @@ class TimingModel:
         ready, write_ready = self._gate(sc, work, d + DISPATCH_CYCLES, wait)
         start = max(ready, sc.unit_free[work.unit], not_before)
         nbytes = work.dram_bytes
-        stream_end, wait = start, 0
+        stream_end, wait, ds, de = start, 0, start, start
         if nbytes:
             ds = max(start, sc.dram_free)
             wait = ds - start
@@ -280,6 +282,7 @@ class TimingModel:
         if self.keep_log:
             self.log.append((sid, pc, op, d, start, end))
         if self.trace:  # record cycles count from the run's first cycle
+            self._note_activity(sc, work, start, ds, de, busy_end, end, starve)
             r = sc.run_start
             self._emit(sc, d, 3, 0, tracefmt.dispatch(d - r, slot, pc, op, *words))
             self._emit(sc, start, 2, work.unit, tracefmt.start(start - r, slot, work.unit, ready - r))
@@ -290,6 +293,25 @@ class TimingModel:
                 vals = (starve, wait, 0, work.deny) if work.unit == MXU else (0,)
                 self._emit(sc, end, 4, work.unit, tracefmt.unit_counters(end - r, work.unit, vals))
         return d, start, end
+
+    @staticmethod
+    def _note_activity(sc: SliceClock, work: Work, start: int, ds: int, de: int, busy_end: int, end: int,
+                       starve: int) -> None:
+        """What the P/Q activity windows count for one instruction (docs/simulator.md)."""
+        act, nbytes = sc.activity, work.dram_bytes
+        if nbytes:
+            b, a = (work.b_rd + work.b_wr) / nbytes, work.a_rd / nbytes
+            act.add("bm" if work.unit == MXU else "bd", ds, de, b)
+            act.add("am", ds, de, a)
+            act.add("aq", ds, de, work.sw_wr / nbytes)
+            if b:
+                act.add("bs", start, ds)
+            if a or work.sw_wr:
+                act.add("as", start, ds)
+        if work.unit == MXU:
+            act.add("mx", start, busy_end, work.macs / max(busy_end - start, 1))
+            act.add("fm", start, end, work.deny / max(end - start, 1))
+            act.add("ms", busy_end - starve, busy_end)
 
     def _advance(self, sc: SliceClock, cycle: int) -> None:
         if cycle > sc.high:
@@ -345,6 +367,8 @@ class TimingModel:
         sc.dram_free = start + math.ceil(nbytes / self.bytes_per_cycle)
         sc.next_dispatch = sc.dram_free + self.ua.DRAM_LATENCY
         sc.counters["DRAM_RD"] += -(-nbytes // BEAT)
+        if self.trace:
+            sc.activity.add("ld", start, sc.dram_free)
         self._advance(sc, sc.next_dispatch)
 
     def reset_run(self, sid: int) -> None:
@@ -360,14 +384,24 @@ class TimingModel:
         sc.ports = dict.fromkeys(tracefmt.H_FIELDS, 0)
         sc.queue_ends = [[] for _ in range(isa.NQUEUES)]
         sc.releases = []
+        sc.groups.clear()
+        sc.activity.clear()
 
     # -- results ----------------------------------------------------------------------------------
     def counters(self, sid: int = 0) -> dict[str, int]:
         return dict(self.slices[sid].counters)
 
     def records(self, sid: int = 0) -> list[int]:
-        """The slice's trace records, oldest first, in the card's in-cycle order."""
+        """The slice's trace records of the current run, oldest first, in the card's in-cycle
+        order, with a P and a Q activity window every WINDOW_CYCLES cycles (the last one short)."""
+        sc = self.slices[sid]
+        windows = [(cycle, 6, 0, 0, recs) for cycle, recs in sc.activity.records(sc.run_start, sc.high)]
         out: list[int] = []
-        for g in sorted(self.slices[sid].groups, key=lambda g: g[:4]):
+        for g in sorted(sc.groups + windows, key=lambda g: g[:4]):
             out.extend(g[4])
         return out
+
+    def clear_trace(self, sid: int) -> None:
+        """Forget the recorded trace (a card clearing its trace buffer)."""
+        self.slices[sid].groups.clear()
+        self.slices[sid].activity.clear()

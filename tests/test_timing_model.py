@@ -169,3 +169,38 @@ def test_record_packing_round_trips_and_cut_groups_are_skipped():
     assert [e["type"] for e in tracefmt.unpack(recs[1:])] == ["S", "U", "H"]   # D lost its head: O's skipped
     ring = np.array(recs, dtype=np.uint64)
     assert np.array_equal(tracefmt.ring_order(np.roll(ring, 3), len(recs) + 8, len(recs))[:2], ring[5:7])
+
+
+def test_activity_windows_add_up_to_the_counters():
+    m = Machine("ypcb-00338", trace=True)
+    m.load([isa.ld(dram=1 << 20, tmem=0, n=2048),
+            isa.mm(sa=0, out=4096, n=1024, kb=8, rs=1024, m=1, ors=1024, unit=1), isa.halt()])
+    m.run()
+    c = m.counters()
+    ev = tracefmt.unpack(m.trace_records())
+    p = [e for e in ev if e["type"] == "P"]
+    q = [e for e in ev if e["type"] == "Q"]
+    assert len(p) == len(q) == math.ceil(c["CYCLES"] / 1024)
+    assert sum(e["n"] for e in p) == c["CYCLES"] and all(e["n"] == 1024 for e in p[:-1])
+    assert p[-1]["cycle"] == c["CYCLES"] - 1 and ev[-1]["type"] == "Q"
+    assert abs(sum(e["mx"] for e in p) - c["MXU_MAC"]) <= len(p)              # rounding per window
+    assert abs(sum(e["ms"] for e in q) - c["MXU_STARVE"]) <= len(q)
+    bytes_per_cycle = 128 * 0.88
+    port_b = sum(e["bm"] + e["bd"] for e in p)
+    assert abs(port_b - (1024 * 1024 + 4 * 2048) / bytes_per_cycle) <= len(p) + 2
+
+
+def test_activity_integral_matches_a_cycle_by_cycle_count():
+    from otpu_core.sim.activity import Activity
+    rng = np.random.default_rng(1)
+    act = Activity()
+    spans = [(int(a), int(a + n), float(w)) for a, n, w in zip(rng.integers(0, 5000, 40), rng.integers(1, 900, 40),
+                                                                 rng.uniform(0.1, 1, 40))]
+    for lo, hi, w in spans:
+        act.add("bm", lo, hi, w)
+    ends, counts = act.windows(0, 6000, 1000)
+    per_cycle = np.zeros(6000)
+    for lo, hi, w in spans:
+        per_cycle[lo:hi] += w
+    assert np.array_equal(ends, [1000, 2000, 3000, 4000, 5000, 6000])
+    assert np.array_equal(counts[:, 0], np.rint(per_cycle.reshape(6, 1000).sum(1)).astype(np.int64))
