@@ -9,6 +9,7 @@ so a reader never sees half a file. `OTPU_CACHE` overrides the directory.
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import inspect
@@ -23,8 +24,6 @@ import numpy as np
 
 from .. import isa
 from .affine import Affine
-from .layouts import QTensor, Tensor
-from .ops import KVCache
 from .program import Program, Stats, compile_kernel, target_of
 
 FORMAT = 1
@@ -51,12 +50,9 @@ def _compiler_digest() -> str:
 def _canon(v):
     if isinstance(v, Affine):
         return ("A", repr(v))
-    if isinstance(v, Tensor):
-        return ("Tensor", repr(v.base), v.shape, v.rs)
-    if isinstance(v, QTensor):
-        return ("QTensor", repr(v.data), repr(v.scale), v.shape, v.rs, v.srs, v.wf, v.D, v.part_stride)
-    if isinstance(v, KVCache):
-        return ("KV", repr(v.k), repr(v.k_scale), repr(v.vt), repr(v.v_scale), v.cap, v.d)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        # layouts (Tensor, QTensor, KVCache) and argument records (shapes, layer layouts)
+        return (type(v).__qualname__,) + tuple((f.name, _canon(getattr(v, f.name))) for f in dataclasses.fields(v))
     if isinstance(v, (list, tuple)):
         return tuple(_canon(x) for x in v)
     if isinstance(v, dict):
