@@ -198,3 +198,22 @@ def test_in_place_elementwise_is_not_a_hazard():
                     imm=int(np.float32(2).view(np.uint32))), isa.halt()])
     m.run()
     assert np.array_equal(m.read_tmem(A0, ROWS * COLS).view(np.float32), (a * 2).ravel())
+
+
+@pytest.mark.parametrize("bmode,brs", [("row", 1), ("col", 0)])
+def test_a_broadcast_b_written_by_an_earlier_element_is_a_hazard(bmode, brs):
+    # dst row 0 covers B's words: later elements read a B word an earlier element wrote
+    m = Machine("sim-small", timing=False)
+    m.load([isa.vop("add", dst=B0, a=A0, b=B0 + 1, rows=2, cols=4, drs=4, ars=4, brs=brs, bmode=bmode), isa.halt()])
+    with pytest.raises(Exception) as ei:
+        m.run()
+    assert getattr(ei.value, "kind", None) == "hazard"
+
+
+def test_a_row_broadcast_read_after_its_own_row_wrote_it_is_a_hazard():
+    # row 0 writes dst+0..3 and reads B(0) = dst+2 for every column: element 3 reads what element 2 wrote
+    m = Machine("sim-small", timing=False)
+    m.load([isa.vop("add", dst=B0, a=A0, b=B0 + 2, rows=1, cols=4, drs=4, ars=4, brs=1, bmode="row"), isa.halt()])
+    with pytest.raises(Exception) as ei:
+        m.run()
+    assert getattr(ei.value, "kind", None) == "hazard"

@@ -100,8 +100,9 @@ def vop(sl, ins: Instr, w: list[int]) -> None:
     B = None
     if func in isa.READS_B:
         B, bidx = _b_operand(tm, bmode, b, rows, cols, brs, imm)
-        if bidx is not None:
-            reads.append((bidx, seq[:, :bidx.shape[1]] if bidx.shape[1] == cols else seq[:, :1]))
+        B = np.broadcast_to(B, (rows, cols))
+        if bidx is not None:      # every element reads its B, a broadcast one included
+            reads.append((np.broadcast_to(bidx, (rows, cols)), seq))
     if func in _ELEMENTWISE:
         out = np.broadcast_to(_ELEMENTWISE[func](A, B), (rows, cols))
         didx = tm.tile_index(dst, rows, cols, drs, "VOP dst")
@@ -110,7 +111,7 @@ def vop(sl, ins: Instr, w: list[int]) -> None:
         return
     # reductions: a row's write happens after the row's last read
     rseq = (seq // cols) * (cols + 1) + seq % cols
-    reads = [(idx, rseq[:, :idx.shape[1]] if idx.shape[1] == cols else rseq[:, :1]) for idx, _ in reads]
+    reads = [(idx, rseq) for idx, _ in reads]
     wseq = (np.arange(rows, dtype=np.int64) * (cols + 1) + cols)[:, None]
     if func == VFunc.ARGMAX:
         if rows > 1 and drs < 2:
@@ -121,17 +122,12 @@ def vop(sl, ins: Instr, w: list[int]) -> None:
         out = np.stack([val, fp32.i2f(index)], axis=1)
         didx = tm.tile_index(dst, rows, 2, drs, "VOP dst")
         check_hazard(didx, np.broadcast_to(wseq, (rows, 2)), reads, "VOP ARGMAX")
-        _put_rows(tm, dst, drs, out)
+        tm.put_tile(dst, drs, out, "VOP dst")
         return
-    out = _REDUCE[func](A, B if B is None or B.shape == (rows, cols) else np.broadcast_to(B, (rows, cols)))
+    out = _REDUCE[func](A, B)
     didx = tm.tile_index(dst, rows, 1, drs, "VOP dst")
     check_hazard(didx, wseq, reads, "VOP")
-    _put_rows(tm, dst, drs, out.reshape(rows, 1))
-
-
-def _put_rows(tm, dst: int, drs: int, out: np.ndarray) -> None:
-    """Row results written in row order (a later row wins when drs makes them overlap)."""
-    tm.put_tile(dst, drs, out, "VOP dst")
+    tm.put_tile(dst, drs, out.reshape(rows, 1), "VOP dst")      # row order: a later row wins
 
 
 def _outer(sl, ins: Instr, w: list[int]) -> None:
@@ -154,7 +150,7 @@ def _outer(sl, ins: Instr, w: list[int]) -> None:
     didx = tm.tile_index(dst, rows, cols, drs, "VOP OUTER dst")
     bidx = tm.tile_index(b, rows, 1, brs, "VOP OUTER B")
     seq = np.arange(rows * cols, dtype=np.int64).reshape(rows, cols)
-    check_hazard(didx, seq, [(didx, seq), (bidx, seq[:, :1])], "VOP OUTER")
+    check_hazard(didx, seq, [(didx, seq), (np.broadcast_to(bidx, (rows, cols)), seq)], "VOP OUTER")
     out = fp32.outer(tm.t[didx], Dv, tm.t[bidx], Cv)
     tm.put_tile(dst, drs, out, "VOP OUTER dst")
 
