@@ -4,8 +4,8 @@
    staging, the DMA lock) writing and reading SIZE bytes on file-backed device nodes, against a
    plain pwrite/pread loop of 8 MiB calls on the same file. Goal: >= 70% each way. The write
    source is a default numpy array (16 bytes past a page, so the transport bounces it through
-   its staging buffer); reads go into the transport's own placed buffer, and once more into a
-   misplaced caller buffer (bounced: on file-backed nodes the "DMA" is itself a memcpy, so the
+   its staging buffer); reads go into a placed buffer touched once beforehand (the plain loop's
+   buffer is warm too), once into a fresh buffer, and once into a misplaced caller buffer (bounced: on file-backed nodes the "DMA" is itself a memcpy, so the
    bounce costs far more than on the 1.7 GB/s link of a real card).
 2. Board: the same through Board.write/read (logical addresses: interleave, CHASH, pipelining).
 3. Registers: Python cost per 32-bit access through XdmaTransport and through the simulated card,
@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from otpu_core.card import regs
-from otpu_core.transport import DMA_CHUNK
+from otpu_core.transport import DMA_CHUNK, placed
 from otpu_core.transport.sim import SimTransport
 from otpu_core.transport.xdma import XdmaTransport
 
@@ -38,10 +38,17 @@ def make_nodes(directory: str) -> str:
     return base
 
 
-def timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+REPEATS = 3
+
+
+def timed(fn, repeats: int = 1) -> float:
+    """Best of `repeats` wall times: the machine is shared, the minimum is the least disturbed."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def plain_loop(path: str, data: np.ndarray, out: np.ndarray) -> tuple[float, float]:
@@ -56,7 +63,7 @@ def plain_loop(path: str, data: np.ndarray, out: np.ndarray) -> tuple[float, flo
         def read():
             for pos in range(0, out.size, DMA_CHUNK):
                 os.preadv(fd, [omv[pos:pos + DMA_CHUNK]], pos)
-        return timed(write), timed(read)
+        return timed(write, REPEATS), timed(read, REPEATS)
     finally:
         os.close(fd)
 
@@ -72,39 +79,38 @@ def main() -> None:
         base = make_nodes(d)
         data = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8)
         out = np.empty(size, np.uint8)
-        # Warm the page cache the same way for both.
-        plain_loop(base + "_h2c_0", data, out)
+        t_warm = XdmaTransport(base)            # the first pass allocates the file's blocks: not measured
+        t_warm.mem_write(0, 0, data)
+        t_warm.close()
         pw, pr = plain_loop(base + "_h2c_0", data, out)
         t = XdmaTransport(base)
-        tw = timed(lambda: t.mem_write(0, 0, data))
-        tr = timed(lambda: t.mem_read(0, 0, size, out))
+        tw = timed(lambda: t.mem_write(0, 0, data), REPEATS)
+        tr = timed(lambda: t.mem_read(0, 0, size, out), REPEATS)
         assert np.array_equal(out[:1 << 20], data[:1 << 20])
-        own = None
-
-        def read_own():
-            nonlocal own
-            own = t.mem_read(0, 0, size)          # into the transport's own placed buffer: no bounce
-        to = timed(read_own)
-        assert np.array_equal(own[-4096:], data[-4096:])
-        del own
+        placed_out = placed(size, 0)
+        placed_out[::4096] = 0                    # touched once, like a buffer a caller reuses
+        to = timed(lambda: t.mem_read(0, 0, size, placed_out), REPEATS)
+        assert np.array_equal(placed_out[-4096:], data[-4096:])
+        fresh = timed(lambda: t.mem_read(0, 0, size))
         gb = size / 1e9
         print(f"DMA {args.mib} MiB each way on file-backed nodes")
         print(f"  write: plain {gb / pw:6.2f} GB/s  transport {gb / tw:6.2f} GB/s  ratio {pw / tw:5.2f}  (goal >= 0.70)")
         print(f"  read into the caller's misplaced buffer (bounced): transport {gb / tr:6.2f} GB/s  ratio {pr / tr:5.2f}")
         print(f"  read:  plain {gb / pr:6.2f} GB/s  transport {gb / to:6.2f} GB/s  ratio {pr / to:5.2f}  (goal >= 0.70)")
+        print(f"  read into a fresh buffer the transport allocates: {gb / fresh:6.2f} GB/s (first-touch page faults)")
         print(f"  staging bounces: {t.stats['bounced']}")
 
         from otpu_core.board import Board
         t.reg_write(regs.off("ID"), regs.ID_OTPU)      # a blank user node: make it say it is an openTPU
         board = Board(t, target="ypcb-00338", check=False)
         board.chash = True
-        bw = timed(lambda: board.write(0, data))
+        bw = timed(lambda: board.write(0, data), REPEATS)
         got = np.empty(0)
 
         def read_all():
             nonlocal got
-            got = board.read(0, size)
-        br = timed(read_all)
+            got = board.read(0, size, out=placed_out)
+        br = timed(read_all, REPEATS)
         assert np.array_equal(got[:1 << 20], data[:1 << 20])
         print(f"  Board (logical, CHASH, pipelined): write ratio {pw / bw:5.2f}, read ratio {pr / br:5.2f}")
 

@@ -278,11 +278,14 @@ class Board:
         self.t.mem_write(0, off, a)
         self.t.mem_write(1, off, b)
 
-    def read(self, addr: int, n: int) -> np.ndarray:
-        """Bytes at a logical DRAM address."""
+    def read(self, addr: int, n: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Bytes at a logical DRAM address (into `out` when given and the range is chunk-aligned)."""
         self._check_logical(addr, n)
         lo, hi = addr // regs.CHUNK * regs.CHUNK, -(-(addr + n) // regs.CHUNK) * regs.CHUNK
-        out = placed(hi - lo, 0) if hi - lo >= PIPE else np.empty(hi - lo, np.uint8)
+        if out is not None and (lo, hi) == (addr, addr + n) and as_bytes(out).size >= n:
+            out = as_bytes(out)[:n]
+        else:
+            out = placed(hi - lo, 0) if hi - lo >= PIPE else np.empty(hi - lo, np.uint8)
         if hi - lo <= PIPE or not self.t.threaded:
             half = (hi - lo) // 2
             a = self.t.mem_read(0, lo // 2, half)
