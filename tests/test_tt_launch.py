@@ -121,3 +121,11 @@ def test_a_dying_host_retires_its_kernel_through_noc_cleanup(card):
     card.dev.pids()                                  # the driver notices the dead process
     ctrl = struct.unpack(f"<{L.CTRL_WORDS}I", card.noc.read(card.tiles.tile("tensix", 4, 8), L.QUEUE_CTRL, 64))
     assert ctrl[L.C_STOP] == 1 and ctrl[L.C_STATE] == L.QSTATE_EXITED
+
+
+def test_frozen_needs_every_pc_sample_equal():
+    from otpu_core.tt.probe import _frozen
+    loop = [{"brisc": 0x1040 + 4 * (i % 2)} for i in range(8)]          # a live two-instruction poll loop
+    assert _frozen(loop) == []
+    assert _frozen([{"brisc": 0x5A2C, "trisc0": 0x5A30}] * 8) == ["brisc", "trisc0"]
+    assert _frozen([{"brisc": 0x10}] * 4 + [{}] * 4) == []               # went into reset meanwhile

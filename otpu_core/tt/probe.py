@@ -26,6 +26,7 @@ from .coords import Tile
 from .noc import MASK, LinkLost, Noc, NocHung
 
 HEALTHY = ("in reset", "idle", "resident", "running")
+PC_SAMPLES = 8
 
 
 @dataclass
@@ -57,7 +58,13 @@ def _snapshot(noc: Noc, tile: Tile) -> dict:
     return snap
 
 
-def _classify(tile: Tile, a: dict, b: dict) -> CoreState:
+def _frozen(samples: list[dict]) -> list[str]:
+    """RISCs out of reset in every sample whose PC never moved."""
+    common = set(samples[0]).intersection(*samples[1:])
+    return [r for r in K.RISC_BITS if r in common and len({s[r] for s in samples}) == 1]
+
+
+def _classify(tile: Tile, a: dict, b: dict, frozen: list[str]) -> CoreState:
     expected = (tile.y << 6) | tile.x
     if a["node"] == MASK or b["node"] == MASK:
         return CoreState(tile, "unresponsive", "the tile's NoC interface does not answer (NoC itself is fine)")
@@ -67,7 +74,6 @@ def _classify(tile: Tile, a: dict, b: dict) -> CoreState:
     data = {"soft_reset": f"{soft:#07x}", "pcs": {r: f"{pc:#x}" for r, pc in b.get("pcs", {}).items()}}
     if soft & K.RISC_ALL == K.RISC_ALL:
         return CoreState(tile, "in reset", "all RISCs held in soft reset", data)
-    frozen = [r for r, pc in b["pcs"].items() if a.get("pcs", {}).get(r) == pc]
     ctrl, ctrl0 = b.get("ctrl"), a.get("ctrl")
     signal = b.get("signal")
     if ctrl is not None:
@@ -90,12 +96,31 @@ def _classify(tile: Tile, a: dict, b: dict) -> CoreState:
     return CoreState(tile, "idle", "firmware up, nothing running" + last, data)
 
 
-def probe_many(noc: Noc, tiles: list[Tile], interval: float = 0.02) -> list[CoreState]:
-    """Probe tiles together: one snapshot each, one interval, a second snapshot each."""
+def _pc_samples(noc: Noc, tile: Tile, snap: dict) -> dict:
+    return {r: noc.read32(tile, K.PC_SNAPSHOT[r]) for r in snap.get("pcs", {})}
+
+
+def probe_many(noc: Noc, tiles: list[Tile], interval: float = 0.02, samples: int = PC_SAMPLES) -> list[CoreState]:
+    """Probe tiles together: a snapshot each, PC samples spread over one interval, a last snapshot.
+
+    A RISC counts as frozen only when every sample shows the same PC: a tight polling loop of a
+    live RISC can show one PC twice in a row, rarely `samples` times.
+    """
     try:
         first = {t: _snapshot(noc, t) for t in tiles}
-        time.sleep(interval)
-        return [_classify(t, first[t], _snapshot(noc, t)) for t in tiles]
+        seen = {t: [first[t].get("pcs", {})] for t in tiles}
+        for _ in range(samples - 2):
+            time.sleep(interval / (samples - 1))
+            for t in tiles:
+                if first[t].get("pcs"):
+                    seen[t].append(_pc_samples(noc, t, first[t]))
+        time.sleep(interval / (samples - 1))
+        out = []
+        for t in tiles:
+            last = _snapshot(noc, t)
+            seen[t].append(last.get("pcs", {}))
+            out.append(_classify(t, first[t], last, _frozen(seen[t])))
+        return out
     except NocHung as e:
         return [CoreState(t, "chip hung", e.message) for t in tiles]
     except LinkLost as e:
