@@ -1,5 +1,6 @@
 """Coordinates from the harvesting mask, and the guard that refuses anything that is not a live tile."""
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from otpu_core.errors import UsageError
 from otpu_core.tt import consts as K
@@ -79,3 +80,24 @@ def test_parse_xy():
     assert parse_xy("3,4") == (3, 4) and parse_xy("0x3,4") == (3, 4)
     with pytest.raises(UsageError):
         parse_xy("3")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sets(st.integers(0, 13), min_size=0, max_size=4))
+def test_translation_is_a_bijection_keeping_noc0_order(harvested_phys):
+    mask = 0x3FFF & ~sum(1 << i for i in harvested_phys)
+    table, dead = tensix_translation(mask)
+    assert sorted(table) == sorted(K.TRANSLATED_TENSIX_X) and sorted(table.values()) == sorted(K.PHYS_COL_X)
+    live = [x for x in K.TRANSLATED_TENSIX_X if x not in dead]
+    assert live == list(K.TRANSLATED_TENSIX_X[:14 - len(harvested_phys)])
+    assert [table[x] for x in live] == sorted(table[x] for x in live)      # ascending NOC0 x
+    assert sorted(table[x] for x in dead) == sorted(K.PHYS_COL_X[i] for i in harvested_phys)
+
+
+def test_every_tile_answers_with_its_own_translated_node_id():
+    from otpu_core.tt.card import Card
+    with Card("tt:sim:ids") as card:
+        for t in card.tiles.tensix:
+            node = card.noc.read32(t, K.NIU0_BASE + K.NOC_ID_TRANSLATED)
+            raw = card.noc.read32(t, K.NIU0_BASE + K.NOC_NODE_ID)
+            assert (node & 0x3F, node >> 6) == (t.x, t.y) and (raw & 0x3F, raw >> 6) == t.noc0
