@@ -472,8 +472,12 @@ def prepare(program) -> Prepared:
     if isinstance(program, Prepared):
         return program
     from . import isa
-    from .isasim import as_program
-    image = np.frombuffer(isa.encode_program(as_program(program)), dtype=np.uint8)
+    if isinstance(program, str):
+        from .asm import assemble
+        program = assemble(program)
+    elif isinstance(program, (bytes, bytearray, memoryview, np.ndarray)):
+        program = isa.decode_program(as_bytes(program).view(np.uint32))   # validates the image
+    image = np.frombuffer(isa.encode_program(list(program)), dtype=np.uint8)
     return Prepared(image, image.size // 32)
 
 
