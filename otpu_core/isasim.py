@@ -45,7 +45,13 @@ def _disasm(ins: Instr) -> str:
     return disasm_one(ins)
 
 
-def as_program(program: Sequence[Instr] | bytes | np.ndarray | str) -> tuple[list[Instr], list | None]:
+def as_program(program: Sequence[Instr] | bytes | np.ndarray | str) -> list[Instr]:
+    """The instructions of a program given as instructions, an image (bytes / uint32 words) or
+    assembly text."""
+    return program_and_waits(program)[0]
+
+
+def program_and_waits(program: Sequence[Instr] | bytes | np.ndarray | str) -> tuple[list[Instr], list | None]:
     """(instructions, WAITC wait entries or None) from instructions, a program image (bytes /
     uint32 words) or assembly text (whose `!` entries become the wait table)."""
     if isinstance(program, str):
@@ -313,7 +319,7 @@ class Machine:
         `args` (ARG0..ARG7) persist across runs until set again. `waits`: the WAITC table of a
         single program (assembly text carries its own)."""
         per_slice = isinstance(programs, (list, tuple)) and programs and not isinstance(programs[0], Instr)
-        progs = [as_program(p) for p in (programs if per_slice else [programs] * self.cfg.S)]
+        progs = [program_and_waits(p) for p in (programs if per_slice else [programs] * self.cfg.S)]
         if len(progs) != self.cfg.S:
             raise SimError("shape", f"{len(progs)} programs for {self.cfg.S} slices")
         for sl, (prog, table) in zip(self.slices, progs):
