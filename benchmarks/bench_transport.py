@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
+import timeit
 
 import numpy as np
 
@@ -43,12 +43,7 @@ REPEATS = 3
 
 def timed(fn, repeats: int = 1) -> float:
     """Best of `repeats` wall times: the machine is shared, the minimum is the least disturbed."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return min(timeit.repeat(fn, number=1, repeat=repeats))
 
 
 def plain_loop(path: str, data: np.ndarray, out: np.ndarray) -> tuple[float, float]:
