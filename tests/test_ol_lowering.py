@@ -306,3 +306,45 @@ def test_loop_variable_outside_its_loop_and_depth_limit():
                             pass
     with pytest.raises(ol.CompileError, match="deeper than 4"):
         ol.compile_kernel(deep, T)
+
+
+# -- MM PAIR (QACT DUP) and several ACT block ranges ---------------------------------------------------
+@pytest.mark.parametrize("fmt", ["int4", "e2m1"])
+def test_four_bit_rows_use_dup_and_pair(fmt):
+    img = Image(T)
+    a = rng.standard_normal((2, 128)).astype(np.float32)
+    W = rng.standard_normal((12, 128)).astype(np.float32)
+    x, w, y = img.tensor(a), img.weight(W, fmt), img.tensor(shape=(2, 12))
+
+    def k(x, w, y):
+        ol.store(y, ol.dot(ol.load(x), w))
+    prog = ol.compile_kernel(k, T, x=x, w=w, y=y)
+    (q,), (mm,) = ops(prog, "QACT"), ops(prog, "MM")
+    assert q["dup"] and mm["pair"]
+    got = img.read(y, img.run(prog))
+    from otpu_core.kernels import reference as R
+    same = R.quantized_matmul(a, img.dequantized(w), 32)
+    assert R.max_abs(got, same) < 1e-5 * np.abs(same).max() * 4 and R.cosine(got, same) > 0.9999999
+
+
+def test_fragmented_act_ram_gives_several_qranges_one_mm_each():
+    img = Image(T)
+    a = rng.standard_normal((2, 256)).astype(np.float32)             # 8 blocks
+    W = rng.standard_normal((6, 256)).astype(np.float32)
+    x, w, y = img.tensor(a), img.weight(W), img.tensor(shape=(2,))
+
+    def k(x, w, y):
+        t = ol.load(x)
+        small = ol.quantize(t[:, :96])                               # 3 blocks
+        keep = [ol.quantize(t[:, :128]) for _ in range(2)]           # 8 more: 11 of 16 in use
+        del small                                                    # frees blocks 0..2: runs of 3 and 5
+        s = ol.dot(ol.quantize(t), w, rowmax=True)                   # needs 8: two ranges
+        ol.store(y, s.rowmax)
+    prog = ol.compile_kernel(k, T, x=x, w=w, y=y)
+    mms = ops(prog, "MM")
+    assert len(mms) == 2 and [m["kb"] for m in mms] == [5, 3]
+    assert not mms[0]["acc"] and mms[1]["acc"] and mms[1]["rmax"] and not mms[0]["rmax"]
+    got = img.read(y, img.run(prog))
+    from otpu_core.kernels import reference as R
+    ref = R.quantized_matmul(a, img.dequantized(w), 32).max(axis=1)
+    assert R.max_abs(got, ref) < 1e-4 and R.cosine(got, ref) > 0.9999999

@@ -9,7 +9,6 @@ with an unrolled tail.
 from __future__ import annotations
 
 from .. import ol
-from ..isa import WF_SEED
 from ..ol import CompileError, QTensor, Stationary, Tensor, Tile
 
 TMEM_SHARE = 4       # an output chunk takes at most this fraction of TMEM
@@ -33,7 +32,7 @@ def chunk_rows(m: int, n: int) -> int:
 
 def linear(x: Tile | Stationary, w: QTensor, n_chunk: int | None = None) -> Tile:
     """x @ w^T into a new (M, N) tile (one dot when N fits one chunk)."""
-    xq = x if isinstance(x, Stationary) else ol.quantize(x, row=w.wf in WF_SEED)
+    xq = x if isinstance(x, Stationary) else ol.quantize_for(x, w)
     if n_chunk is None or n_chunk >= w.N:
         return ol.dot(xq, w)
     out = ol.empty((xq.M, w.N) if xq.M > 1 else (w.N,))
@@ -53,7 +52,7 @@ def matmul(x: Tensor, w: QTensor, y: Tensor, n_chunk: int | None = None) -> None
         raise CompileError(f"matmul: K={w.K} exceeds the ACT RAM capacity of {cfg.max_k}")
     if (y.rows, y.cols) != (x.rows, w.N):
         raise CompileError(f"shape mismatch in matmul: output of shape {y.shape} for {x.rows} x {w.N}")
-    xq = ol.quantize(pad_activation(x, w.K), row=w.wf in WF_SEED)
+    xq = ol.quantize_for(pad_activation(x, w.K), w)
     m = x.rows
     nc = n_chunk or chunk_rows(m, w.N)
     full, tail = divmod(w.N, nc)

@@ -13,7 +13,7 @@ from ..ol import CompileError, QTensor, Stationary, Tile
 
 def swiglu_mlp(x: Tile | Stationary, w_gate: QTensor, w_up: QTensor, w_down: QTensor, f_chunk: int) -> Tile:
     """x (M, d) -> (M, d); w_gate/w_up [F, d]; w_down [d, F] stored as column parts of f_chunk."""
-    xq = x if isinstance(x, Stationary) else ol.quantize(x)
+    xq = x if isinstance(x, Stationary) else ol.quantize_for(x, w_gate)
     F = w_gate.N
     if w_up.N != F or w_gate.K != xq.K or w_up.K != xq.K:
         raise CompileError(f"shape mismatch in swiglu_mlp: x of shape {xq.shape}, gate {w_gate.shape}, up {w_up.shape}")
@@ -25,5 +25,5 @@ def swiglu_mlp(x: Tile | Stationary, w_gate: QTensor, w_up: QTensor, w_down: QTe
         g = ol.dot(xq, w_gate.rows(c * f_chunk, f_chunk))
         u = ol.dot(xq, w_up.rows(c * f_chunk, f_chunk))
         h = ol.silu(g) * u
-        ol.dot(ol.quantize(h), w_down.part(c), acc=y)
+        ol.dot(h, w_down.part(c), acc=y)
     return y

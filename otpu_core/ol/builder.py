@@ -125,11 +125,13 @@ class Builder:
     # -- storage ---------------------------------------------------------------------------
     def buffer(self, words: int) -> Buffer: return Buffer(self, words)
 
-    def act_alloc(self, kb: int, owner) -> tuple[int, int]:
+    def act_alloc(self, kb: int, owner, contiguous: bool) -> list[tuple[int, int, int]]:
+        """(ab, blocks, token) runs holding kb blocks for `owner`, freed when it dies."""
         token = next(self._tokens)
-        ab = self.act.alloc(kb, token)
-        weakref.finalize(owner, self._release, "A", ab, len(self.loops), (kb, token))
-        return ab, token
+        runs = [(self.act.alloc(kb, token), kb)] if contiguous else self.act.alloc_runs(kb, token)
+        for ab, n in runs:
+            weakref.finalize(owner, self._release, "A", ab, len(self.loops), (n, token))
+        return [(ab, n, token) for ab, n in runs]
 
     def _release(self, kind: str, start: int, depth: int, extra) -> None:
         if self.closed:

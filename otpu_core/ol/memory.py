@@ -92,6 +92,34 @@ class ActAllocator:
         raise CompileError(f"ACT RAM exhausted: needed {kb} contiguous blocks, largest free {free}",
                            hint="let earlier quantized operands die before quantizing new ones")
 
+    def alloc_runs(self, kb: int, token: int) -> list[tuple[int, int]]:
+        """kb blocks as one contiguous range if possible, else as several free runs (block
+        ranges of one operand, each quantised and multiplied separately)."""
+        try:
+            return [(self.alloc(kb, token), kb)]
+        except CompileError:
+            pass
+        runs, start = [], None
+        for b in range(self.blocks + 1):
+            free = b < self.blocks and not self.owner[b]
+            if free and start is None:
+                start = b
+            elif not free and start is not None:
+                runs.append((start, b - start))
+                start = None
+        if sum(n for _, n in runs) < kb:
+            raise CompileError(f"ACT RAM exhausted: needed {kb} blocks, {sum(n for _, n in runs)} free",
+                               hint="let earlier quantized operands die before quantizing new ones")
+        taken, left = [], kb
+        for ab, n in sorted(runs, key=lambda r: -r[1]):
+            n = min(n, left)
+            self.owner[ab:ab + n] = [token] * n
+            taken.append((ab, n))
+            left -= n
+            if not left:
+                break
+        return taken
+
     def free(self, ab: int, kb: int, token: int) -> None:
         for b in range(ab, ab + kb):
             if self.owner[b] == token:

@@ -11,7 +11,7 @@ import builtins
 import sys
 from dataclasses import dataclass
 
-from ..isa import BMode, VFunc, WF_4BIT, WF_SEED
+from ..isa import VFunc, WF_SEED
 from . import peephole, vector
 from .affine import Affine, DevVar, RunVar
 from .builder import current
@@ -113,8 +113,11 @@ class _ActHold:
     """Owner of a Stationary's ACT RAM blocks: they are freed when it dies."""
 
 
-def quantize(x: Tile, *, row: bool = False, cscale: Tile | None = None, rscale: Tile | None = None) -> Stationary:
-    """QACT a (rows, K) tile into ACT RAM (K a multiple of D), one QACT per act_rows rows."""
+def quantize(x: Tile, *, row: bool = False, dup: bool = False, cscale: Tile | None = None,
+             rscale: Tile | None = None) -> Stationary:
+    """QACT a (rows, K) tile into ACT RAM (K a multiple of D): one QACT per chunk of act_rows rows
+    (MCOLS/2 with `dup`, which also writes each row's copy for MM PAIR) and per ACT block range.
+    `row` quantises each whole row with one scale (ROW mode, for the seed weight formats)."""
     unnamed = _unnamed(sys.getrefcount(x))
     b = current()
     cfg = b.cfg
@@ -123,6 +126,8 @@ def quantize(x: Tile, *, row: bool = False, cscale: Tile | None = None, rscale: 
     if x.cols % cfg.D:
         raise CompileError(f"quantize needs whole blocks: a tile of shape {x.shape} has {x.cols} columns, "
                            f"not a multiple of D={cfg.D}", hint="pad the tile with zero columns")
+    if dup and not cfg.PAIR:
+        raise CompileError("quantize(dup=True) needs a target with PAIR (4-bit column reuse)")
     src, cs, rs = x, None, None
     if cscale is not None:
         cs = cscale.base.static()
@@ -133,23 +138,47 @@ def quantize(x: Tile, *, row: bool = False, cscale: Tile | None = None, rscale: 
         if fused is not None:
             src, cs, rs = fused
     kb = src.cols // cfg.D
+    step = cfg.MCOLS // 2 if dup else cfg.act_rows
+    if step < 1:
+        raise CompileError(f"quantize(dup=True) needs MCOLS >= 2, not {cfg.MCOLS}")
     hold = _ActHold()
     chunks = []
-    for r0 in builtins.range(0, src.rows, cfg.act_rows):
-        rows = min(cfg.act_rows, src.rows - r0)
-        ab, token = b.act_alloc(kb, hold)
-        reads = [Access(TMEM, src.base + r0 * src.rs, (rows - 1) * src.rs + src.cols)]
-        if cs is not None:
-            reads.append(Access(TMEM, Affine(cs), src.cols))
-        if rs is not None:
-            reads.append(Access(TMEM, Affine(rs + r0), rows))
-        b.emit(Node("QACT", {"src": src.base + r0 * src.rs},
-                    {"rows": rows, "ab": ab, "kb": kb, "srs": src.drs if src.rows > 1 else src.cols,
-                     "cscale_addr": cs or 0, "rscale_addr": (rs + r0) if rs is not None else 0,
-                     "row": row, "cscale": cs is not None, "rscale": rs is not None, "dup": False},
-                    reads, [Access(ACT, Affine(ab), kb)]))
-        chunks.append(Chunk(r0, rows, [QRange(0, ab, kb, token)]))
-    return Stationary(src.rows, kb, cfg.D, chunks, owner=hold, row=row)
+    for r0 in builtins.range(0, src.rows, step):
+        rows = min(step, src.rows - r0)
+        chunk = Chunk(r0, rows)
+        kb0 = 0
+        for ab, n, token in b.act_alloc(kb, hold, contiguous=row):
+            base = src.base + r0 * src.rs + kb0 * cfg.D
+            reads = [Access(TMEM, base, (rows - 1) * src.rs + n * cfg.D)]
+            if cs is not None:
+                reads.append(Access(TMEM, Affine(cs + kb0 * cfg.D), n * cfg.D))
+            if rs is not None:
+                reads.append(Access(TMEM, Affine(rs + r0), rows))
+            b.emit(Node("QACT", {"src": base},
+                        {"rows": rows, "ab": ab, "kb": n, "srs": src.drs if src.rows > 1 else src.cols,
+                         "cscale_addr": cs + kb0 * cfg.D if cs is not None else 0,
+                         "rscale_addr": (rs + r0) if rs is not None else 0,
+                         "row": row, "cscale": cs is not None, "rscale": rs is not None, "dup": dup},
+                        reads, [Access(ACT, Affine(ab), n)]))
+            chunk.qranges.append(QRange(kb0, ab, n, token))
+            kb0 += n
+        chunks.append(chunk)
+    return Stationary(src.rows, kb, cfg.D, chunks, dup=dup, owner=hold, row=row)
+
+
+def quantize_for(x: Tile, w: QTensor) -> Stationary:
+    """quantize x the way weight w wants it: ROW mode for the seed formats, DUP (for MM PAIR)
+    for a 4-bit weight when the target has PAIR and the rows fit half the MXU columns."""
+    cfg = current().cfg
+    dup = cfg.PAIR and w.four_bit and 2 * x.rows <= cfg.MCOLS and _pair_aligned(w)
+    return quantize(x, row=w.wf in WF_SEED, dup=dup)
+
+
+def _pair_aligned(w: QTensor) -> bool:
+    """MM PAIR reads scale words in pairs: the scale address and stride must be 8-aligned."""
+    if w.scale is None:
+        return True
+    return w.srs % 8 == 0 and w.scale.const % 8 == 0 and all(c % 8 == 0 for c in w.scale.terms.values())
 
 
 def _check_held(a: Stationary) -> None:
@@ -173,7 +202,7 @@ def dot(a, w: QTensor, *, out: Tile | None = None, acc: Tile | None = None, rowm
     if not isinstance(w, QTensor):
         raise CompileError("dot needs a QTensor weight")
     if isinstance(a, Tile):
-        a = quantize(a, row=w.wf in WF_SEED)
+        a = quantize_for(a, w)
     if not isinstance(a, Stationary):
         raise CompileError("dot needs a quantized activation (or a tile)")
     if w.wf in WF_SEED and not a.row:
@@ -209,6 +238,7 @@ def dot(a, w: QTensor, *, out: Tile | None = None, acc: Tile | None = None, rowm
     maxima = Tile(target.buf, target.base + M * ors, (M,))
     bb = w.block_bytes()
     mms = [(ch, qi, q) for ch in a.chunks for qi, q in enumerate(ch.qranges)]
+    pair = a.dup and w.four_bit and _pair_aligned(w) and all(q.kb0 % 2 == 0 for _, _, q in mms)
     node = None
     for i, (ch, qi, q) in enumerate(mms):
         first_of_chunk = qi == 0
@@ -238,7 +268,7 @@ def dot(a, w: QTensor, *, out: Tile | None = None, acc: Tile | None = None, rowm
         node = b.emit(Node("MM", {"sa": sa, "ssa": ssa, "out": out_base},
                            {"n": N, "kb": q.kb, "rs": w.rs, "ors": ors, "m": ch.rows, "ab": q.ab, "srs": w.srs,
                             "wf": w.wf, "unit": w.scale is None, "acc": accumulate, "rmax": rmax,
-                            "ascale": ascale, "pair": False}, reads, writes))
+                            "ascale": ascale, "pair": pair}, reads, writes))
     target.buf.version += 1
     target.producer = target.fusion = None
     if rowmax:
@@ -402,6 +432,6 @@ def kv_append(kv: KVCache, pos, k: Tile, v: Tile) -> None:
 
 
 __all__ = ["LOG2E", "LN2", "config", "block_size", "mxu_columns", "act_rows", "empty", "full", "zeros",
-           "load", "store", "quantize", "dot", "exp2", "log2", "recip", "rsqrt", "abs", "copy", "maximum",
+           "load", "store", "quantize", "quantize_for", "dot", "exp2", "log2", "recip", "rsqrt", "abs", "copy", "maximum",
            "minimum", "silu", "sum", "max", "argmax", "range", "static_range", "runvar", "rld", "KVCache",
-           "kv_append", "BMode", "WF_4BIT"]
+           "kv_append"]
