@@ -109,3 +109,23 @@ def test_live_mode_ends_with_exit_0_on_ctrl_c(capsys, monkeypatch):
     monkeypatch.setattr(cli, "_pause", sleep)
     code, out, _ = run(["smi", "--dev", "tt:sim:live", "-l", "0.5"], capsys)
     assert code == 0 and ticks == [0.5, 0.5] and "AICLK" in out
+
+
+def test_smi_derivations_by_hand_and_missing_tags_are_na():
+    from otpu_core.tt import consts as K
+    from otpu_tt.snapshot import derive
+    T = K.TAGS
+    v = {T["BOARD_ID_HIGH"]: 0x00000400, T["BOARD_ID_LOW"]: 0x12345678, T["VCORE"]: 805, T["TDC"]: 0x00C80045,
+         T["TDP"]: 0x0096005A, T["AICLK"]: 0x05460546, T["ASIC_TEMPERATURE"]: 0xFFFF8000,      # -0.5 °C
+         T["VDD_LIMITS"]: (900 << 16) | 700, T["TDP_LIMIT_MAX"]: 90, T["TDC_LIMIT_MAX"]: 200,
+         T["THM_LIMIT_THROTTLE"]: 90, T["GDDR_STATUS"]: 0x5555, T["FLASH_BUNDLE_VERSION"]: 0x12060000,
+         T["GDDR_SPEED"]: 14000, T["TIMER_HEARTBEAT"]: 61}
+    d = derive(v)
+    b, t = d["board_info"], d["telemetry"]
+    assert b["board_type"] == "p150a" and b["board_id"] == "0000040012345678"     # UPI = bits 36.. = 0x40
+    assert t == {"voltage": 0.805, "current": 0x45, "aiclk": 1350, "power": 90, "board_power": None,
+                 "asic_temperature": -0.5, "fan_speed": None, "heartbeat": 10}
+    assert b["dram_status"] is True and b["dram_speed"] == "14G"                   # old bundle: 16-bit check
+    assert d["throttling"] == ["power"] and d["limits"]["vdd_max"] == 0.9
+    assert d["firmwares"]["fw_bundle_version"] == "18.6.0.0" and d["firmwares"]["cm_fw"] is None
+    assert b["asic_id"] is None and b["tensix_enabled"] is None

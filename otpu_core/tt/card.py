@@ -27,6 +27,7 @@ from .kmd import KmdDevice, present_minors
 from .noc import LinkLost, Noc, NocHung
 from .simdev import SimDevice
 
+RESET_READY_TIMEOUT = 60.0
 RESET_LOCK_INDEX = 63        # LOCK_CTL index for "a tool is resetting this card" (0-15 are ETH by convention)
 
 
@@ -199,4 +200,8 @@ class Card:
         self.dev = self.dev.reopen()
         self.spec = self.dev.spec
         self.dev.reset_device(I.RESET_POST)
-        self._attach()
+        timeout, self.ready_timeout = self.ready_timeout, max(self.ready_timeout, RESET_READY_TIMEOUT)
+        try:
+            self._attach()           # GDDR retrains and ARC firmware boots: allow it a minute
+        finally:
+            self.ready_timeout = timeout

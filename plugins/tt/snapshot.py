@@ -39,63 +39,72 @@ def _pcie_gen(speed: str | None) -> int | None:
 def throttling(t: dict, limits: dict) -> list[str]:
     """Why the chip is (or would be) held back: at or over a limit it reports itself."""
     reasons = []
-    if t["asic_temperature"] >= limits["therm_trip_l1_limit"]:
-        reasons.append("thermal")
-    if t["power"] >= limits["tdp_limit"]:
-        reasons.append("power")
-    if t["current"] >= limits["tdc_limit"]:
-        reasons.append("current")
+    for name, value, limit in (("thermal", t["asic_temperature"], limits["therm_trip_l1_limit"]),
+                               ("power", t["power"], limits["tdp_limit"]), ("current", t["current"], limits["tdc_limit"])):
+        if value is not None and limit and value >= limit:
+            reasons.append(name)
     return reasons
 
 
-def device_snapshot(card: Card) -> dict:
-    v = card.telemetry.read()
-    g = lambda tag: v.get(T[tag], 0)  # noqa: E731
-    board_id = (g("BOARD_ID_HIGH") << 32) | g("BOARD_ID_LOW")
-    upi = (board_id >> 36) & 0xFFFFF
-    bundle = g("FLASH_BUNDLE_VERSION")
-    facts = card.dev.host_facts()
-    gddr = g("GDDR_STATUS")
-    trained = gddr == 0x55555555 if bundle >= 0x13070000 else gddr & 0xFFFF == 0x5555
-    speed = g("GDDR_SPEED")
+def derive(v: dict[int, int]) -> dict:
+    """tt-smi's derivations from raw tag values. A tag the firmware does not publish gives None (N/A)."""
+    def f(tag: str, fn=lambda x: x):
+        return fn(v[T[tag]]) if T[tag] in v else None
+
+    def pair(hi: str, lo: str):
+        return (v[T[hi]] << 32) | v[T[lo]] if T[hi] in v and T[lo] in v else None
+
+    board_id, bundle = pair("BOARD_ID_HIGH", "BOARD_ID_LOW"), f("FLASH_BUNDLE_VERSION")
+    upi = None if board_id is None else (board_id >> 36) & 0xFFFFF
+    gddr, speed, asic_id = f("GDDR_STATUS"), f("GDDR_SPEED"), pair("ASIC_ID_HIGH", "ASIC_ID_LOW")
+    if gddr is None:
+        trained = None
+    else:
+        trained = gddr == 0x55555555 if (bundle or 0) >= 0x13070000 else gddr & 0xFFFF == 0x5555
     limits = {
-        "vdd_min": (g("VDD_LIMITS") & 0xFFFF) / 1000, "vdd_max": (g("VDD_LIMITS") >> 16) / 1000,
-        "tdp_limit": g("TDP_LIMIT_MAX"), "tdc_limit": g("TDC_LIMIT_MAX"), "asic_fmax": g("AICLK_LIMIT_MAX"),
-        "therm_trip_l1_limit": g("THM_LIMIT_THROTTLE"), "thm_limit": g("THM_LIMIT_SHUTDOWN"),
-        "board_power_limit": g("BOARD_POWER_LIMIT"),
+        "vdd_min": f("VDD_LIMITS", lambda x: (x & 0xFFFF) / 1000), "vdd_max": f("VDD_LIMITS", lambda x: (x >> 16) / 1000),
+        "tdp_limit": f("TDP_LIMIT_MAX"), "tdc_limit": f("TDC_LIMIT_MAX"), "asic_fmax": f("AICLK_LIMIT_MAX"),
+        "therm_trip_l1_limit": f("THM_LIMIT_THROTTLE"), "thm_limit": f("THM_LIMIT_SHUTDOWN"),
+        "board_power_limit": f("BOARD_POWER_LIMIT"),
     }
     telemetry = {
-        "voltage": g("VCORE") / 1000, "current": g("TDC") & 0xFFFF, "aiclk": g("AICLK") & 0xFFFF,
-        "power": g("TDP") & 0xFFFF, "board_power": g("INPUT_POWER"),
-        "asic_temperature": round(_signed_16_16(g("ASIC_TEMPERATURE")), 2), "fan_speed": g("FAN_RPM") & 0xFFFF,
-        "heartbeat": g("TIMER_HEARTBEAT") // 6,
+        "voltage": f("VCORE", lambda x: x / 1000), "current": f("TDC", lambda x: x & 0xFFFF),
+        "aiclk": f("AICLK", lambda x: x & 0xFFFF), "power": f("TDP", lambda x: x & 0xFFFF),
+        "board_power": f("INPUT_POWER"), "asic_temperature": f("ASIC_TEMPERATURE", lambda x: round(_signed_16_16(x), 2)),
+        "fan_speed": f("FAN_RPM", lambda x: x & 0xFFFF), "heartbeat": f("TIMER_HEARTBEAT", lambda x: x // 6),
     }
-    reasons = throttling(telemetry, limits)
     return {
-        "dev": card.spec,
         "board_info": {
-            "bus_id": card.info.bdf, "board_type": K.UPI_NAMES.get(upi, f"unknown (UPI {upi:#x})"),
-            "board_id": f"{board_id:016x}", "asic_id": f"{(g('ASIC_ID_HIGH') << 32) | g('ASIC_ID_LOW'):016x}",
-            "coords": "N/A", "dram_status": trained, "dram_speed": f"{speed // 1000}G" if speed % 1000 == 0 else str(speed),
-            "pcie_speed": _pcie_gen(facts.get("current_link_speed")), "pcie_width": facts.get("current_link_width"),
-            "pcie_max_speed": _pcie_gen(facts.get("max_link_speed")), "pcie_max_width": facts.get("max_link_width"),
-            "tensix_enabled": bin(g("ENABLED_TENSIX_COL") & 0x3FFF).count("1") * len(K.TENSIX_ROWS),
-            "harvested_x": card.tiles.harvested_x, "harvested_noc0_x": card.tiles.harvested_noc0_x,
+            "board_type": None if upi is None else K.UPI_NAMES.get(upi, f"unknown (UPI {upi:#x})"),
+            "board_id": None if board_id is None else f"{board_id:016x}",
+            "asic_id": None if asic_id is None else f"{asic_id:016x}", "coords": "N/A", "dram_status": trained,
+            "dram_speed": None if speed is None else (f"{speed // 1000}G" if speed % 1000 == 0 else str(speed)),
+            "tensix_enabled": f("ENABLED_TENSIX_COL", lambda x: bin(x & 0x3FFF).count("1") * len(K.TENSIX_ROWS)),
         },
         "telemetry": telemetry,
-        "throttling": reasons,
+        "throttling": throttling(telemetry, limits),
         "firmwares": {
-            "fw_bundle_version": K.version_text(bundle), "cm_fw": K.version_text(g("CM_FW_VERSION")),
-            "eth_fw": _eth_version(g("ETH_FW_VERSION")), "dm_app_fw": K.version_text(g("DM_APP_FW_VERSION")),
-            "dm_bl_fw": K.version_text(g("DM_BL_FW_VERSION")),
-            "gddr_fw": f"{g('GDDR_FW_VERSION') >> 16}.{g('GDDR_FW_VERSION') & 0xFFFF}",
-            "tt_flash_version": _eth_version(g("TT_FLASH_VERSION")),
+            "fw_bundle_version": f("FLASH_BUNDLE_VERSION", K.version_text), "cm_fw": f("CM_FW_VERSION", K.version_text),
+            "eth_fw": f("ETH_FW_VERSION", _eth_version), "dm_app_fw": f("DM_APP_FW_VERSION", K.version_text),
+            "dm_bl_fw": f("DM_BL_FW_VERSION", K.version_text),
+            "gddr_fw": f("GDDR_FW_VERSION", lambda x: f"{x >> 16}.{x & 0xFFFF}"),
+            "tt_flash_version": f("TT_FLASH_VERSION", _eth_version),
         },
         "limits": limits,
         "smbus_telem": {K.TAG_NAMES.get(t, f"TAG_{t}"): f"0x{val:x}" for t, val in sorted(v.items())},
-        "processes": processes(card),
-        "sysfs": facts.get("sysfs", {}),
     }
+
+
+def device_snapshot(card: Card) -> dict:
+    card.require()
+    facts = card.dev.host_facts()
+    d = derive(card.telemetry.read())
+    d["board_info"].update({
+        "bus_id": card.info.bdf, "pcie_speed": _pcie_gen(facts.get("current_link_speed")),
+        "pcie_width": facts.get("current_link_width"), "pcie_max_speed": _pcie_gen(facts.get("max_link_speed")),
+        "pcie_max_width": facts.get("max_link_width"), "harvested_x": card.tiles.harvested_x,
+        "harvested_noc0_x": card.tiles.harvested_noc0_x})
+    return {"dev": card.spec, **d, "processes": processes(card), "sysfs": facts.get("sysfs", {})}
 
 
 def processes(card: Card) -> list[dict]:

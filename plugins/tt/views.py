@@ -19,9 +19,13 @@ STATE_STYLE = {
 SPINNER = ("●∙∙", "∙●∙", "∙∙●", "∙●∙")
 
 
-def _limit(value: float, limit: float, unit: str, fmt: str = "{:g}") -> Text:
-    style = "red" if limit and value >= limit else "green"
-    return Text(f"{fmt.format(value)} / {fmt.format(limit)} {unit}", style=style)
+def _na(value, fmt: str = "{}") -> str:
+    return "N/A" if value is None else fmt.format(value)
+
+
+def _limit(value: float | None, limit: float | None, unit: str, fmt: str = "{:g}") -> Text:
+    style = "red" if value is not None and limit and value >= limit else ("green" if value is not None else "dim")
+    return Text(f"{_na(value, fmt)} / {_na(limit, fmt)} {unit}", style=style)
 
 
 def smi(snap: dict) -> Group:
@@ -33,21 +37,24 @@ def smi(snap: dict) -> Group:
             grid.add_column()
         pcie = f"Gen{b['pcie_speed']} x{b['pcie_width']}" if b["pcie_speed"] else "?"
         pcie += f" (max Gen{b['pcie_max_speed']} x{b['pcie_max_width']})" if b.get("pcie_max_speed") else ""
-        hb = SPINNER[t["heartbeat"] % len(SPINNER)]
-        grid.add_row("card", f"{b['board_type']}  {d['dev']}", "bus", b["bus_id"])
-        grid.add_row("serial", b["board_id"], "ASIC id", b["asic_id"])
-        grid.add_row("firmware", f"bundle {f['fw_bundle_version']}  CM {f['cm_fw']}", "ETH / DM / GDDR",
-                     f"{f['eth_fw']} / {f['dm_app_fw']} / {f['gddr_fw']}")
+        hb = "N/A" if t["heartbeat"] is None else f"{SPINNER[t['heartbeat'] % len(SPINNER)]} {t['heartbeat']}"
+        grid.add_row("card", f"{_na(b['board_type'])}  {d['dev']}", "bus", b["bus_id"])
+        grid.add_row("serial", _na(b["board_id"]), "ASIC id", _na(b["asic_id"]))
+        grid.add_row("firmware", f"bundle {_na(f['fw_bundle_version'])}  CM {_na(f['cm_fw'])}", "ETH / DM / GDDR",
+                     f"{_na(f['eth_fw'])} / {_na(f['dm_app_fw'])} / {_na(f['gddr_fw'])}")
         grid.add_row("AICLK", _limit(t["aiclk"], lim["asic_fmax"], "MHz"), "voltage",
                      _limit(t["voltage"], lim["vdd_max"], "V", "{:.3f}"))
         grid.add_row("power", _limit(t["power"], lim["tdp_limit"], "W"), "current", _limit(t["current"], lim["tdc_limit"], "A"))
         grid.add_row("ASIC temp", _limit(t["asic_temperature"], lim["therm_trip_l1_limit"], "°C", "{:.1f}"), "board power",
                      _limit(t["board_power"], lim["board_power_limit"], "W"))
-        grid.add_row("heartbeat", f"{hb} {t['heartbeat']}", "fan", f"{t['fan_speed']} RPM")
+        grid.add_row("heartbeat", hb, "fan", f"{_na(t['fan_speed'])} RPM")
         throttled = Text(", ".join(d["throttling"]), style="bold red") if d["throttling"] else Text("none", style="green")
-        dram = Text(f"trained, {b['dram_speed']}", style="green") if b["dram_status"] else Text("NOT trained", style="bold red")
+        if b["dram_status"] is None:
+            dram = Text("N/A", style="dim")
+        else:
+            dram = Text(f"trained, {b['dram_speed']}", style="green") if b["dram_status"] else Text("NOT trained", style="bold red")
         grid.add_row("throttling", throttled, "DRAM", dram)
-        grid.add_row("PCIe", pcie, "Tensix", f"{b['tensix_enabled']} enabled (harvested NOC0 x {', '.join(map(str, b['harvested_noc0_x']))})")
+        grid.add_row("PCIe", pcie, "Tensix", f"{_na(b['tensix_enabled'])} enabled (harvested NOC0 x {', '.join(map(str, b['harvested_noc0_x']))})")
         parts.append(grid)
         procs = Table(title="processes", title_justify="left")
         for col in ("PID", "user", "device", "command"):
