@@ -167,3 +167,43 @@ def test_mmap_window_uses_single_word_accesses(tmp_path):
     os.close(fd)
     raw = path.read_bytes()
     assert raw[mmap.PAGESIZE + 8:mmap.PAGESIZE + 12] == struct.pack("<I", 0xDEADBEEF)
+
+
+def test_kmd_reads_sysfs_telemetry_hwmon_and_pids(fake_node, tmp_path, monkeypatch):
+    import otpu_core.tt.kmd as kmd
+    bdf = "0000:3b:00.0"
+    pci, cls, proc = tmp_path / "pci" / bdf, tmp_path / "class" / "tenstorrent!0", tmp_path / "proc" / "0"
+    for d in (pci / "hwmon" / "hwmon3", cls, proc):
+        d.mkdir(parents=True)
+    (pci / "current_link_speed").write_text("16.0 GT/s PCIe\n")
+    (pci / "current_link_width").write_text("16\n")
+    (pci / "hwmon" / "hwmon3" / "temp1_input").write_text("45250\n")
+    (cls / "tt_card_type").write_text("p150a\n")
+    (cls / "tt_aiclk").write_text("800\n")
+    (proc / "pids").write_text("101\n202\n")
+    (tmp_path / "version").write_text("2.10.1\n")
+    monkeypatch.setattr(kmd, "SYSFS_PCI", tmp_path / "pci")
+    monkeypatch.setattr(kmd, "SYSFS_CLASS", tmp_path / "class")
+    monkeypatch.setattr(kmd, "PROC_DIR", tmp_path / "proc")
+    monkeypatch.setattr(kmd, "MODULE_VERSION", tmp_path / "version")
+    dev = KmdDevice(0, dev_dir=fake_node, ioctl_fn=FakeKernel())
+    facts = dev.host_facts()
+    assert facts["driver_version"] == "2.10.1" and facts["current_link_width"] == "16" and facts["bdf"] == bdf
+    assert facts["sysfs"] == {"tt_card_type": "p150a", "tt_aiclk": "800", "temp1_input": "45250"}
+    assert dev.pids() == [101, 202]
+    dev.close()
+
+
+def test_default_device_is_the_simulator_without_cards(monkeypatch):
+    import otpu_core.tt.card as card
+    from otpu_core.tt.simdev import SimDevice
+    monkeypatch.setattr(card, "present_minors", lambda: [])
+    assert card.default_spec() == "tt:sim"
+    monkeypatch.setattr(card, "present_minors", lambda: [2, 5])
+    assert card.default_spec() == "tt:2"
+    monkeypatch.setattr(card, "present_minors", lambda: [])
+    dev = card.open_device(None)
+    try:
+        assert isinstance(dev, SimDevice) and dev.spec == "tt:sim"
+    finally:
+        dev.close()
