@@ -1,4 +1,6 @@
 """Every fault kind reached through the Board, and the peripherals answering through BAR0."""
+import time
+
 import numpy as np
 import pytest
 
@@ -107,3 +109,21 @@ def test_xadc_and_litedram_windows_answer_through_bar0():
         b.t.reg_write(scratch, 0xA5A5)
         assert b.t.reg_read(scratch) == 0xA5A5
         assert b.t.reg_read(regs.LITEDRAM_BASE + 0x1000) == 1          # cal_ready of channel 0
+
+
+def test_die_warms_under_load_and_cools_when_idle():
+    from otpu_core.board import prepare
+    with Board.open("sim", "sim-small") as b:
+        card = b.t.card
+        die = lambda: (b.t.reg_read(regs.off("TEMP")), card.periph_state["thermal"]["die_c"])[1]   # noqa: E731
+        idle0 = die()
+        b.load_program(0x80000, prepare("loop count=400000 body=@e\nld dram=0 tmem=0 n=64\ne:\nhalt\n").image)
+        b.start()
+        time.sleep(1.0)
+        hot = die()
+        b.set_reg("CTRL", 0)
+        time.sleep(1.0)
+        cooled = die()
+    power = card.periph_state["thermal"]["power"]
+    assert hot > idle0 + 0.005, (idle0, hot)              # DMA busy: more FPGA power, the die warms
+    assert cooled < hot and power["fpga_w"] < 3.5           # idle again: it cools towards idle power

@@ -281,3 +281,14 @@ def test_poll_returns_soon_after_the_condition(sim):
     assert 0.04 < time.monotonic() - t0 < 0.5
     with pytest.raises(DeviceError, match="timed out"):
         sim.poll(regs.off("SCRATCH"), 2, 2, timeout=0.05)
+
+
+def test_a_transfer_left_open_by_a_dead_process_does_not_slip_later_ones(sim):
+    import subprocess
+    import sys
+    from otpu_core.card.simcard import H
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    sim.card.hidden[H["C2H_BUSY"]] = 1                   # a c2h begun by a process that was then killed
+    sim.card.hidden[H["C2H_PID"]] = int(dead.stdout)
+    sim.mem_write(0, 0, b"\x03" * 64)
+    assert sim.card.dma_stats()["slip"] == 0 and sim.mem_read(0, 0, 64).tolist() == [3] * 64

@@ -46,12 +46,13 @@ from .runstate import open_shared, pid_alive, run_dir
 # Hidden state: 64-bit words at BAR0 0x20000 (a window the host's map shows as unmapped).
 HIDDEN_BASE = 0x20000
 _HIDDEN_NAMES = (
-    "POWER_GEN", "UPTIME_BASE", "IDLE_T0_NS", "RUNNER", "SNAPS", "PREV_CTRL", "IMEM_N",
-    "LAPPED", "SLIP", "WEDGED", "SUBBEAT_BEAT", "SUBBEAT_COUNT", "H2C_BUSY", "C2H_BUSY",
+    "LAYOUT", "POWER_GEN", "UPTIME_BASE", "IDLE_T0_NS", "RUNNER", "SNAPS", "PREV_CTRL", "IMEM_N",
+    "LAPPED", "SLIP", "WEDGED", "SUBBEAT_BEAT", "SUBBEAT_COUNT", "H2C_BUSY", "C2H_BUSY", "H2C_PID", "C2H_PID",
     "PERIPH_GEN", "DMA_SLOW", "DMA_OVERSIZE", "DMA_LINK_NS", "DMA_CALLS", "TRACE_POS",
     *(f"LIVE_{n}" for n in regs.COUNTER_NAMES),
 )
 H = {name: i for i, name in enumerate(_HIDDEN_NAMES)}
+LAYOUT = zlib.crc32(" ".join(_HIDDEN_NAMES).encode())   # a card saved by another layout powers on afresh
 
 # Modelled XDMA link rates (bytes/s) for placed and unplaced host buffers (reference section 2.2).
 H2C_RATE, H2C_SLOW_RATE = 1.70e9, 0.77e9
@@ -116,7 +117,8 @@ class SimCard:
             self.periphs: dict[str, Any] = {}
             if refit:
                 self.dram.power_off()
-            if refit or self.bar[regs.off("ID") // 4] != regs.ID_OTPU or self.hidden[H["POWER_GEN"]] == 0:
+            if (refit or self.bar[regs.off("ID") // 4] != regs.ID_OTPU or self.hidden[H["POWER_GEN"]] == 0
+                    or self.hidden[H["LAYOUT"]] != LAYOUT):
                 self._power_on()
             self._sync_periph()
         self._runner: threading.Thread | None = None
@@ -160,6 +162,7 @@ class SimCard:
         gen = int(self.hidden[H["POWER_GEN"]]) + 1
         self.bar[:CTRL_WORDS] = 0
         self.hidden[:] = 0
+        self.hidden[H["LAYOUT"]] = LAYOUT
         self.hidden[H["POWER_GEN"]] = gen
         self.hidden[H["IDLE_T0_NS"]] = time.time_ns()
         for reg, value in self._constants().items():
@@ -505,10 +508,12 @@ class SimCard:
         with self._locked():
             h = self.hidden
             h[H["DMA_CALLS"]] += 1
-            other = H["C2H_BUSY"] if direction == "h2c" else H["H2C_BUSY"]
-            if h[other]:
+            other = "C2H" if direction == "h2c" else "H2C"
+            if h[H[f"{other}_BUSY"]] and not pid_alive(int(h[H[f"{other}_PID"]])):
+                h[H[f"{other}_BUSY"]] = 0      # its process died mid-transfer: the engine finished it
+            if h[H[f"{other}_BUSY"]]:
                 h[H["SLIP"]] = SLIP_BYTES
-            h[H["H2C_BUSY" if direction == "h2c" else "C2H_BUSY"]] += 1
+            self._mark_busy(direction)
             placed = (host - axi) % regs.BEAT == 0 if direction == "h2c" else 32 <= (host - axi) % 4096 <= 4064
             if n > DMA_CHUNK:
                 h[H["DMA_OVERSIZE"]] += 1
@@ -529,6 +534,10 @@ class SimCard:
             if n > RUN_H2C and self.hidden[H["RUNNER"]]:
                 h[H["LAPPED"]] = 1
             return axi + int(h[H["SLIP"]]) + (LAP_BYTES if h[H["LAPPED"]] else 0)
+
+    def _mark_busy(self, direction: str) -> None:
+        self.hidden[H[f"{direction.upper()}_BUSY"]] += 1
+        self.hidden[H[f"{direction.upper()}_PID"]] = os.getpid()
 
     def _dma_end(self, direction: str) -> None:
         with self._locked():
@@ -574,7 +583,7 @@ class SimCard:
     def dma_in_flight(self, direction: str):
         """Hold a transfer open (another process's DMA, seen from here): for hazard tests."""
         with self._locked():
-            self.hidden[H["H2C_BUSY" if direction == "h2c" else "C2H_BUSY"]] += 1
+            self._mark_busy(direction)
         try:
             yield
         finally:
