@@ -129,3 +129,25 @@ def test_smi_derivations_by_hand_and_missing_tags_are_na():
     assert d["throttling"] == ["power"] and d["limits"]["vdd_max"] == 0.9
     assert d["firmwares"]["fw_bundle_version"] == "18.6.0.0" and d["firmwares"]["cm_fw"] is None
     assert b["asic_id"] is None and b["tensix_enabled"] is None
+
+
+def test_live_smi_survives_a_reset_by_someone_else(capsys, monkeypatch):
+    import otpu_tt.cli as cli
+    from otpu_core.tt import ioctl as I
+    from otpu_core.tt.card import Card
+    calls = []
+
+    def pause(seconds):
+        calls.append(seconds)
+        if len(calls) == 1:                       # between two samples: another user resets the card
+            with Card("tt:sim:lr") as other:
+                other.dev.reset_device(I.RESET_ASIC)
+                other.dev.reset_device(I.RESET_POST)
+        elif len(calls) == 3:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_pause", pause)
+    reopened = []
+    real_reopen = Card.reopen
+    monkeypatch.setattr(Card, "reopen", lambda self, *a: (reopened.append(self.spec), real_reopen(self, *a))[1])
+    code, out, err = run(["smi", "--dev", "tt:sim:lr", "-l", "1"], capsys)
+    assert code == 0 and reopened == ["tt:sim:lr"] and "AICLK" in out and err == ""
