@@ -282,6 +282,15 @@ class Mismatch:
     first: int | None             # byte offset in OUT of the first
     bits: int                     # OR of every differing bit
     vpu_lanes: list[int]          # word index mod LANES of the differing words
+    lane_words: list[int]         # differing words per lane
+
+    @property
+    def main_lane(self) -> int | None:
+        """The lane holding most of the wrong words (at least half of them, and more than one word)."""
+        if self.words < 2:
+            return None
+        lane = max(range(len(self.lane_words)), key=self.lane_words.__getitem__)
+        return lane if 2 * self.lane_words[lane] >= self.words else None
 
     @property
     def ok(self) -> bool: return self.words == 0
@@ -299,9 +308,10 @@ def compare(card: np.ndarray, golden: np.ndarray, lanes: int) -> Mismatch:
     b = np.ascontiguousarray(golden[:n]).view("<u4")
     diff = np.flatnonzero(a != b)
     if diff.size == 0:
-        return Mismatch(0, None, 0, [])
+        return Mismatch(0, None, 0, [], [0] * lanes)
+    per_lane = np.bincount(diff % lanes, minlength=lanes)
     return Mismatch(int(diff.size), int(diff[0]) * 4, int(np.bitwise_or.reduce(a[diff] ^ b[diff])),
-                    sorted({int(i) % lanes for i in diff}))
+                    [int(i) for i in np.flatnonzero(per_lane)], per_lane.tolist())
 
 
 def demo_check(cfg: Config) -> OpCheck:

@@ -24,8 +24,7 @@ FAULTS = [
      "channel 0 address bit 20 aliases with offset 0x100000"),
     ("no_calib:ch=1", "calib", "otpu-memcal", "DDR3 calibration channel 1", "DDR3 channel 1 not calibrated"),
     ("hang", "kernel", "the core did not halt", "all-units demo", "every op-check group fails"),
-    pytest.param("vpu_lane:lane=3,bit=7", "vops", "VPU fault", "vpu: ADD FULL", "VPU lane 3",
-                 marks=pytest.mark.xfail(reason="the simulated card's engine does not apply vpu_lane yet", strict=False)),
+    ("vpu_lane:lane=3,bit=7", "kernel", "VPU lane 3", "vpu: ADD FULL", "wrong words all on VPU lane 3"),
     ("hot:c=95", "config", "heatsink", "die temperature", "die temperature out of range (95.0 C)"),
 ]
 

@@ -85,5 +85,9 @@ def result_of(check: opchecks.OpCheck, out: Outcome, hint: str | None = None, ex
     data = {"group": check.group, "cycles": out.stats.cycles, "instructions": out.stats.instructions}
     if not m.ok:
         data.update(words=m.words, first=m.first, bits=m.bits, vpu_lanes=m.vpu_lanes)
+        lane = m.main_lane
+        if lane is not None:
+            hint = (f"{m.lane_words[lane]} of the {m.words} wrong words sit on VPU lane {lane} (TMEM bank {lane}): "
+                    "that VPU lane or its TMEM port; otpu-diag names the op-check groups it breaks")
         return Result(Status.FAIL, m.message(words), data, hint=hint)
     return Result(Status.PASS, m.message(words) + extra, data)
