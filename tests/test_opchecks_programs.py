@@ -86,10 +86,10 @@ def test_compare_names_words_bits_and_lanes():
     got.view(np.uint32)[19] ^= 1 << 7
     m = opchecks.compare(got, want, 8)
     assert (m.words, m.first, m.bits, m.vpu_lanes, m.main_lane) == (2, 44, 0x80, [3], 3)
+    assert m.message(64) == "2 of 64 words differ from the golden simulator, first at OUT+0x2c (bits 0x00000080)"
     got.view(np.uint32)[20] ^= 1
     m = opchecks.compare(got, want, 8)
     assert m.lane_words == [0, 0, 0, 2, 1, 0, 0, 0] and m.main_lane == 3
-    assert m.message(64) == "2 of 64 words differ from the golden simulator, first at OUT+0x2c (bits 0x00000080)"
 
 
 def test_every_program_bit_exact_on_the_simulated_card(tmp_path, monkeypatch):
