@@ -348,3 +348,10 @@ def test_fragmented_act_ram_gives_several_qranges_one_mm_each():
     from otpu_core.kernels import reference as R
     ref = R.quantized_matmul(a, img.dequantized(w), 32).max(axis=1)
     assert R.max_abs(got, ref) < 1e-4 and R.cosine(got, ref) > 0.9999999
+
+
+def test_lanes16_with_stream_engine_is_refused():
+    from otpu_core.target import load
+    cfg = load("bcu1525").config().replace(STREAM=True)
+    with pytest.raises(ol.CompileError, match="LANES=16"):
+        ol.compile_kernel(lambda: None, cfg)

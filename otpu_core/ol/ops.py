@@ -235,6 +235,8 @@ def dot(a, w: QTensor, *, out: Tile | None = None, acc: Tile | None = None, rowm
     if rowmax and getattr(target, "spare", 0) < M:
         raise CompileError("rowmax needs the output tile's spare words: let dot allocate it, or use ol.empty")
     ors = target.rs if target.ndim == 2 else N
+    if ors > 0xFFFF:
+        raise CompileError(f"dot: an output row stride of {ors} words does not fit MM's 16-bit field; chunk N")
     maxima = Tile(target.buf, target.base + M * ors, (M,))
     bb = w.block_bytes()
     mms = [(ch, qi, q) for ch in a.chunks for qi, q in enumerate(ch.qranges)]

@@ -91,6 +91,8 @@ def emit_vop(func: VFunc, dst: Tile, a: Tile | None, rows: int, cols: int, *, ar
         raise CompileError(f"a VOP covers at most 65535 rows and columns, not {rows} x {cols}")
     drs = dst.drs if drs is None else drs
     ars = (a.drs if a is not None else 0) if ars is None else ars
+    if max(drs, ars, brs) > 0xFFFF:
+        raise CompileError(f"a VOP row stride is at most 65535 words, not {max(drs, ars, brs)}; use narrower tiles")
     reads = []
     if a is not None and func != VFunc.FILL:
         reads.append(Access(TMEM, a.base, (rows - 1) * ars + cols))
