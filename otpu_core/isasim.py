@@ -19,7 +19,7 @@ Errors are `SimError`s naming slice, pc, the disassembled instruction and the re
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 

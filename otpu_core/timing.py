@@ -19,9 +19,13 @@ target's uarch layer. The model (docs/simulator.md "Timing model"):
   quantiser move LANES TMEM words per cycle; a QST with element stride > 1 (V^T append) costs
   VT_APPEND_CYCLES per byte (one 64-byte read-modify-write each).
 
-Public API: `TimingModel(target, slices)`, its `issue(sid, pc, op, words, work)`, `rld`,
-`halt`, `collective`, `counters(sid)`, `records(sid)`, the per-instruction `log`; and
-`work_of(instr, regs, cfg)` (in `otpu_core.sim.costs`) that turns an instruction into a `Work`.
+On SEQ_WC targets a program's WAITC wait entries replace the scoreboard (docs/isa.md 4) and
+footprints only check that the entries order every real dependency.
+
+Public API: `TimingModel(target, slices, trace, log)`, its `issue(sid, pc, op, words, work,
+wait=None)`, `rld`, `halt`, `collective`, `load_program`, `reset_run`, `counters(sid)`,
+`records(sid)` (64-bit trace records with P/Q windows), `clear_trace(sid)`, the per-instruction
+`log` (with `keep_log`); `Work` is built by `otpu_core.sim.costs.work_of`.
 """
 from __future__ import annotations
 
