@@ -84,7 +84,6 @@ MSG = {
 }
 MSG_STATUS_UNKNOWN = 0xFF
 TOOLS_QUEUE = 2                          # 0 kmd, 1 monitoring, 2 tools, 3 application
-SINGLE_TILE_RESET_MIN_FW = (19, 9, 0)
 
 # ---- tt-metal run-message values (the mailbox signal byte) -------------------------------
 RUN_MSG_INIT, RUN_MSG_GO, RUN_MSG_DONE = 0x40, 0x80, 0x00

@@ -54,7 +54,6 @@ class ResidentQueue:
         # If this process dies with the queue open, the driver's close-time write retires the kernel.
         noc.dev.set_noc_cleanup(tile.x, tile.y, self.ctrl + 4 * L.C_STOP, 1)
         self._desc = L.DESC_FMT
-        self._ring_views = {}
 
     def _ctrl_words(self) -> tuple[int, ...]:
         return struct.unpack(f"<{L.CTRL_WORDS}I", self.noc.read(self.tile, self.ctrl, 4 * L.CTRL_WORDS))

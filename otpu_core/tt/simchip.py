@@ -45,14 +45,13 @@ MASK = 0xFFFFFFFF
 N_TILES = K.TENSIX_COLS_DIE * len(K.TENSIX_ROWS)
 STATE_BYTES = 1 << 16
 # header words
-H_GEN, H_NEEDS_INIT, H_NOC_HUNG, H_LINK_LOST, H_NEEDS_SBR, H_EPOCH, H_AICLK_FORCED, H_POWER = range(8)
-H_GATED, H_BUSY, H_SERIAL, H_FW_BUNDLE, H_RESETS, H_PC_TICK, H_TOKEN, H_MAGIC = range(8, 16)
+H_GEN, H_NEEDS_INIT, H_NOC_HUNG, H_LINK_LOST, H_NEEDS_SBR, H_EPOCH, H_AICLK_FORCED = range(7)
+H_GATED, H_BUSY, H_FW_BUNDLE, H_PC_TICK, H_TOKEN, H_MAGIC = range(7, 13)
 H_SCRATCH, H_TENSIX_RESET, H_RISC_RESET, H_LOCKS = 64, 128, 136, 160
 STATE_MAGIC = 0x42484C31
 # tile records
 T_BASE, T_WORDS = 256, 16
-T_SOFT, T_FW, T_BLOCKED, T_WEDGED, T_NIU_STUCK, T_NEEDS_ASIC, T_EXIT, T_CTRL = range(8)
-T_NONCE, T_RESULT, T_TOUCHED, T_PC_FROZEN = 8, 9, 10, 11
+T_SOFT, T_FW, T_BLOCKED, T_WEDGED, T_NIU_STUCK, T_NEEDS_ASIC, T_CTRL, T_NONCE, T_TOUCHED = range(9)
 FW_NONE, FW_IDLE, FW_RESIDENT = 0, 1, 2
 # doubles: boot time, then one last-activity time per tile
 F_OFFSET, F_BOOT, F_TILE = 1 << 15, 0, 8
@@ -80,10 +79,6 @@ def _punch(fd: int, offset: int, length: int) -> bool:
         return _libc.fallocate(fd, _FALLOC_PUNCH, ctypes.c_long(offset), ctypes.c_long(length)) == 0
     except AttributeError:
         return False
-
-
-class ChipHang(Exception):
-    """Raised inside the model to abandon an access that hung the NoC."""
 
 
 class SimChip:
@@ -153,7 +148,7 @@ class SimChip:
         """State of a card that has just come out of an ASIC reset (or was just made)."""
         W = self.W
         self._wipe_memories()
-        keep = {k: W[k] for k in (H_GEN, H_EPOCH, H_RESETS, H_TOKEN, H_LINK_LOST, H_NEEDS_SBR)}
+        keep = {k: W[k] for k in (H_GEN, H_EPOCH, H_TOKEN, H_LINK_LOST, H_NEEDS_SBR)}
         keep_fw = W[H_FW_BUNDLE] or FW_BUNDLE
         locks = bytes(self._state[H_LOCKS * 4:(H_LOCKS + 64) * 4])
         self._state[:F_OFFSET] = bytes(F_OFFSET)
@@ -183,7 +178,6 @@ class SimChip:
     def asic_reset(self) -> None:
         """RESET_DEVICE(ASIC_RESET): the IRQ path to ARC, so it works with a hung NoC."""
         W = self.W
-        W[H_RESETS] += 1
         if W[H_LINK_LOST]:
             return
         if W[H_NEEDS_SBR]:
@@ -467,7 +461,7 @@ class SimChip:
         if kmagic != L.KERNEL_MAGIC or kind not in (L.KIND_SUM, L.KIND_RESIDENT_QUEUE):
             W[r + T_WEDGED] |= BRISC          # jumped into bytes that are not a kernel
             return
-        W[r + T_NONCE], W[r + T_RESULT] = nonce, result
+        W[r + T_NONCE] = nonce
         if kind == L.KIND_SUM:
             src, count = L.SUM_ARGS_FMT.unpack_from(self.l1, base + args)
             if src + 4 * count > K.L1_BYTES:
@@ -492,7 +486,7 @@ class SimChip:
         W, r, base = self.W, T_BASE + idx * T_WORDS, idx * K.L1_BYTES
         c = (base + W[r + T_CTRL]) >> 2
         self.l1_u32[c + L.C_STATE], self.l1_u32[c + L.C_EXIT] = L.QSTATE_EXITED, reason
-        W[r + T_FW], W[r + T_BLOCKED], W[r + T_EXIT] = FW_IDLE, 0, reason
+        W[r + T_FW], W[r + T_BLOCKED] = FW_IDLE, 0
         self.l1[base + L.SIGNAL_BYTE] = K.RUN_MSG_DONE
 
     def _queue_step(self, idx: int) -> None:
