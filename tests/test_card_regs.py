@@ -113,12 +113,11 @@ def test_link_down_reads_all_ones():
 def test_trace_ring_keeps_last_and_stop_when_full_keeps_first(card):
     depth = card.trace.size
     recs = np.arange(1, depth + 11, dtype=np.uint64) | (np.uint64(3) << np.uint64(60))
-    gen = card.power_gen
     for keep, expect in (("last", recs[-depth:]), ("first", recs[:depth])):
         card.reg_write(regs.off("TRACE_CTRL"), regs.TR_CLEAR)
         assert card.reg_read(regs.off("TRACE_COUNT")) == 0
         card.reg_write(regs.off("TRACE_CTRL"), regs.TR_ENABLE | (regs.TR_STOP_WHEN_FULL if keep == "first" else 0))
-        card.publish(gen, {}, {}, recs)
+        card.record(recs)
         count = card.reg_read(regs.off("TRACE_COUNT"))
         assert count == (depth + 10 if keep == "last" else depth)
         start = count % depth if keep == "last" else 0
@@ -129,7 +128,7 @@ def test_trace_ring_keeps_last_and_stop_when_full_keeps_first(card):
             got.append(lo | card.reg_read(regs.off("TRACE_HI")) << 32)   # reading HI advances TRACE_ADDR
         assert np.array_equal(np.array(got, dtype=np.uint64), expect)
     card.reg_write(regs.off("TRACE_CTRL"), 0)
-    card.publish(gen, {}, {}, recs)            # not enabled: nothing recorded
+    card.record(recs)            # not enabled: nothing recorded
     assert card.reg_read(regs.off("TRACE_COUNT")) == depth
 
 

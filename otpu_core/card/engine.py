@@ -147,10 +147,11 @@ class CardRun:
             run = {k: now.get(k, 0) for k in ("ICOUNT", "B_RD", "B_WR", "A_RD", "SW_WR", "B_STALL")}
             run["CYCLES"] = now.get("CYCLES", 0) + spun
             done = state == HALTED and hung_since is None
-            trace = np.array(m.trace_records(0), dtype=np.uint64) if done and self.trace else None
-            card.publish(self.gen, delta, run, trace)
+            card.publish(self.gen, delta, run)
             last = now
             if done:
+                if self.trace:
+                    card.record(np.array(m.trace_records(0), dtype=np.uint64))
                 card.finish(self.gen)
                 return
         card.abandon(self.gen)

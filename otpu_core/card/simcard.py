@@ -427,11 +427,11 @@ class SimCard:
         return (int(self.hidden[H["POWER_GEN"]]) == power_gen and ctrl & regs.CTRL_RUN
                 and not ctrl & regs.CTRL_CLEAR and self.hidden[H["RUNNER"]] == os.getpid())
 
-    def publish(self, power_gen: int, delta: dict[str, int], run: dict[str, int], trace: np.ndarray | None) -> None:
-        """Add an engine time slice's counter deltas, set the per-run registers, append trace records."""
+    def publish(self, power_gen: int, delta: dict[str, int], run: dict[str, int]) -> None:
+        """Add an engine time slice's counter deltas and set the per-run registers."""
         with self._locked():
-            if int(self.hidden[H["POWER_GEN"]]) != power_gen:
-                return
+            if not self.still_running(power_gen):
+                return               # the host stopped or cleared the run meanwhile: its counters stand
             for n, v in delta.items():
                 self.hidden[H[f"LIVE_{n}"]] += v
             self.hidden[H["UPTIME_BASE"]] += delta.get("RUNNING", 0)
@@ -439,8 +439,12 @@ class SimCard:
             for n, v in {**run, "CYCLES_LO": cycles & 0xFFFFFFFF, "CYCLES_HI": cycles >> 32}.items():
                 if n in regs.BY_NAME:
                     self.bar[regs.off(n) // 4] = v & 0xFFFFFFFF
-            if trace is not None and trace.size:
-                self._record(trace)
+
+    def record(self, records: np.ndarray) -> None:
+        """Append 64-bit trace records as TRACE_CTRL says (ENABLE; ring, or the first DEPTH with
+        STOP_WHEN_FULL); the engine hands a run's records over when it halts."""
+        with self._locked():
+            self._record(records)
 
     def _record(self, records: np.ndarray) -> None:
         ctrl = int(self.bar[regs.off("TRACE_CTRL") // 4])
