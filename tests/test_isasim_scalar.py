@@ -153,3 +153,15 @@ def test_program_larger_than_imem_is_refused():
     m = Machine("sim-small")
     with pytest.raises(SimError, match="does not fit IMEM"):
         m.load([isa.nop()] * (m.cfg.imem_instrs + 1))
+
+
+@pytest.mark.parametrize("name", ["ypcb-00338", "bcu1525", "nangate45-small", "nangate45-card", "sim-small"])
+def test_every_target_builds_a_machine_with_sparse_dram(name):
+    import resource
+    m = Machine(name)
+    top = min(m.cfg.DRAM_BYTES, 1 << 32) - 4          # addresses are 32-bit register sums
+    m.load(assemble(f"li rd=r1 imm={top}\nvop.fill dst=0 rows=1 cols=1 bmode=scalar imm=2.5\n"
+                    "st dram=r1 tmem=0 n=1\nhalt"))
+    m.run()
+    assert all(m.read_dram(top, 4, sid=s).view(np.float32)[0] == 2.5 for s in range(m.cfg.S))
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 4 << 20       # KiB: far below the DRAM sizes

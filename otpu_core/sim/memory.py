@@ -10,6 +10,8 @@ must call `note_write`.
 from __future__ import annotations
 
 import itertools
+import mmap
+import sys
 
 import numpy as np
 
@@ -17,6 +19,16 @@ from .fault import Fault
 
 PAGE_SHIFT = 16
 _dram_ids = itertools.count(1)
+MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
+
+
+def sparse_zeros(size: int) -> np.ndarray:
+    """A zeroed uint8 buffer whose untouched pages cost nothing, however large (32 GiB DRAMs
+    included): an anonymous mapping the kernel does not reserve swap for."""
+    if size <= 1 << 30:
+        return np.zeros(size, np.uint8)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE
+    return np.frombuffer(mmap.mmap(-1, size, flags=flags), np.uint8)
 
 
 class Dram:
@@ -24,7 +36,7 @@ class Dram:
 
     def __init__(self, size: int, buf: np.ndarray | None = None):
         if buf is None:
-            buf = np.zeros(size, np.uint8)  # calloc: untouched pages cost nothing
+            buf = sparse_zeros(size)
         if buf.dtype != np.uint8 or buf.ndim != 1:
             raise ValueError("DRAM buffer must be a 1-D uint8 array")
         if len(buf) < size:
