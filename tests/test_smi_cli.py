@@ -137,3 +137,30 @@ def test_a_run_in_another_process_shows_in_utilisation(tmp_path):
     assert busy["utilization.running"].value > 50, busy["utilization.running"]
     assert busy["process.pid"].value == p.pid and busy["state"].value == "running"
     assert after["utilization.running"].value == 0 and after["process.pid"].value is None
+
+
+def test_live_screen_on_a_terminal_has_sparklines_and_ctrl_c_exits_0(tmp_path):
+    import pty
+    import select
+    env = {**os.environ, "OTPU_RUN_DIR": str(tmp_path / "run"), "COLUMNS": "120", "LINES": "60", "TERM": "xterm"}
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-c", "from otpu_smi.cli import main; main()", "--dev", "sim:s",
+                          "--target", "sim-small", "-l", "0.2"], stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and seen.count("History".encode()) < 3:
+        if select.select([master], [], [], 0.5)[0]:
+            try:
+                seen += os.read(master, 65536)
+            except OSError:
+                break
+    p.send_signal(signal.SIGINT)
+    rc = p.wait(timeout=20)
+    os.close(master)
+    text = seen.decode("utf-8", "replace")
+    assert rc == 0
+    assert text.count("History") >= 3            # the screen was redrawn in place, several times
+    assert "\x1b[" in text                        # cursor movement: Rich Live, not scrolling tables
+    assert any(ch in text for ch in "▁▂▃▄▅▆▇█")  # sparklines
+    assert "Traceback" not in text
