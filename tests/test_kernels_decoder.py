@@ -10,7 +10,7 @@ from otpu_core.ol.runtime import Image
 
 T = "sim-small"
 SHAPE = DecoderShape(layers=2, d=64, heads=4, kv_heads=2, head_dim=32, ffn=128, vocab=200, cap=64,
-                     f_chunk=64, head_chunk=128)
+                     f_chunk=64, head_chunk=128, attn_block=32)
 
 
 def _setup(rng):
@@ -75,3 +75,30 @@ def test_decoder_three_positions_against_float64():
     err, cos = R.max_abs(got, ref), R.cosine(got, ref)
     assert cos > 0.995 and err < 0.1 * np.abs(ref).max(), (err, cos)
     assert np.argmax(got) == np.argmax(ref)
+
+
+def test_resident_program_with_runtime_position_is_bit_identical_to_per_position_programs():
+    from otpu_core.kernels.attention import mask_table
+    rng = np.random.default_rng(7)
+    img, layers, args, theta = _setup(rng)
+    mask = img.tensor(mask_table(SHAPE.attn_block))
+    xs = [rng.standard_normal(SHAPE.d).astype(np.float32) for _ in range(SHAPE.attn_block + 3)]
+    resident = ol.compile_kernel(decoder_step, T, shape=SHAPE, bucket=1, mask=mask, **args)
+    assert resident.run_args and all(n == "pos" for combo in resident.run_args for n, _ in combo)
+    outs = {}
+    for form in ("per-position", "resident"):
+        machine = None
+        for p, x in enumerate(xs):
+            if form == "resident" and p >= SHAPE.attn_block:          # bucket 1: one program, pos at run time
+                prog, words = resident, resident.arg_words(pos=p)
+            else:
+                prog = ol.compile_kernel(decoder_step, T, shape=SHAPE, pos=p, **args)
+                words = prog.arg_words()
+            if machine is None:
+                machine = img.machine(prog)
+            else:
+                machine.load(prog.instrs, words)
+            machine.write_dram(args["x"].base.const, x)
+            machine.run()
+        outs[form] = img.read(args["logits"], machine)
+    assert np.array_equal(outs["resident"].view(np.uint32), outs["per-position"].view(np.uint32))

@@ -7,9 +7,11 @@ rows, K/V appends, flash attention per KV head (query groups of heads/kv_heads r
 with the residual, then the SwiGLU MLP with the residual. After the layers: the final norm and
 the LM head in row chunks (logits to DRAM).
 
-`plan_decoder` lays out the DRAM image through any `alloc_weight(shape, fmt, parts)` /
-`alloc_tensor(shape)` pair: the runtime Image (real weights, for tests) or an address-only
-planner (for compile benchmarks of full-size models).
+`plan_layer` lays out a layer block through any `alloc_weight(shape, parts)` /
+`alloc_tensor(shape)` / `alloc_kv(cap, d)`: the runtime Image (real weights, for tests) or the
+address-only `AddressPlan` (for compiling full-size models). The step comes in two forms: per
+position (a compile-time position) and resident (the position a run-time argument, one
+program per attention bucket).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ class DecoderShape:
     f_chunk: int = 1024
     head_chunk: int = 8192
     eps: float = 1e-6
-    fmt: str = "int8"
+    attn_block: int = 256
 
     @property
     def group(self) -> int: return self.heads // self.kv_heads
@@ -101,11 +103,23 @@ def check_layers(layers: list) -> Layer:
 
 
 def decoder_step(x: Tensor, logits: Tensor, layer: Layer, final_norm: Tensor, head: QTensor, cos: Tensor,
-                 sin: Tensor, shape: DecoderShape, pos: int) -> None:
-    """One token at position `pos` (its embedding in x): appends K/V and writes the logits."""
+                 sin: Tensor, shape: DecoderShape, pos: int | None = None, bucket: int | None = None,
+                 mask: Tensor | None = None) -> None:
+    """One token (its embedding in x): appends K/V and writes the logits.
+
+    Per-position form: `pos` a compile-time position. Resident form: `pos=None` and `bucket` b
+    with the attention `mask` table; the position is the run-time value `pos` (one program
+    serves positions [256b, 256b + 256), `Program.arg_words(pos=p)`)."""
     s = shape
-    if not 0 <= pos < s.cap:
-        raise CompileError(f"position {pos} outside the KV capacity {s.cap}")
+    if pos is None:
+        if bucket is None or mask is None:
+            raise CompileError("a resident decode step needs bucket= and mask= (attention.mask_table())")
+        pos, blocks = ol.runvar("pos"), bucket
+        n_tokens = pos + 1
+    else:
+        if not 0 <= pos < s.cap:
+            raise CompileError(f"position {pos} outside the KV capacity {s.cap}")
+        n_tokens, blocks = pos + 1, None
     h = ol.load(x)
     c, sn = ol.load(cos[pos]), ol.load(sin[pos])
     att = ol.empty((s.heads, s.head_dim), banked=False)
@@ -117,7 +131,9 @@ def decoder_step(x: Tensor, logits: Tensor, layer: Layer, final_norm: Tensor, he
         v = ol.dot(xn, L.wv).reshape(s.kv_heads, s.head_dim)
         for g in ol.static_range(s.kv_heads):
             append_kv(L.kv[g], pos, k[g], v[g])
-            att[g * s.group:(g + 1) * s.group].set(attention(q[g * s.group:(g + 1) * s.group], L.kv[g], pos + 1))
+            att[g * s.group:(g + 1) * s.group].set(
+                attention(q[g * s.group:(g + 1) * s.group], L.kv[g], n_tokens, s.attn_block,
+                          full_blocks=blocks, mask=mask))
         h += ol.dot(att.reshape(s.heads * s.head_dim), L.wo)
         h += swiglu_mlp(rmsnorm_quantized(h, ol.load(L.ln2), s.eps), L.wg, L.wu, L.wd, s.f_chunk)
     hn = rmsnorm_quantized(h, ol.load(final_norm), s.eps)
@@ -166,12 +182,15 @@ class AddressPlan:
                        cap, d)
 
 
-def plan_addresses(shape: DecoderShape, D: int) -> dict:
-    """Every argument of `decoder_step` for a model of this shape, addresses only."""
+def plan_addresses(shape: DecoderShape, D: int, resident: bool = False) -> dict:
+    """Every argument of `decoder_step` for a model of this shape, addresses only (with the
+    attention mask table for the resident form)."""
     p = AddressPlan(D)
     args = dict(x=p.tensor((shape.d,)), logits=p.tensor((shape.vocab,)), final_norm=p.tensor((shape.d,)),
                 cos=p.tensor((shape.cap, shape.head_dim // 2)), sin=p.tensor((shape.cap, shape.head_dim // 2)))
     layers = [plan_layer(shape, lambda sh, parts=None: p.weight(sh, parts), p.tensor, p.kv) for _ in range(shape.layers)]
     args["layer"] = check_layers(layers)
     args["head"] = p.weight((shape.vocab, shape.d))
+    if resident:
+        args["mask"] = p.tensor((shape.attn_block, shape.attn_block))
     return args
