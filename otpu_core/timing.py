@@ -84,6 +84,7 @@ class _Flight:
     writes: tuple
     release: int                     # operands all read
     pc: int
+    barrier: bool                    # BAR: nothing younger starts before it completes
 
 
 def _overlap(a: tuple, b: tuple) -> bool:
@@ -188,7 +189,7 @@ class TimingModel:
         for f in sc.inflight:
             if f.end <= ready:
                 continue
-            if work.barrier or _conflict(reads, writes, f):
+            if work.barrier or f.barrier or _conflict(reads, writes, f):
                 ready = f.end
             elif work.late_writes and _conflict(work.reads, work.writes, f):
                 write_ready = max(write_ready, f.end)
@@ -256,7 +257,7 @@ class TimingModel:
         if wait is not None:
             _check_waits(sc, work, start, pc)
         sc.unit_free[work.unit] = end
-        sc.inflight.append(_Flight(end, slot, work.reads, work.writes, release, pc))
+        sc.inflight.append(_Flight(end, slot, work.reads, work.writes, release, pc, work.barrier))
         queue = isa.queue_of(isa.Op(op))
         if queue is not None:
             sc.queue_ends[queue].append(end)

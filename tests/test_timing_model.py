@@ -204,3 +204,15 @@ def test_activity_integral_matches_a_cycle_by_cycle_count():
         per_cycle[lo:hi] += w
     assert np.array_equal(ends, [1000, 2000, 3000, 4000, 5000, 6000])
     assert np.array_equal(counts[:, 0], np.rint(per_cycle.reshape(6, 1000).sum(1)).astype(np.int64))
+
+
+def test_bar_lines_slices_up_and_holds_back_younger_instructions():
+    m = logged(cfg=load("sim-small").config().replace(S=2))
+    m.load([assemble("bar\nvop.fill dst=0 rows=1 cols=8 bmode=scalar imm=1.0\nhalt"),
+            assemble("ld dram=0 tmem=0 n=4096\nbar\nhalt")])
+    m.run()
+    log = {(sid, pc): (st, en) for sid, pc, _, _, st, en in m.timing.log}
+    ld_end = log[(1, 0)][1]
+    bar0, bar1 = log[(0, 0)], log[(1, 1)]
+    assert bar0[0] == bar1[0] >= ld_end              # both slices start the BAR together, after the LD
+    assert log[(0, 1)][0] >= bar0[1]                 # the fill waits for the BAR
