@@ -16,7 +16,6 @@ It never reads RISC private memory. States:
 """
 from __future__ import annotations
 
-import struct
 import time
 from dataclasses import dataclass, field
 
@@ -24,6 +23,7 @@ from . import consts as K
 from . import layout as L
 from .coords import Tile
 from .noc import MASK, LinkLost, Noc, NocHung
+from .queue import read_ctrl
 
 HEALTHY = ("in reset", "idle", "resident", "running")
 PC_SAMPLES = 8
@@ -54,7 +54,7 @@ def _snapshot(noc: Noc, tile: Tile) -> dict:
     snap["pcs"] = {r: noc.read32(tile, K.PC_SNAPSHOT[r]) for r, bit in K.RISC_BITS.items() if not soft >> bit & 1}
     if not soft >> K.RISC_BITS["brisc"] & 1:
         snap["signal"] = noc.read32(tile, L.GO_WORD) >> 24
-        snap["ctrl"] = struct.unpack(f"<{L.CTRL_WORDS}I", noc.read(tile, L.QUEUE_CTRL, 4 * L.CTRL_WORDS))
+        snap["ctrl"] = read_ctrl(noc, tile)
     return snap
 
 

@@ -28,6 +28,22 @@ class QueueError(DeviceError):
     """The resident kernel is gone, or did not complete in time."""
 
 
+def read_ctrl(noc: Noc, tile: Tile, ctrl: int = L.QUEUE_CTRL) -> tuple[int, ...]:
+    return struct.unpack(f"<{L.CTRL_WORDS}I", noc.read(tile, ctrl, 4 * L.CTRL_WORDS))
+
+
+def ask_to_stop(noc: Noc, tile: Tile, words: tuple[int, ...], ctrl: int = L.QUEUE_CTRL) -> int:
+    """Retire a resident kernel by asking: the STOP sentinel in its ring (when there is room) and
+    its stop_request, which every wait of the kernel polls. Returns the posted count after."""
+    slots, ring, posted, done = words[L.C_SLOTS], words[L.C_RING], words[L.C_POSTED], words[L.C_COMPLETED]
+    if slots and (posted - done) & MASK < slots and ring + slots * L.DESC_BYTES <= L.USER_BASE:
+        noc.write(tile, ring + (posted % slots) * L.DESC_BYTES, L.DESC_FMT.pack(L.OP_STOP, 0, posted, 0, 0, 0, 0, 0, 0))
+        posted = (posted + 1) & MASK
+        noc.write32(tile, ctrl + 4 * L.C_POSTED, posted)
+    noc.write32(tile, ctrl + 4 * L.C_STOP, 1)
+    return posted
+
+
 class ResidentQueue:
     """The host side of one resident kernel."""
 
@@ -56,7 +72,7 @@ class ResidentQueue:
         self._desc = L.DESC_FMT
 
     def _ctrl_words(self) -> tuple[int, ...]:
-        return struct.unpack(f"<{L.CTRL_WORDS}I", self.noc.read(self.tile, self.ctrl, 4 * L.CTRL_WORDS))
+        return read_ctrl(self.noc, self.tile, self.ctrl)
 
     # ---- submit --------------------------------------------------------------------------------
     def _room(self, n: int, timeout: float) -> None:
@@ -133,13 +149,7 @@ class ResidentQueue:
     # ---- retire --------------------------------------------------------------------------------
     def stop(self, timeout: float = 2.0) -> str:
         """Retire by asking: the STOP sentinel in the stream (when there is room) and the stop request."""
-        if (self.posted - self.completed) & MASK < self.slots:
-            seq = self.posted
-            self.noc.write(self.tile, L.RING + (seq % self.slots) * L.DESC_BYTES,
-                           self._desc.pack(L.OP_STOP, 0, seq, 0, 0, 0, 0, 0, 0))
-            self.posted = (seq + 1) & MASK
-            self.noc.write32(self.tile, self._posted_addr, self.posted)
-        self.noc.write32(self.tile, self.ctrl + 4 * L.C_STOP, 1)
+        self.posted = ask_to_stop(self.noc, self.tile, self._ctrl_words(), self.ctrl)
         deadline = time.monotonic() + timeout
         while True:
             w = self._ctrl_words()

@@ -14,7 +14,6 @@ Rungs 3 and up touch more than the core (or need ARC and a quiet card) and run o
 """
 from __future__ import annotations
 
-import struct
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -27,6 +26,7 @@ from otpu_core.tt.card import Card
 from otpu_core.tt.coords import TENSIX, Tile
 from otpu_core.tt.noc import LinkLost
 from otpu_core.tt.probe import CoreState, probe_many
+from otpu_core.tt.queue import ask_to_stop, read_ctrl
 
 CARD = Tile("card", 0, 0, (-1, -1))     # the whole card, when the NoC cannot tell cores apart
 
@@ -176,20 +176,14 @@ class Ladder:
             return None
         if noc.read32(tile, L.GO_WORD) >> 24 != K.RUN_MSG_GO:
             return None
-        ctrl = struct.unpack(f"<{L.CTRL_WORDS}I", noc.read(tile, L.QUEUE_CTRL, 4 * L.CTRL_WORDS))
+        ctrl = read_ctrl(noc, tile)
         return ctrl if ctrl[L.C_STATE] in (L.QSTATE_POLLING, L.QSTATE_BLOCKED) else None
 
     def _ask_to_stop(self, tile: Tile) -> bool:
         ctrl = self._kernel_present(tile)
-        if ctrl is None:
-            return False
-        noc = self.card.noc
-        slots, ring, posted, done = ctrl[L.C_SLOTS], ctrl[L.C_RING], ctrl[L.C_POSTED], ctrl[L.C_COMPLETED]
-        if slots and (posted - done) & 0xFFFFFFFF < slots and ring + slots * L.DESC_BYTES <= K.L1_BYTES:
-            noc.write(tile, ring + (posted % slots) * L.DESC_BYTES, L.DESC_FMT.pack(L.OP_STOP, 0, posted, 0, 0, 0, 0, 0, 0))
-            noc.write32(tile, L.QUEUE_CTRL + 4 * L.C_POSTED, (posted + 1) & 0xFFFFFFFF)
-        noc.write32(tile, L.QUEUE_CTRL + 4 * L.C_STOP, 1)
-        return True
+        if ctrl is not None:
+            ask_to_stop(self.card.noc, tile, ctrl)
+        return ctrl is not None
 
     def _stop(self, bad: list[CoreState]) -> str | None:
         asked = [s.tile for s in bad if s.state not in ("unresponsive",) and self._ask_to_stop(s.tile)]
