@@ -92,3 +92,18 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert otpu("sim", "trace", str(bad)) == 2
     err = capsys.readouterr().err
     assert "argument number must be 0..7" in err and "expected regs, tmem:ADDR:N" in err
+
+
+def test_binary_image_with_its_wait_table_on_a_seq_wc_target(tmp_path, capsys):
+    from otpu_core.asm import parse
+    prog = parse("ld dram=0 tmem=0 n=8\nvop.add dst=100 a=0 rows=1 cols=8 drs=8 ars=8 bmode=scalar imm=1.0 ! ld=0\n"
+                 "halt ! sync")
+    img = tmp_path / "p.bin"
+    img.write_bytes(isa.encode_program(prog.instrs, [w or isa.NO_WAIT for w in prog.waits]))
+    assert otpu("sim", "run", str(img), "-t", "nangate45-small", "--waits", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["instructions"] == 3
+    weak = tmp_path / "weak.bin"        # no wait on the LD: the table is refused as a hazard
+    weak.write_bytes(isa.encode_program(prog.instrs, [isa.NO_WAIT] * 3))
+    assert otpu("sim", "run", str(weak), "-t", "nangate45-small", "--waits") == 2
+    assert "pc 1" in capsys.readouterr().err
+    assert otpu("sim", "run", str(img), "-t", "nangate45-small") == 2     # the table read as instructions

@@ -36,14 +36,23 @@ def _int(text: str, what: str) -> int:
         raise UsageError(f"{what}: {text!r} is not an integer (decimal or 0x hex)") from None
 
 
-def read_program(path: Path) -> list[isa.Instr]:
-    """Assembly text (.s/.asm) or a binary image (anything else)."""
+def read_program(path: Path, with_table: bool = False) -> tuple[list[isa.Instr], list | None]:
+    """(instructions, WAITC entries or None) from assembly text (.s/.asm, `!` entries) or a
+    binary image (anything else; with_table: the image is followed by its wait table)."""
     if not path.is_file():
         raise UsageError(f"program file {path} does not exist")
     if path.suffix.lower() in (".s", ".asm"):
-        from ..asm import assemble
-        return assemble(path.read_text())
-    return isa.decode_program(path.read_bytes())
+        from ..asm import parse
+        prog = parse(path.read_text())
+        return prog.instrs, prog.waits
+    data = path.read_bytes()
+    if not with_table:
+        return isa.decode_program(data), None
+    per = isa.BYTES_PER_INSTR + 8
+    if len(data) % per:
+        raise UsageError(f"{path}: {len(data)} bytes is not a whole number of instructions with wait entries "
+                         f"({per} bytes each)")
+    return isa.split_image(data, len(data) // per, True)
 
 
 def parse_dram(spec: str) -> tuple[Path, int]:
@@ -125,10 +134,12 @@ def run_cmd(program: Path = typer.Argument(..., help="Program: assembly text (.s
             sid: int = typer.Option(0, "--slice", help="Slice to dump and report."),
             json_out: bool = typer.Option(False, "--json", help="Print JSON."),
             trace: Path = typer.Option(None, "--trace", help="Write the slice's 64-bit trace records to this file."),
-            max_steps: int = typer.Option(10_000_000, "--max-steps", help="Stop with an error after this many instructions.")) -> None:
+            max_steps: int = typer.Option(10_000_000, "--max-steps", help="Stop with an error after this many instructions."),
+            waits: bool = typer.Option(False, "--waits", help="The binary image is followed by its WAITC wait table "
+                                       "(SEQ_WC targets schedule by it).")) -> None:
     """Run a program on the golden simulator and report cycles, instructions and unit utilisation."""
     from ..isasim import Machine
-    prog = read_program(program)
+    prog, table = read_program(program, waits)
     dumps = [parse_dump(d) for d in dump]
     loads = [parse_dram(d) for d in dram]
     args = parse_args(arg)
@@ -137,7 +148,7 @@ def run_cmd(program: Path = typer.Argument(..., help="Program: assembly text (.s
         raise UsageError(f"--slice {sid}: the target has {m.cfg.S} slice(s)")
     for path, addr in loads:
         m.write_dram(addr, np.fromfile(path, np.uint8))
-    m.load(prog, args)
+    m.load(prog, args, waits=table)
     _run_with_progress(m)
     if trace is not None:
         tracefmt.write(trace, m.trace_records(sid))
