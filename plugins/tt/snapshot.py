@@ -114,7 +114,7 @@ def processes(card: Card) -> list[dict]:
             user = pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name
         except (OSError, KeyError):
             user = "?"
-        out.append({"pid": pid, "user": user, "device": card.spec, "cmdline": process_command(pid)})
+        out.append({"pid": pid, "user": user, "device": card.spec, "cmdline": " ".join(process_command(pid).split())})
     return out
 
 
