@@ -6,7 +6,6 @@ resolved words, derives footprints from the reference's field meanings, and for 
 sources) checks that j's entry forces it: counts[q_i] <= the number of q_i-instructions
 dispatched between them (or >= 15 of them, which the window guarantees), or for WAR the mask
 bit of i's distance in queued dispatches."""
-import time
 
 import numpy as np
 import pytest

@@ -114,11 +114,6 @@ class Affine:
             raise CompileError(f"{self} must be a compile-time constant here")
         return self.const
 
-    def div_exact(self, k: int) -> "Affine":
-        if self.const % k or any(c % k for c in self.terms.values()):
-            raise CompileError(f"{self} is not a multiple of {k}")
-        return Affine(self.const // k, {v: c // k for v, c in self.terms.items()})
-
     @property
     def key(self) -> frozenset:
         """The variable part, which decides the address register."""

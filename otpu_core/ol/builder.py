@@ -18,7 +18,6 @@ from .ir import Node, LoopBlock
 from .memory import ActAllocator, TmemAllocator
 
 MAX_LOOP_DEPTH = 4
-MAX_RUN_ARGS = 8
 
 _current: list["Builder"] = []
 
@@ -79,15 +78,6 @@ class Builder:
             self._check_scope(aff)
         self.blocks[-1].append(node)
         return node
-
-    def last(self) -> Node | None:
-        blk = self.blocks[-1]
-        for it in reversed(blk):
-            if isinstance(it, Node) and not it.dead:
-                return it
-            if isinstance(it, LoopBlock):
-                return None
-        return None
 
     def _check_scope(self, aff: Affine) -> None:
         for v in aff.loops():

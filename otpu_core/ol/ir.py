@@ -14,10 +14,6 @@ from .affine import Affine, Loop
 
 TMEM, DRAM, ACT = "T", "D", "A"
 
-# Execution unit of each opcode, as the sequencer's scoreboard sees it.
-UNIT_OF = {"LD": "DMA", "ST": "DMA", "MM": "MXU", "QACT": "Q", "QST": "Q", "VOP": "VPU",
-           "RLD": "SEQ", "LI": "SEQ", "ADDI": "SEQ", "NOP": "SEQ", "HALT": "SEQ", "LOOP": "SEQ"}
-
 
 @dataclass
 class Access:
@@ -38,25 +34,8 @@ class Node:
     where: tuple | None = None
     dead: bool = False            # removed by a peephole; lowering skips it
 
-    @property
-    def unit(self) -> str: return UNIT_OF[self.op]
-
 
 @dataclass
 class LoopBlock:
     loop: Loop
     body: list = field(default_factory=list)
-
-
-def walk(items):
-    """Every live Node in program order, descending into loop bodies."""
-    for it in items:
-        if isinstance(it, LoopBlock):
-            yield from walk(it.body)
-        elif not it.dead:
-            yield it
-
-
-def traffic(node: Node) -> int:
-    """TMEM words a node reads plus writes (the peephole savings are reported in these)."""
-    return sum(a.n for a in node.reads + node.writes if a.space == TMEM)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import isa
-from .affine import Affine, DevVar, Loop, RunVar
+from .affine import Affine, DevVar, Loop
 from .errors import CompileError
 from .ir import LoopBlock, Node
 

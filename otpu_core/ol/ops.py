@@ -18,7 +18,7 @@ from .builder import current
 from .errors import CompileError
 from .ir import ACT, DRAM, TMEM, Access, Node
 from .layouts import Chunk, QRange, QTensor, Stationary, Tensor, Tile
-from .vector import ARG_TEMP_REFS, new_tile, tile_access
+from .vector import ARG_TEMP_REFS, new_tile
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
