@@ -194,3 +194,23 @@ def test_generation_is_fast_on_a_big_program():
     prog = ol.compile_kernel(kern, T, q=q, kk=k, vv=v, kv=kv, out=out)
     assert len(prog.instrs) > 300
     assert prog.stats.waitc_s < 0.5 * max(1.0, len(prog.instrs) / 1000)
+
+
+def test_waitc_whole_decoder_step_resident():
+    """Layer loop, parent-initialised address registers, run-time position, nested attention loops."""
+    from otpu_core.kernels.attention import mask_table
+    from otpu_core.kernels.decoder import DecoderShape, check_layers, decoder_step, plan_layer
+    rng = np.random.default_rng(4)
+    s = DecoderShape(layers=2, d=64, heads=4, kv_heads=2, head_dim=32, ffn=128, vocab=200, cap=96,
+                     f_chunk=64, head_chunk=128, attn_block=32)
+    img = Image(T)
+    layers = [plan_layer(s, lambda sh, parts=None: (img.weight_parts(rng.standard_normal(sh).astype(np.float32), parts)
+                                                    if parts else img.weight(rng.standard_normal(sh).astype(np.float32))),
+                         lambda sh: img.tensor(np.ones(sh, np.float32)), img.kv_cache) for _ in range(s.layers)]
+    args = dict(layer=check_layers(layers), final_norm=img.tensor(np.ones(s.d, np.float32)),
+                head=img.weight(rng.standard_normal((s.vocab, s.d)).astype(np.float32)),
+                x=img.tensor(rng.standard_normal(s.d).astype(np.float32)), logits=img.tensor(shape=(s.vocab,)),
+                cos=img.tensor(np.ones((s.cap, 16), np.float32)), sin=img.tensor(np.zeros((s.cap, 16), np.float32)),
+                mask=img.tensor(mask_table(32)))
+    prog = ol.compile_kernel(decoder_step, T, shape=s, bucket=2, **args)
+    assert check(prog, img, pos=70) > 300
