@@ -9,5 +9,6 @@ def _isolated_run_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("OTPU_RUN_DIR", str(run))
     monkeypatch.delenv("OTPU_TARGET", raising=False)
     monkeypatch.delenv("OTPU_DEV", raising=False)
-    monkeypatch.delenv("OTPU_SIM_FAULTS", raising=False)
+    for var in ("OTPU_SIM_FAULTS", "OTPU_TT_SIM_FAULTS", "OTPU_TT_DEV"):
+        monkeypatch.delenv(var, raising=False)
     yield
