@@ -7,12 +7,15 @@ import os
 import signal
 import subprocess
 import sys
+import re
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
-from otpu_core import power, smi_fields
+from otpu_core import plugins, power, smi_fields
+from otpu_core.hookspecs import hookimpl
 from otpu_core.cli import run_app
 from otpu_smi import cli as smi_cli
 from otpu_smi.render import bar, sparkline
@@ -127,7 +130,8 @@ def test_a_run_in_another_process_shows_in_utilisation(tmp_path):
         assert p.stdout.readline().strip() == "started"
         time.sleep(0.3)
         idle.sample(0.0)                       # start the interval inside the run
-        busy = idle.sample(0.3)["fields"]
+        busy_report = idle.sample(0.3)
+        busy = busy_report["fields"]
         assert p.wait(timeout=120) == 0
         idle.sample(0.05)
         after = idle.sample(0.3)["fields"]
@@ -136,6 +140,7 @@ def test_a_run_in_another_process_shows_in_utilisation(tmp_path):
     assert before["utilization.running"].value == 0
     assert busy["utilization.running"].value > 50, busy["utilization.running"]
     assert busy["process.pid"].value == p.pid and busy["state"].value == "running"
+    assert busy_report["process"]["process"]["name"].startswith("python")   # psutil's view of the runner
     assert after["utilization.running"].value == 0 and after["process.pid"].value is None
 
 
@@ -164,3 +169,37 @@ def test_live_screen_on_a_terminal_has_sparklines_and_ctrl_c_exits_0(tmp_path):
     assert "\x1b[" in text                        # cursor movement: Rich Live, not scrolling tables
     assert any(ch in text for ch in "▁▂▃▄▅▆▇█")  # sparklines
     assert "Traceback" not in text
+
+
+def normalise(text: str) -> str:
+    """Mask the die temperature and the sampling interval, keeping the box aligned."""
+    return re.sub(r"(?<=die )\d+\.\d+|(?<=over )\d+\.\d+", lambda m: "#" * len(m.group()), text)
+
+
+def test_golden_table(capsys):
+    assert smi() == 0
+    assert normalise(capsys.readouterr().out) == (Path(__file__).parent / "golden" / "smi_sim_small.txt").read_text()
+
+
+class MeasuredPower:
+    """A sensor plugin as the i2c plugin would be: measured power and board temperature."""
+
+    @hookimpl
+    def otpu_smi_fields(self, board):
+        return [smi_fields.Field("power.draw", 21.5, "W", "measured"),
+                smi_fields.Field("temperature.board", 43.0, "C", "measured")]
+
+
+def test_a_sensor_plugin_replaces_the_estimate(capsys):
+    mgr = plugins.get()
+    plugin = MeasuredPower()
+    mgr.pm.register(plugin, name="test-sensor")
+    try:
+        assert smi() == 0
+        out = capsys.readouterr().out
+        assert smi("--query", "power.draw,power.source,temperature.board", "--format", "csv,noheader") == 0
+        csv = capsys.readouterr().out.strip()
+    finally:
+        mgr.pm.unregister(plugin)
+    assert "21.5W measured" in out and "board 43.00 C" in out and "estimate" not in out
+    assert csv == "21.50 W, measured, 43.00 C"

@@ -10,6 +10,8 @@ import datetime as dt
 import time
 from typing import Any
 
+import psutil
+
 from otpu_core import plugins, power, smi_fields
 from otpu_core import target as target_mod
 from otpu_core.board import Board
@@ -90,6 +92,7 @@ class Sampler:
         measured = report["fields"].get("power.draw")
         if measured is not None and measured.source == "measured":
             report["power"] = {"w": measured.value, "measured": True, "source": "measured"}
+            report["fields"]["power.source"] = Field("power.source", "measured", source="measured")
         return report
 
 
@@ -105,9 +108,20 @@ def _built_for(cfg_hash: int | None):
 
 
 def _status_file(devname: str | None) -> dict | None:
+    """The run-state file of the process holding the card, with what psutil says about that process."""
     if devname is None:
         return None
     st = read_status(run_dir() / f"{devname}.json")
+    if not st or st.get("stale") or not isinstance(st.get("pid"), int):
+        return st
+    try:
+        proc = psutil.Process(st["pid"])
+        with proc.oneshot():
+            st["process"] = {"name": proc.name(), "user": proc.username(), "rss_mib": round(proc.memory_info().rss / 2**20, 1),
+                             "cpu_s": round(sum(proc.cpu_times()[:2]), 2),
+                             "running_s": round(time.time() - proc.create_time(), 1)}
+    except (psutil.Error, OSError):
+        st["stale"] = True   # gone between reading the file and asking about it
     return st
 
 
