@@ -39,11 +39,7 @@ class Dram:
     # -- channel view (the host DMA's) -----------------------------------------------------------
     def logical_beats(self, ch: int, first: int, stop: int) -> np.ndarray:
         """Logical beat index of channel beats [first, stop)."""
-        chunks = np.arange(first, stop, dtype=np.int64)
-        side = np.full(chunks.shape, ch, dtype=np.int64)
-        if self.chash:
-            side ^= regs.chunk_parity(chunks).astype(np.int64)
-        return 2 * chunks + side
+        return regs.logical_beats(ch, first, stop, self.chash)
 
     def _check(self, ch: int, offset: int, n: int) -> None:
         if not 0 <= ch < self.channels or offset < 0 or offset + n > self.channel_bytes:

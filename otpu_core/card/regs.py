@@ -315,15 +315,11 @@ def _rows(buf, n: int) -> np.ndarray:
     return raw[:n * BEAT].view(np.uint64).reshape(n, BEAT // 8)
 
 
-def _shuffle(addr: int, first: np.ndarray, second: np.ndarray, to_first: np.ndarray, to_second: np.ndarray,
-             chash: bool) -> None:
-    """to_first = first and to_second = second, swapped on the chunks whose parity is odd (CHASH)."""
-    np.copyto(to_first, first)
-    np.copyto(to_second, second)
-    if chash:
-        odd = chunk_parity(np.arange(addr // CHUNK, addr // CHUNK + first.shape[0], dtype=np.uint64))[:, None]
-        np.copyto(to_first, second, where=odd)
-        np.copyto(to_second, first, where=odd)
+def logical_beats(ch: int, first: int, stop: int, chash: bool) -> np.ndarray:
+    """Logical beat index of channel `ch`'s beats [first, stop) (channel beat m lies in chunk m)."""
+    m = np.arange(first, stop, dtype=np.intp)
+    side = ch ^ chunk_parity(m).astype(np.intp) if chash else ch
+    return 2 * m + side
 
 
 def split(addr: int, data, chash: bool, out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -332,8 +328,10 @@ def split(addr: int, data, chash: bool, out: tuple[np.ndarray, np.ndarray] | Non
     _check_chunks(addr, raw.size)
     n = raw.size // CHUNK
     ch0, ch1 = out if out is not None else (np.empty(n * BEAT, np.uint8), np.empty(n * BEAT, np.uint8))
-    beats = raw.view(np.uint64).reshape(n, 2, BEAT // 8)
-    _shuffle(addr, beats[:, 0], beats[:, 1], _rows(ch0, n), _rows(ch1, n), chash)
+    logical, a0 = _rows(raw, 2 * n), addr // CHUNK
+    for ch, dst in enumerate((ch0, ch1)):
+        rows = logical_beats(ch, a0, a0 + n, chash) - 2 * a0
+        np.take(logical, rows, axis=0, out=_rows(dst, n), mode="clip")   # "clip": no bounds pass, no buffering
     return ch0[:n * BEAT], ch1[:n * BEAT]
 
 
@@ -342,8 +340,9 @@ def join(addr: int, ch0, ch1, chash: bool, out: np.ndarray | None = None) -> np.
     n = (ch0.size if isinstance(ch0, np.ndarray) else len(ch0)) // BEAT
     _check_chunks(addr, 2 * n * BEAT)
     res = out.reshape(-1)[:2 * n * BEAT] if out is not None else np.empty(2 * n * BEAT, np.uint8)
-    beats = res.view(np.uint64).reshape(n, 2, BEAT // 8)
-    _shuffle(addr, _rows(ch0, n), _rows(ch1, n), beats[:, 0], beats[:, 1], chash)
+    logical, a0 = _rows(res, 2 * n), addr // CHUNK
+    for ch, src in enumerate((ch0, ch1)):
+        logical[logical_beats(ch, a0, a0 + n, chash) - 2 * a0] = _rows(src, n)
     return res
 
 

@@ -61,11 +61,13 @@ class Tensor:
         if not isinstance(key, tuple):
             key = (key,)
         if len(self.shape) == 1:
-            (k,) = key
-            lo, hi = _slice(k, self.cols, "tensor") if isinstance(k, slice) else (None, None)
-            if lo is None:
-                return Tensor(self.base + 4 * _index(k, self.cols, "tensor"), (1,))
-            return Tensor(self.base + 4 * lo, (hi - lo,))
+            if len(key) != 1:
+                raise CompileError(f"a 1-D tensor of shape {self.shape} takes one index, got {len(key)}")
+            k = key[0]
+            if isinstance(k, slice):
+                lo, hi = _slice(k, self.cols, "tensor")
+                return Tensor(self.base + 4 * lo, (hi - lo,))
+            return Tensor(self.base + 4 * _index(k, self.cols, "tensor"), (1,))
         r = key[0]
         c = key[1] if len(key) > 1 else slice(None)
         c0, c1 = _slice(c, self.cols, "tensor column")
@@ -73,7 +75,6 @@ class Tensor:
             r0, r1 = _slice(r, self.rows, "tensor row")
             return Tensor(self.base + 4 * (r0 * self.rs + c0), (r1 - r0, c1 - c0), self.rs)
         return Tensor(self.base + 4 * (_index(r, self.rows, "tensor row") * self.rs + c0), (c1 - c0,))
-
 
     def window(self, r0, rows: int, c0, cols: int) -> "Tensor":
         """Rows [r0, r0+rows) and columns [c0, c0+cols); r0 and c0 may be affine (loop chunks)."""

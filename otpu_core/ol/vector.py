@@ -229,15 +229,16 @@ def fill(out: Tile, value) -> Tile:
 
 def reduce(func: VFunc, x: Tile, *, b=None, brs=0, bmode=BMode.SCALAR, b_access=None,
            out: Tile | None = None) -> Tile:
-    """A row reduction: one value per row (a (rows,) tile; (1,) for a 1-D input)."""
-    width = 2 if func == VFunc.ARGMAX else 1
+    """A row reduction: one value per row, into a (rows,) tile ((1,) for a 1-D input) or into
+    `out` (a (rows,) tile or a (rows, 1) column view)."""
     if out is None:
-        out = new_tile((x.rows, width) if width == 2 else (x.rows,))
-    drs = width if x.rows > 1 else 0
-    if func == VFunc.ARGMAX and out.ndim == 2:
-        drs = out.rs if x.rows > 1 else 0
+        out = new_tile((x.rows,))
+    if out.rows * out.cols != x.rows:
+        raise CompileError(f"shape mismatch: {x.rows} row results of a tile of shape {x.shape} "
+                           f"into a tile of shape {out.shape}")
+    drs = (1 if out.ndim == 1 else out.rs) if x.rows > 1 else 0
     node = emit_vop(func, out, x, x.rows, x.cols, b=b, brs=brs, bmode=bmode, b_access=b_access,
-                    drs=drs, out_words=(x.rows - 1) * drs + width)
+                    drs=drs, out_words=(x.rows - 1) * drs + 1)
     out.producer, out.fusion = node, Fusion("reduce", weakref.ref(x))
     return out
 
