@@ -2,7 +2,7 @@
 
 One table: for each fault spec, the stage otpu-selftest must stop at and words its hint must
 contain, and the row otpu-diag must fail and words its diagnosis must contain. Each case runs
-on its own simulated card (sim-small) in its own run directory.
+on its own simulated card (sim-small) in its own run directory (tests/conftest.py).
 """
 from __future__ import annotations
 
@@ -30,9 +30,7 @@ FAULTS = [
 
 
 @pytest.fixture(autouse=True)
-def _fast(monkeypatch, tmp_path):
-    monkeypatch.setenv("OTPU_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.delenv("OTPU_SIM_FAULTS", raising=False)
+def _fast(monkeypatch):
     monkeypatch.setattr(calib, "WAIT_S", 0.3)
     monkeypatch.setattr(programs, "RUN_TIMEOUT_S", 1.0)
 
@@ -64,12 +62,16 @@ def test_diag_names_the_failing_row_and_diagnosis(fault, stage, hint, row, diagn
     assert doc["failed"] == sum(r["status"] == "FAIL" for r in doc["rows"])
 
 
-def test_diag_stuck_bit_leaves_the_other_channel_alone(capsys, tmp_path):
+def mem_rows(tmp_path, fault):
     report = tmp_path / "diag.json"
     run_app(diag_cli.app, "otpu-diag", ["--dev", "sim:f", "--target", "sim-small", "--only", "mem",
-                                        "--fault", "stuck_dq:ch=1,bit=44,val=0", "--json", str(report)])
+                                        "--fault", fault, "--json", str(report)])
     doc = json.loads(report.read_text())
-    rows = {r["name"]: r for r in doc["rows"]}
+    return doc, {r["name"]: r for r in doc["rows"]}
+
+
+def test_diag_stuck_bit_leaves_the_other_channel_alone(capsys, tmp_path):
+    doc, rows = mem_rows(tmp_path, "stuck_dq:ch=1,bit=44,val=0")
     for name in ("data bits (walking 1 / 0)", "random blocks", "sub-beat updates (host merge)"):
         assert rows[f"channel 0 {name}"]["status"] == "PASS"
         assert rows[f"channel 1 {name}"]["status"] == "FAIL"
@@ -78,11 +80,7 @@ def test_diag_stuck_bit_leaves_the_other_channel_alone(capsys, tmp_path):
 
 
 def test_diag_dependents_of_a_failed_calibration_are_skipped(capsys, tmp_path):
-    report = tmp_path / "diag.json"
-    run_app(diag_cli.app, "otpu-diag", ["--dev", "sim:f", "--target", "sim-small", "--only", "mem",
-                                        "--fault", "no_calib:ch=1", "--json", str(report)])
-    doc = json.loads(report.read_text())
-    rows = {r["name"]: r for r in doc["rows"]}
+    doc, rows = mem_rows(tmp_path, "no_calib:ch=1")
     assert rows["channel 1 data bits (walking 1 / 0)"]["message"] == "needs DDR3 calibration channel 1 (FAIL)"
     assert rows["channel 0 data bits (walking 1 / 0)"]["status"] == "SKIP"   # needs the scrub, which needs both
     assert rows["interleave patterns"]["status"] == "SKIP"

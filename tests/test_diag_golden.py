@@ -22,12 +22,6 @@ def normalise(text: str) -> str:
     return re.sub(r"NOP loops of (\d+) and (\d+): \d+ and \d+ cycles", r"NOP loops of \1 and \2: N and M cycles", text)
 
 
-@pytest.fixture(autouse=True)
-def _run_dir(monkeypatch, tmp_path):
-    monkeypatch.setenv("OTPU_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.delenv("OTPU_SIM_FAULTS", raising=False)
-
-
 def diag(*args):
     return run_app(cli.app, "otpu-diag", ["--dev", "sim:g", "--target", "sim-small", *args])
 

@@ -355,3 +355,63 @@ def test_lanes16_with_stream_engine_is_refused():
     cfg = load("bcu1525").config().replace(STREAM=True)
     with pytest.raises(ol.CompileError, match="LANES=16"):
         ol.compile_kernel(lambda: None, cfg)
+
+
+# -- random loop nests: affine addresses, parent registers, run-time starts ---------------------------
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(counts=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+       strides=st.lists(st.integers(0, 3), min_size=3, max_size=3),
+       pos=st.integers(0, 5), use_pos=st.booleans(), seed=st.integers(0, 999))
+def test_random_loop_nests_gather_rows(counts, strides, pos, use_pos, seed):
+    """y[flat(i, j, k)] = x[sum(i*s_i) + pos] * 2 + k-th loop's own row, for nested hardware loops."""
+    rng_ = np.random.default_rng(seed)
+    depth = len(counts)
+    n_out = int(np.prod(counts))
+    src_rows = sum((c - 1) * s for c, s in zip(counts, strides)) + 6 + 1
+    x = rng_.standard_normal((src_rows, 4)).astype(np.float32)
+    z = rng_.standard_normal((max(counts), 4)).astype(np.float32)
+    out_strides = [int(np.prod(counts[d + 1:])) for d in range(depth)]
+
+    def k(x, z, y):
+        p = ol.runvar("pos") if use_pos else 0
+
+        def nest(level, idx):
+            if level == depth:
+                src = sum((v * s for v, s in zip(idx, strides)), p)
+                dst = sum(v * s for v, s in zip(idx, out_strides))
+                ol.store(y[dst], ol.load(x[src]) * 2.0 + ol.load(z[idx[-1]]))
+                return
+            for v in ol.range(counts[level]):
+                nest(level + 1, idx + [v])
+        nest(0, [])
+    prog, out = build(k, run_values={"pos": pos} if use_pos else None, x=x, z=z, y=(n_out, 4))
+    want = np.empty((n_out, 4), np.float32)
+    for flat, idx in enumerate(np.ndindex(*counts)):
+        src = sum(v * s for v, s in zip(idx, strides)) + (pos if use_pos else 0)
+        want[flat] = F.to_float(F.add(F.mul(x[src], np.float32(2.0)), z[idx[-1]]))
+    assert np.array_equal(out["y"].view(np.uint32), want.view(np.uint32))
+
+
+def test_out_of_registers_is_a_clear_error():
+    def k(x, y):
+        for i in ol.range(2):
+            for j in ol.range(2):
+                for c in ol.static_range(16):
+                    ol.store(y[i * 2 + j], ol.load(x[(c + 1) * i + j]))     # 16 different address patterns
+    img = Image(T)
+    with pytest.raises(ol.CompileError, match="out of registers"):
+        ol.compile_kernel(k, T, x=img.tensor(shape=(64, 4)), y=img.tensor(shape=(4, 4)))
+
+
+def test_mm_output_rows_must_not_share_banks():
+    img = Image(T)
+    w = img.weight(np.ones((8, 32), np.float32))
+
+    def k(x, w):
+        out = ol.empty((2, 8), banked=False)                  # row stride 8: every row in the same banks
+        ol.dot(ol.load(x), w, out=out)
+    with pytest.raises(ol.CompileError, match="bank conflict"):
+        ol.compile_kernel(k, T, x=img.tensor(shape=(2, 32)), w=w)

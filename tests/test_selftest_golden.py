@@ -23,12 +23,6 @@ def normalise(text: str) -> str:
     return re.sub(r"\d+ cycles, b_reads=\d+, a_writes=\d+, b_writes=\d+", "N cycles, counters", text)
 
 
-@pytest.fixture(autouse=True)
-def _run_dir(monkeypatch, tmp_path):
-    monkeypatch.setenv("OTPU_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.delenv("OTPU_SIM_FAULTS", raising=False)
-
-
 def test_golden_text_all_pass(capsys):
     rc = run_app(cli.app, "otpu-selftest", ["--dev", "sim:g", "--target", "sim-small"])
     out = capsys.readouterr().out

@@ -22,12 +22,6 @@ from otpu_smi.render import bar, sparkline
 from otpu_smi.sample import Sampler, rates
 
 
-@pytest.fixture(autouse=True)
-def _run_dir(monkeypatch, tmp_path):
-    monkeypatch.setenv("OTPU_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.delenv("OTPU_SIM_FAULTS", raising=False)
-
-
 def smi(*args):
     return run_app(smi_cli.app, "otpu-smi", ["--dev", "sim:s", "--target", "sim-small", *args])
 
@@ -101,7 +95,7 @@ def test_rates_bars_and_sparklines():
 
 
 def test_loop_mode_repeats_and_ctrl_c_exits_0(tmp_path):
-    env = {**os.environ, "OTPU_RUN_DIR": str(tmp_path / "run")}
+    env = dict(os.environ)   # conftest points OTPU_RUN_DIR at this test's run directory
     p = subprocess.Popen([sys.executable, "-c", "from otpu_smi.cli import main; main()", "--dev", "sim:s",
                           "--target", "sim-small", "--query", "utilization.running", "--format", "csv,noheader",
                           "-l", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
@@ -112,7 +106,7 @@ def test_loop_mode_repeats_and_ctrl_c_exits_0(tmp_path):
 
 
 def test_a_run_in_another_process_shows_in_utilisation(tmp_path):
-    env = {**os.environ, "OTPU_RUN_DIR": str(tmp_path / "run")}
+    env = dict(os.environ)   # conftest points OTPU_RUN_DIR at this test's run directory
     runner = textwrap.dedent("""
         import sys, numpy as np
         from otpu_core import isa, opchecks
@@ -147,7 +141,7 @@ def test_a_run_in_another_process_shows_in_utilisation(tmp_path):
 def test_live_screen_on_a_terminal_has_sparklines_and_ctrl_c_exits_0(tmp_path):
     import pty
     import select
-    env = {**os.environ, "OTPU_RUN_DIR": str(tmp_path / "run"), "COLUMNS": "120", "LINES": "60", "TERM": "xterm"}
+    env = {**os.environ, "COLUMNS": "120", "LINES": "60", "TERM": "xterm"}
     master, slave = pty.openpty()
     p = subprocess.Popen([sys.executable, "-c", "from otpu_smi.cli import main; main()", "--dev", "sim:s",
                           "--target", "sim-small", "-l", "0.2"], stdin=slave, stdout=slave, stderr=slave, env=env)

@@ -315,11 +315,30 @@ def _rows(buf, n: int) -> np.ndarray:
     return raw[:n * BEAT].view(np.uint64).reshape(n, BEAT // 8)
 
 
+_TABLE_BITS = 17                                       # one 16 MiB pipeline piece of chunks
+_TABLE = chunk_parity(np.arange(1 << _TABLE_BITS)).astype(np.intp)
+_TWICE = 2 * np.arange(1 << _TABLE_BITS, dtype=np.intp)
+
+
+def _parity_run(first: int, n: int) -> np.ndarray:
+    """chunk_parity of chunks first..first+n-1 from a table: first = q*K + r, and for r+m < K the
+    bits of q*K and r+m do not meet, so parity(first+m) = parity(q) ^ parity(r+m)."""
+    k = 1 << _TABLE_BITS
+    if n > k:
+        return chunk_parity(np.arange(first, first + n)).astype(np.intp)
+    q, r = divmod(first, k)
+    head = _TABLE[r:min(k, r + n)] ^ int(bin(q).count("1") & 1)
+    if r + n <= k:
+        return head
+    return np.concatenate([head, _TABLE[:r + n - k] ^ int(bin(q + 1).count("1") & 1)])
+
+
 def logical_beats(ch: int, first: int, stop: int, chash: bool) -> np.ndarray:
     """Logical beat index of channel `ch`'s beats [first, stop) (channel beat m lies in chunk m)."""
-    m = np.arange(first, stop, dtype=np.intp)
-    side = ch ^ chunk_parity(m).astype(np.intp) if chash else ch
-    return 2 * m + side
+    n = stop - first
+    base = _TWICE[:n] if n <= _TWICE.size else 2 * np.arange(n, dtype=np.intp)
+    side = (_parity_run(first, n) ^ ch) if chash else ch
+    return base + (2 * first + side)
 
 
 def split(addr: int, data, chash: bool, out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:

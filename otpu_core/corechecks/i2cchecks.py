@@ -11,6 +11,7 @@ from ..card import i2c, regs
 from ..checks import Check, CheckContext, Result, Status
 from . import device
 from . import names as N
+from .regchecks import outcome
 
 HINT = "a missing pull-up, a device holding SCL or SDA low, or the pin assignment of the build"
 # Sensor and power-monitor addresses (LM73 0x48-0x4E, INA2xx 0x40-0x4F, PMBus regulators 0x60-0x67):
@@ -43,9 +44,7 @@ def pins(ctx: CheckContext) -> Result:
                 t.reg_write(ctrl, 0)
     finally:
         t.reg_write(ctrl, old)
-    if bad:
-        return Result(Status.FAIL, "; ".join(bad), hint=HINT)
-    return Result(Status.PASS, "SCL and SDA of both buses idle high and follow the drive")
+    return outcome(bad, "SCL and SDA of both buses idle high and follow the drive", hint=HINT)
 
 
 def scan(ctx: CheckContext, bus: int) -> Result:

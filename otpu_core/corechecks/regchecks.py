@@ -19,6 +19,13 @@ RO_WRITABLE_NAMES = ("ID", "VERSION", "REGMAP", "CAPS", "CORE_KHZ", "BUILD_ID", 
 HINT = "the AXI-Lite path (BAR0 mapping) or the core clock / reset"
 
 
+def outcome(problems: list[str], passed: str, hint: str = HINT, prefix: str = "") -> Result:
+    """FAIL naming every problem found, else PASS."""
+    if problems:
+        return Result(Status.FAIL, prefix + "; ".join(problems), hint=hint)
+    return Result(Status.PASS, passed)
+
+
 def stuck_masks(written: list[int], read: list[int]) -> tuple[int, int]:
     """Bits that never read 1 when written 1 (stuck at 0) and never read 0 when written 0 (stuck at 1)."""
     stuck0 = stuck1 = 0
@@ -42,9 +49,7 @@ def rw_patterns(ctx: CheckContext) -> Result:
         s0, s1 = stuck_masks(list(PATTERNS), got)
         if s0 or s1:
             bad.append(f"{name} stuck at 0: 0x{s0:08x}, stuck at 1: 0x{s1:08x}")
-    if bad:
-        return Result(Status.FAIL, "; ".join(bad), hint=HINT)
-    return Result(Status.PASS, f"{len(PATTERNS)} patterns on {', '.join(RW_REGS)}")
+    return outcome(bad, f"{len(PATTERNS)} patterns on {', '.join(RW_REGS)}")
 
 
 def trace_regs(ctx: CheckContext) -> Result:
@@ -69,9 +74,7 @@ def trace_regs(ctx: CheckContext) -> Result:
     if t.reg_read(ctrl) & (regs.TR_ENABLE | regs.TR_STOP_WHEN_FULL):
         bad.append("TRACE_CTRL did not clear")
     t.reg_write(addr, 0)
-    if bad:
-        return Result(Status.FAIL, "; ".join(bad), hint=HINT)
-    return Result(Status.PASS, f"trace depth {depth}")
+    return outcome(bad, f"trace depth {depth}")
 
 
 def ro_values(ctx: CheckContext) -> Result:
@@ -97,9 +100,8 @@ def ro_values(ctx: CheckContext) -> Result:
     status = t.reg_read(regs.off("STATUS"))
     if status >> 9:
         bad.append(f"STATUS has undefined bits set (0x{status:08x})")
-    if bad:
-        return Result(Status.FAIL, "out of range: " + ", ".join(bad), hint=HINT)
-    return Result(Status.PASS, f"MCOLS {info.mcols} LANES {info.lanes} REGMAP {info.regmap} CORE_KHZ {info.core_khz}")
+    return outcome(bad, f"MCOLS {info.mcols} LANES {info.lanes} REGMAP {info.regmap} CORE_KHZ {info.core_khz}",
+                   prefix="out of range: ")
 
 
 def ro_ignore_writes(ctx: CheckContext) -> Result:
@@ -112,9 +114,8 @@ def ro_ignore_writes(ctx: CheckContext) -> Result:
         after = t.reg_read(off)
         if after != before:
             changed.append(f"{name} 0x{before:08x} -> 0x{after:08x}")
-    if changed:
-        return Result(Status.FAIL, "writes changed read-only registers: " + ", ".join(changed), hint=HINT)
-    return Result(Status.PASS, f"{len(RO_WRITABLE_NAMES)} registers unchanged")
+    return outcome(changed, f"{len(RO_WRITABLE_NAMES)} registers unchanged",
+                   prefix="writes changed read-only registers: ")
 
 
 def snap_counters(ctx: CheckContext) -> Result:
@@ -136,9 +137,8 @@ def snap_counters(ctx: CheckContext) -> Result:
             bad.append(f"{name} went backwards")
         elif name not in regs.EVENT_COUNTERS and d > up:
             bad.append(f"{name} grew {d} in {up} cycles")
-    if bad:
-        return Result(Status.FAIL, "; ".join(bad), hint="the counter block or SNAP latch of the bitstream")
-    return Result(Status.PASS, f"UPTIME +{up} cycles in 10 ms, {len(regs.counter_names(info.regmap))} counters monotonic")
+    return outcome(bad, f"UPTIME +{up} cycles in 10 ms, {len(regs.counter_names(info.regmap))} counters monotonic",
+                   hint="the counter block or SNAP latch of the bitstream")
 
 
 def checks() -> list[Check]:

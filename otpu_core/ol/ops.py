@@ -237,6 +237,9 @@ def dot(a, w: QTensor, *, out: Tile | None = None, acc: Tile | None = None, rowm
     ors = target.rs if target.ndim == 2 else N
     if ors > 0xFFFF:
         raise CompileError(f"dot: an output row stride of {ors} words does not fit MM's 16-bit field; chunk N")
+    if M > 1 and ors % 2 == 0:
+        raise CompileError(f"dot: output rows {ors} words apart land in the same TMEM banks (the card stops on "
+                           f"an MXU write bank conflict)", hint="allocate the output with ol.empty (odd row stride)")
     maxima = Tile(target.buf, target.base + M * ors, (M,))
     bb = w.block_bytes()
     mms = [(ch, qi, q) for ch in a.chunks for qi, q in enumerate(ch.qranges)]
