@@ -110,3 +110,23 @@ def test_cache_two_processes_at_once(tmp_path):
     assert sorted(r[0] for r in results) == [False, True]      # one compiled, the other read it
     assert results[0][1] == results[1][1]
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_cache_key_follows_the_kernel_source(tmp_path):
+    import importlib.util
+
+    def load(text):
+        f = tmp_path / "user_kernel.py"
+        f.write_text(text)
+        cache._file_digest.cache_clear()
+        spec = importlib.util.spec_from_file_location("user_kernel", f)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod.k
+    src = "from otpu_core import ol\n\ndef k(x, y):\n    ol.store(y, ol.load(x) * {})\n"
+    args = dict(x=ol.Tensor(128, (8,)), y=ol.Tensor(256, (8,)))
+    d = tmp_path / "cache"
+    p1 = cache.cached_compile(load(src.format("2.0")), T, directory=d, **args)
+    p2 = cache.cached_compile(load(src.format("3.0")), T, directory=d, **args)
+    assert not p2.stats.cached and p1.instrs[1]["imm"] != p2.instrs[1]["imm"]
+    assert cache.cached_compile(load(src.format("3.0")), T, directory=d, **args).stats.cached

@@ -335,10 +335,28 @@ def _parity_run(first: int, n: int) -> np.ndarray:
 
 def logical_beats(ch: int, first: int, stop: int, chash: bool) -> np.ndarray:
     """Logical beat index of channel `ch`'s beats [first, stop) (channel beat m lies in chunk m)."""
-    n = stop - first
-    base = _TWICE[:n] if n <= _TWICE.size else 2 * np.arange(n, dtype=np.intp)
-    side = (_parity_run(first, n) ^ ch) if chash else ch
-    return base + (2 * first + side)
+    return _relative_beats(ch, first, stop - first, chash) + 2 * first
+
+
+def _relative_beats(ch: int, first: int, n: int, chash: bool) -> np.ndarray:
+    """logical_beats minus 2*first. Cached: consecutive pipeline pieces of one transfer all start
+    at the same offset in the parity table, so they share one index array (fresh ones cost page
+    faults)."""
+    k = 1 << _TABLE_BITS
+    q, r = divmod(first, k)
+    key = (ch, r, n, chash, bin(q).count("1") & 1, bin(q + 1).count("1") & 1 if r + n > k else 0)
+    rows = _ROWS_CACHE.get(key)
+    if rows is None:
+        base = _TWICE[:n] if n <= _TWICE.size else 2 * np.arange(n, dtype=np.intp)
+        rows = base + ((_parity_run(first, n) ^ ch) if chash else ch)
+        rows.flags.writeable = False
+        if len(_ROWS_CACHE) >= 8:
+            _ROWS_CACHE.pop(next(iter(_ROWS_CACHE)))
+        _ROWS_CACHE[key] = rows
+    return rows
+
+
+_ROWS_CACHE: dict[tuple, np.ndarray] = {}
 
 
 def split(addr: int, data, chash: bool, out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -349,8 +367,7 @@ def split(addr: int, data, chash: bool, out: tuple[np.ndarray, np.ndarray] | Non
     ch0, ch1 = out if out is not None else (np.empty(n * BEAT, np.uint8), np.empty(n * BEAT, np.uint8))
     logical, a0 = _rows(raw, 2 * n), addr // CHUNK
     for ch, dst in enumerate((ch0, ch1)):
-        rows = logical_beats(ch, a0, a0 + n, chash) - 2 * a0
-        np.take(logical, rows, axis=0, out=_rows(dst, n), mode="clip")   # "clip": no bounds pass, no buffering
+        np.take(logical, _relative_beats(ch, a0, n, chash), axis=0, out=_rows(dst, n), mode="clip")   # "clip": no bounds pass, no buffering
     return ch0[:n * BEAT], ch1[:n * BEAT]
 
 
@@ -361,7 +378,7 @@ def join(addr: int, ch0, ch1, chash: bool, out: np.ndarray | None = None) -> np.
     res = out.reshape(-1)[:2 * n * BEAT] if out is not None else np.empty(2 * n * BEAT, np.uint8)
     logical, a0 = _rows(res, 2 * n), addr // CHUNK
     for ch, src in enumerate((ch0, ch1)):
-        logical[logical_beats(ch, a0, a0 + n, chash) - 2 * a0] = _rows(src, n)
+        logical[_relative_beats(ch, a0, n, chash)] = _rows(src, n)
     return res
 
 
