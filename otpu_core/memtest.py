@@ -84,7 +84,8 @@ class MemResult:
     tested_bytes: int
     errors: ErrorTally
     message: str
-    addr_bits: dict[int, str] = field(default_factory=dict)   # address bit -> what was seen ("aliases with ...", "1 in every wrong word")
+    # address bit -> what was seen: "aliases with ...", "1 in every wrong word"
+    addr_bits: dict[int, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool: return self.errors.ok and not self.addr_bits

@@ -84,7 +84,8 @@ def _control() -> list[OpCheck]:
         _check("control", "LI/ADDI register offsets",
                f"{ld}\nli rd=r1 imm=64\naddi rd=r2 ra=r1 imm=-32\nst dram=r1+{OUT} tmem=r2+0 n=8", 24),
         _check("control", "LOOP",
-               f"{ld}\nli rd=r1 imm=0\nloop body=@e count=5\nst dram=r1+{OUT} tmem=r1+0 n=1\naddi rd=r1 ra=r1 imm=4\ne:\nnop", 5),
+               f"{ld}\nli rd=r1 imm=0\nloop body=@e count=5\nst dram=r1+{OUT} tmem=r1+0 n=1\n"
+               "addi rd=r1 ra=r1 imm=4\ne:\nnop", 5),
         _check("control", "LOOP nested",
                f"{ld}\nli rd=r1 imm=0\nloop body=@e1 count=3\nloop body=@e2 count=4\n"
                f"st dram=r1+{OUT} tmem=r1+0 n=1\naddi rd=r1 ra=r1 imm=4\ne2:\naddi rd=r1 ra=r1 imm=4\ne1:\nnop", 15),

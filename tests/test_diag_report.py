@@ -95,7 +95,8 @@ def test_report_matrix_lists_and_verdict():
     print_summary(Console(file=buf, width=120, color_system=None), rows, ["a hint"])
     out = buf.getvalue()
     matrix = [line for line in out.splitlines() if line.startswith(("platform", "mem", "total"))]
-    assert [line.replace("│", " ").split()[-4:] for line in matrix] == [["1", "0", "0", "1"], ["0", "1", "1", "0"], ["1", "1", "1", "1"]]
+    counts = [line.replace("│", " ").split()[-4:] for line in matrix]
+    assert counts == [["1", "0", "0", "1"], ["0", "1", "1", "0"], ["1", "1", "1", "1"]]
     assert "does not work:\n  mem: channel 0 data bits (walking 1 / 0): 12 wrong bytes" in out
     assert "not run:\n  mem: channel 1 data bits (walking 1 / 0): needs X (FAIL)" in out
     assert "diagnosis:\n  - a hint" in out and out.rstrip().endswith("1 check failed")

@@ -214,3 +214,19 @@ def test_waitc_whole_decoder_step_resident():
                 mask=img.tensor(mask_table(32)))
     prog = ol.compile_kernel(decoder_step, T, shape=s, bucket=2, **args)
     assert check(prog, img, pos=70) > 300
+
+
+def test_waitc_device_count_loop_with_an_inner_loop():
+    img = Image(T)
+    x = img.tensor(np.array([3.0, 0, 0, 0], np.float32))
+    y, out = img.tensor(np.arange(12, dtype=np.float32).reshape(3, 4)), img.tensor(shape=(3, 4))
+
+    def kern(x, y, out):
+        n = ol.rld(ol.load(x[0:1]))
+        acc = ol.zeros((4,))
+        for _ in ol.range(n):
+            for j in ol.range(3):
+                acc += ol.load(y[j])
+                ol.store(out[j], acc)
+    prog = ol.compile_kernel(kern, T, x=x, y=y, out=out)
+    assert check(prog, img) > 20

@@ -58,10 +58,7 @@ LAYOUT = zlib.crc32(" ".join(_HIDDEN_NAMES).encode())   # a card saved by anothe
 H2C_RATE, H2C_SLOW_RATE = 1.70e9, 0.77e9
 C2H_RATE, C2H_SLOW_RATE = 1.65e9, 1.16e9
 DMA_CALL_NS = 11_700
-RUN_H2C = 4096
-DMA_CHUNK = 8 << 20
-LAP_BYTES = 8192              # the H2C engine's read buffer it laps
-SLIP_BYTES = regs.BEAT
+SLIP_BYTES = regs.BEAT        # how far an h2c overlapping a c2h shifts every later host write
 
 _LINK_SPEED = {"pcie-gen2-x8": ("5.0 GT/s PCIe", 8), "pcie-gen3-x8": ("8.0 GT/s PCIe", 8),
                "pcie-gen3-x16": ("8.0 GT/s PCIe", 16), "none": (None, 0)}
@@ -132,7 +129,8 @@ class SimCard:
 
     def _new_meta(self, target: str | None, faults: str | None) -> dict:
         t = target_mod.load(target)
-        meta = {"target": str(t.path), "target_name": t.name, "serial": serial_of(self.name),
+        shipped = t.path.resolve().parent == target_mod.TARGETS_DIR
+        meta = {"target": t.path.stem if shipped else str(t.path), "target_name": t.name, "serial": serial_of(self.name),
                 "faults": str(faults_mod.parse(faults)) if faults else "", "created": time.time()}
         self._save_meta(meta)
         return meta
@@ -518,8 +516,8 @@ class SimCard:
             if h[H[f"{other}_BUSY"]]:
                 h[H["SLIP"]] = SLIP_BYTES
             self._mark_busy(direction)
-            placed = (host - axi) % regs.BEAT == 0 if direction == "h2c" else 32 <= (host - axi) % 4096 <= 4064
-            if n > DMA_CHUNK:
+            placed = regs.write_placed(host, axi) if direction == "h2c" else regs.read_placed(host, axi)
+            if n > regs.DMA_CHUNK:
                 h[H["DMA_OVERSIZE"]] += 1
             if not placed:
                 h[H["DMA_SLOW"]] += 1
@@ -535,9 +533,9 @@ class SimCard:
                 beat = axi // regs.BEAT + 1
                 h[H["SUBBEAT_COUNT"]] = h[H["SUBBEAT_COUNT"]] + 1 if h[H["SUBBEAT_BEAT"]] == beat else 1
                 h[H["SUBBEAT_BEAT"]] = beat
-            if n > RUN_H2C and self.hidden[H["RUNNER"]]:
+            if n > regs.RUN_H2C and self.hidden[H["RUNNER"]]:
                 h[H["LAPPED"]] = 1
-            return axi + int(h[H["SLIP"]]) + (LAP_BYTES if h[H["LAPPED"]] else 0)
+            return axi + int(h[H["SLIP"]]) + (regs.XDMA_LAP_BYTES if h[H["LAPPED"]] else 0)
 
     def _mark_busy(self, direction: str) -> None:
         self.hidden[H[f"{direction.upper()}_BUSY"]] += 1

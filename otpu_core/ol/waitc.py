@@ -58,8 +58,8 @@ def _overlap(ai: _Acc, aj: _Acc, wrap: Loop | None) -> bool:
             return True
         span = c * (v.count - 1)
         dmin, dmax = dmin + min(0, span), dmax + max(0, span)
-    if wrap is not None:
-        c = ai.terms.get(wrap, 0)
+    if wrap is not None and wrap in ai.terms:      # a device-count loop steps no address: no terms
+        c = ai.terms[wrap]
         lo_shift, hi_shift = -c * (wrap.count - 1), -c
         dmin, dmax = dmin + min(lo_shift, hi_shift), dmax + max(lo_shift, hi_shift)
     return dmin < aj.n and dmax > -ai.n
@@ -126,7 +126,7 @@ def generate_waits(low) -> list:
             for head, end, loop in encl[j]:
                 if loop.rcount == 0 and loop.count < 2:
                     continue
-                wrap = loop if loop.rcount == 0 else None
+                wrap = loop
                 first, hi = _bisect(plist, head + 1), _bisect(plist, end + 1)
                 before_j = lo - first
                 for idx in range(hi - 1, max(first - 1, hi - 1 - WINDOW), -1):

@@ -29,12 +29,9 @@ from typing import Iterable
 import numpy as np
 
 from ..card import regs
+from ..card.regs import DMA_CHUNK, DMA_PLACE, RUN_H2C, read_placed, write_placed  # noqa: F401  (part of this API)
 from ..card.runstate import DmaLock, dma_lock
 from ..errors import DeviceError, UsageError
-
-DMA_CHUNK = 8 << 20          # bytes per DMA syscall
-RUN_H2C = 4096               # bytes per host->card call while a program runs
-DMA_PLACE = 2048             # (host address - card address) mod 4096 that suits reads and writes
 READ_BOUNCE_MIN = 64 << 10   # smaller reads are latency-bound: never bounced
 PREFAULT_MIN = 1 << 20       # placed buffers from this size on are touched when allocated
 POLL_SPIN = 100e-6
@@ -55,12 +52,6 @@ def placed(n: int, card: int) -> np.ndarray:
 
 
 def buffer_address(buf: np.ndarray) -> int: return buf.__array_interface__["data"][0]
-
-
-def write_placed(host: int, card: int) -> bool: return (host - card) % regs.BEAT == 0
-
-
-def read_placed(host: int, card: int) -> bool: return 32 <= (host - card) % 4096 <= 4064
 
 
 def as_bytes(data) -> np.ndarray:

@@ -124,7 +124,8 @@ def _isa_hints(rows: list[Row], by_name: dict[str, Row]) -> list[str]:
                    "RSQRT / LOG2)")
     if "vpu" in bad:
         lanes = sorted({int(x) for r in groups["vpu"] for x in (r.data or {}).get("vpu_lanes", [])})
-        where = f" (wrong words all on VPU lane{'s' if len(lanes) > 1 else ''} {', '.join(map(str, lanes))})" if lanes else ""
+        plural = "s" if len(lanes) > 1 else ""
+        where = f" (wrong words all on VPU lane{plural} {', '.join(map(str, lanes))})" if lanes else ""
         out.append(f"VPU programs fail: a VPU lane or the TMEM ports{where}")
     if bad == {"vpu-edge"}:
         out.append("only edge values fail: FTZ / inf / NaN handling differs from otpu_core/fp32.py")

@@ -123,7 +123,8 @@ def _process_text(p: dict | None) -> str:
     text = f"PID {p.get('pid')}  {p.get('cmd', '')}"
     ps = p.get("process")
     if ps:
-        text += f"\n{ps['name']} ({ps['user']}), up {ps['running_s']:.0f} s, CPU {ps['cpu_s']:.1f} s, RSS {ps['rss_mib']:.0f} MiB"
+        text += (f"\n{ps['name']} ({ps['user']}), up {ps['running_s']:.0f} s, CPU {ps['cpu_s']:.1f} s, "
+                 f"RSS {ps['rss_mib']:.0f} MiB")
     if p.get("model"):
         text += f"\nModel {p['model']}   tokens {p.get('tokens', 0)}"
         if p.get("tok_s_wall"):

@@ -117,7 +117,8 @@ def _status_file(devname: str | None) -> dict | None:
     try:
         proc = psutil.Process(st["pid"])
         with proc.oneshot():
-            st["process"] = {"name": proc.name(), "user": proc.username(), "rss_mib": round(proc.memory_info().rss / 2**20, 1),
+            st["process"] = {"name": proc.name(), "user": proc.username(),
+                             "rss_mib": round(proc.memory_info().rss / 2**20, 1),
                              "cpu_s": round(sum(proc.cpu_times()[:2]), 2),
                              "running_s": round(time.time() - proc.create_time(), 1)}
     except (psutil.Error, OSError):
