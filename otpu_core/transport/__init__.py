@@ -32,6 +32,7 @@ from ..card import regs
 from ..card.regs import DMA_CHUNK, DMA_PLACE, RUN_H2C, read_placed, write_placed  # noqa: F401  (part of this API)
 from ..card.runstate import DmaLock, dma_lock
 from ..errors import DeviceError, UsageError
+
 READ_BOUNCE_MIN = 64 << 10   # smaller reads are latency-bound: never bounced
 PREFAULT_MIN = 1 << 20       # placed buffers from this size on are touched when allocated
 POLL_SPIN = 100e-6
