@@ -62,3 +62,27 @@ def test_quick_run_has_no_march_or_soak(tmp_path, capsys):
 def test_bad_options_exit_2(args, text, capsys):
     assert diag(*args) == 2
     assert text in capsys.readouterr().err
+
+
+def test_soak_reports_intermittent_programs(monkeypatch):
+    from otpu_core.checks import CheckContext, Status
+    from otpu_core.corechecks import device, isachecks, programs
+
+    real, calls = programs.run_check, {"n": 0}
+
+    def flaky(ctx, check):
+        if check.title == "dma: LD/ST aligned":
+            calls["n"] += 1
+            if calls["n"] == 1:   # fails in the first round only
+                return programs.Outcome(None, None, "injected failure")
+        return real(ctx, check)
+
+    monkeypatch.setattr(programs, "run_check", flaky)
+    ctx = CheckContext("sim:soak", {"target": "sim-small", "soak": 3})
+    try:
+        res = isachecks.soak(ctx)
+    finally:
+        device.close(ctx)
+    assert res.status == Status.FAIL
+    assert res.message == "intermittent dma: LD/ST aligned 1/3"
+    assert res.data == {"rounds": 3, "failures": {"dma: LD/ST aligned": 1}}
