@@ -14,7 +14,6 @@ while the card runs) and `run`. Results are plain dataclasses.
 """
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
