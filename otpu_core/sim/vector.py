@@ -96,7 +96,9 @@ def vop(sl, ins: Instr, w: list[int]) -> None:
     if func != VFunc.FILL:
         aidx = tm.tile_index(a, rows, cols, ars, "VOP A")
         A = tm.t[aidx]
-        reads.append((aidx, seq))
+        in_place = a == dst and ars == drs and (drs >= cols or rows == 1) and func not in isa.REDUCE
+        if not in_place:    # in place, each element reads only the word it writes itself
+            reads.append((aidx, seq))
     B = None
     if func in isa.READS_B:
         B, bidx = _b_operand(tm, bmode, b, rows, cols, brs, imm)
@@ -150,7 +152,10 @@ def _outer(sl, ins: Instr, w: list[int]) -> None:
     didx = tm.tile_index(dst, rows, cols, drs, "VOP OUTER dst")
     bidx = tm.tile_index(b, rows, 1, brs, "VOP OUTER B")
     seq = np.arange(rows * cols, dtype=np.int64).reshape(rows, cols)
-    check_hazard(didx, seq, [(didx, seq), (np.broadcast_to(bidx, (rows, cols)), seq)], "VOP OUTER")
+    reads = [(np.broadcast_to(bidx, (rows, cols)), seq)]
+    if drs < cols and rows > 1:     # overlapping rows: a row may read what an earlier row wrote
+        reads.append((didx, seq))
+    check_hazard(didx, seq, reads, "VOP OUTER")
     out = fp32.outer(tm.t[didx], Dv, tm.t[bidx], Cv)
     tm.put_tile(dst, drs, out, "VOP OUTER dst")
 
