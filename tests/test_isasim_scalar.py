@@ -1,6 +1,7 @@
 """Sequencer semantics: LI/ADDI, hardware loops, RLD, run arguments, HALT CHAIN, LD/ST."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from otpu_core import isa
 from otpu_core.asm import assemble
@@ -165,3 +166,52 @@ def test_every_target_builds_a_machine_with_sparse_dram(name):
     m.run()
     assert all(m.read_dram(top, 4, sid=s).view(np.float32)[0] == 2.5 for s in range(m.cfg.S))
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 4 << 20       # KiB: far below the DRAM sizes
+
+
+def _emit(tree):
+    """Instructions of a tree; every loop body ends with its own NOP so no two bodies end together."""
+    out = []
+    for node in tree:
+        if node[0] == "addi":
+            out.append(isa.addi(rd=node[1], ra=node[1], imm=node[2]))
+        else:
+            body = _emit(node[2]) + [isa.nop()]
+            out.append(isa.loop(body=len(body), count=node[1]))
+            out += body
+    return out
+
+
+def _interpret(tree, regs, steps):
+    for node in tree:
+        if node[0] == "addi":
+            regs[node[1]] = (regs[node[1]] + node[2]) & 0xFFFFFFFF
+            steps[0] += 1
+        else:
+            steps[0] += 1                       # the LOOP itself
+            for _ in range(node[1]):
+                _interpret(node[2], regs, steps)
+                steps[0] += 1                   # the body's NOP
+
+
+# random loop nests as trees: ('addi', r, imm) leaves and ('loop', count, body) nodes
+_leaf = st.tuples(st.just("addi"), st.integers(1, 7), st.integers(0, 0xFFFFFFFF))
+_tree = st.recursive(st.lists(_leaf, min_size=1, max_size=3),
+                     lambda inner: st.lists(st.one_of(_leaf, st.tuples(st.just("loop"), st.integers(0, 3), inner)),
+                                            min_size=1, max_size=3), max_leaves=12)
+
+
+def _depth(tree):
+    return max([0] + [1 + _depth(n[2]) for n in tree if n[0] == "loop"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(_tree)
+def test_random_loop_nests_match_a_structured_interpreter(tree):
+    if _depth(tree) > 4:
+        return
+    m = Machine("sim-small", timing=False)
+    m.load(_emit(tree) + [isa.halt()])
+    m.run()
+    regs, steps = [0] * 16, [0]
+    _interpret(tree, regs, steps)
+    assert m.slice.regs[:8] == regs[:8] and m.slice.icount == steps[0] + 1
