@@ -66,7 +66,8 @@ class Sampler:
         r = rates(self.prev, snap, info.core_khz) if snap and self.prev else None
         self.prev, self.prev_t = snap, time.monotonic()
         target = b.target
-        built_for = _built_for(info.cfg_hash) or target
+        # CFG_HASH covers the arch layer only: several targets share one; prefer the one asked for.
+        built_for = target if info.cfg_hash in (None, target.arch_hash()) else (_built_for(info.cfg_hash) or target)
         status = _status_file(b.t.devname)
         est = self.model.estimate(r["util"]) if r else None
         report = {
