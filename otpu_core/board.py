@@ -228,24 +228,38 @@ class Board:
             raise UsageError(f"DRAM bytes [0x{addr:x}, 0x{addr + n:x}) are outside the card's {self.dram_bytes} bytes")
 
     def write(self, addr: int, data) -> None:
-        """Bytes at a logical DRAM address (the accelerator's view)."""
+        """Bytes at a logical DRAM address (the accelerator's view).
+
+        Only the 64-byte beats that hold data are written (a partial beat is merged on the
+        host by the transport): never a whole chunk around them, since the card may be writing
+        its other beat meanwhile. Ranges are written in address order."""
         src = as_bytes(data)
         n = src.size
         self._check_logical(addr, n)
         if n == 0:
             return
-        lo, hi = addr // regs.CHUNK * regs.CHUNK, -(-(addr + n) // regs.CHUNK) * regs.CHUNK
-        if lo != addr or hi != addr + n:
-            whole = self.read(lo, hi - lo)
-            whole[addr - lo:addr - lo + n] = src
-            src = whole
         self.t.in_run = self._running()
-        if src.size <= PIPE or self.t.in_run or not self.t.threaded:
-            a, b = regs.split(lo, src, self.chash)
-            self.t.mem_write(0, lo // 2, a)
-            self.t.mem_write(1, lo // 2, b)
+        lo, hi = -(-addr // regs.CHUNK) * regs.CHUNK, (addr + n) // regs.CHUNK * regs.CHUNK
+        if hi <= lo:
+            self._write_beats(addr, src)
             return
-        self._pipelined_write(lo, src)
+        self._write_beats(addr, src[:lo - addr])
+        middle = src[lo - addr:hi - addr]
+        if middle.size <= PIPE or self.t.in_run or not self.t.threaded:
+            a, b = regs.split(lo, middle, self.chash)
+            self._write_pair(lo // 2, a, b)
+        else:
+            self._pipelined_write(lo, middle)
+        self._write_beats(hi, src[hi - addr:])
+
+    def _write_beats(self, addr: int, part: np.ndarray) -> None:
+        """A short logical range (edges of a write), beat by beat to the channel holding each."""
+        pos = addr
+        while pos < addr + part.size:
+            stop = min(addr + part.size, (pos // regs.BEAT + 1) * regs.BEAT)
+            ch, off = regs.beat_channel(pos, self.chash)
+            self.t.mem_write(ch, off, part[pos - addr:stop - addr])
+            pos = stop
 
     def _pipelined_write(self, lo: int, src: np.ndarray) -> None:
         """De-interleave piece i+1 on this thread while a worker DMAs piece i."""

@@ -263,3 +263,23 @@ def test_waitw_timeout_sets_wait_to_and_the_card_stays_usable(board):
     board.set_args([4096])
     assert board.run(timeout=30).instructions == 3                   # the next run's CLEAR resets the error bits
     assert not board.status() & (regs.ST_WAIT_TO | regs.ST_ERROR)
+
+
+def test_a_small_write_touches_only_the_beats_that_hold_its_bytes(board):
+    calls = []
+    real = board.t.card.h2c
+    board.t.card.h2c = lambda axi, buf: calls.append((axi, len(buf))) or real(axi, buf)
+    board.write(0x1040 + 8, np.arange(4, dtype=np.uint8))         # inside beat 1 of chunk 0x20
+    board.t.card.h2c = real
+    ch, off = regs.beat_channel(0x1040, board.chash)
+    assert calls == [(regs.axi_address(ch, off), 64)]             # one whole beat, the other beat untouched
+    rng = np.random.default_rng(4)
+    for addr, n in ((0x1040 + 8, 4), (100, 200), (120, 10), (5, 1), (4096 - 3, 300), (0, 256)):
+        payload = rng.integers(0, 256, n, dtype=np.uint8)
+        before = board.read(addr - 64 if addr >= 64 else 0, n + 192)
+        board.write(addr, payload)
+        after = board.read(addr - 64 if addr >= 64 else 0, n + 192)
+        k = addr - (addr - 64 if addr >= 64 else 0)
+        expect = before.copy()
+        expect[k:k + n] = payload
+        assert np.array_equal(after, expect), (addr, n)
