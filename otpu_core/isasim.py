@@ -326,7 +326,7 @@ class Machine:
             if args is not None:
                 sl.set_args(args)
             sl.start(prog, waits=waits if waits is not None else table)
-        self.steps = 0
+        self.steps = self._idle_host_calls = 0
 
     def set_args(self, args: Sequence[int]) -> None:
         for sl in self.slices:

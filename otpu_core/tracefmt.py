@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .isa import Op
+
 D, S, G, E, U, P, Q, H, O, R, V = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 TYPE_NAMES = {D: "D", S: "S", G: "G", E: "E", U: "U", P: "P", Q: "Q", H: "H", O: "O", R: "R", V: "V"}
 UNIT_NAMES = ("DMA", "MXU", "QUANT", "VPU", "COLL")
@@ -180,7 +182,9 @@ def to_chrome(records, core_mhz: float, sid: int = 0) -> str:
             started[ev["slot"]] = ev
         elif ev["type"] == "E" and ev["slot"] in started:
             s, d = started.pop(ev["slot"]), pending.pop(ev["slot"], {})
-            events.append({"name": f"op {d.get('op', 0):#x} pc {d.get('pc', '?')}", "ph": "X", "pid": sid,
+            op = d.get("op", 0)
+            name = Op(op).name if op in Op._value2member_map_ else f"op {op:#x}"
+            events.append({"name": f"{name} pc {d.get('pc', '?')}", "ph": "X", "pid": sid,
                            "tid": UNIT_NAMES[s["unit"]] if s["unit"] < len(UNIT_NAMES) else s["unit"],
                            "ts": s["cycle"] * us, "dur": max(ev["cycle"] - s["cycle"], 1) * us,
                            "args": {k: d[k] for k in ("w1", "w2", "w3") if k in d}})

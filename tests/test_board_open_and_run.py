@@ -1,5 +1,6 @@
 """Board: opening by --dev, identification and the CFG_HASH check, locks, runs, bad input, two processes."""
 import contextlib
+import json
 import io
 import os
 import subprocess
@@ -283,3 +284,15 @@ def test_a_small_write_touches_only_the_beats_that_hold_its_bytes(board):
         expect = before.copy()
         expect[k:k + n] = payload
         assert np.array_equal(after, expect), (addr, n)
+
+
+def test_card_commands_list_regs_and_reg():
+    code, out = otpu("card", "reg", "SCRATCH", "0x1234", "--dev", "sim", "--target", "sim-small")
+    assert code == 0 and "SCRATCH = 0x00001234" in out
+    code, out = otpu("card", "regs", "--dev", "sim", "--target", "sim-small", "--json")
+    values = json.loads(out)
+    assert values["SCRATCH"] == 0x1234 and values["ID"] == regs.ID_OTPU and values["UPTIME"] > 0
+    code, out = otpu("card", "list", "--json")
+    assert code == 0 and {"dev": "sim", "kind": "sim"}.items() <= json.loads(out)[0].items()
+    code, out = otpu("card", "info", "--dev", "sim", "--target", "sim-small")
+    assert code == 0 and "D=32 MCOLS=4 LANES=8" in out and "5.0 GT/s PCIe x8" in out

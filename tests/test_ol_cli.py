@@ -20,6 +20,12 @@ def broken(x, y):
 
 def broken_args(target):
     return dict(x=ol.Tensor(128, (4, 64)), y=ol.Tensor(4096, (4, 64)))
+
+def typo(x, y):
+    ol.store(y, ol.lod(x))
+
+def typo_args(target):
+    return dict(x=ol.Tensor(128, (4, 64)), y=ol.Tensor(4096, (4, 64)))
 '''
 
 
@@ -53,6 +59,8 @@ def test_compile_table_output(tmp_path, capsys):
 def test_errors_exit_2_without_traceback(tmp_path, capsys):
     r = _run(["-k", "broken", "--target", "sim-small"], tmp_path, capsys)
     assert r.exit_code == 2 and "(4, 64)" in r.output and "(4, 3)" in r.output and "Traceback" not in r.output
+    r = _run(["-k", "typo", "--target", "sim-small"], tmp_path, capsys)
+    assert r.exit_code == 2 and "AttributeError" in r.output and "k.py:" in r.output and "Traceback" not in r.output
     r = _run(["-k", "nothere", "--target", "sim-small"], tmp_path, capsys)
     assert r.exit_code == 2 and "no kernel function" in r.output
     r = _run(["-k", "scale", "--arg", "factor"], tmp_path, capsys)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import traceback
 from pathlib import Path
 
 import typer
@@ -18,7 +19,7 @@ from rich.table import Table
 
 from .. import asm, target as target_mod
 from ..console import print_json, stdout
-from ..errors import UsageError
+from ..errors import OtpuError, UsageError
 from ..hookspecs import hookimpl
 from ..ol.cache import cached_compile
 from ..ol.program import compile_kernel
@@ -40,6 +41,18 @@ def _load_module(path: Path):
     except Exception as e:  # the user's module failed while importing: report it, not a traceback
         raise UsageError(f"{path}: importing it raised {type(e).__name__}: {e}") from None
     return module
+
+
+def _user_call(path: Path, fn, *args, **kwargs):
+    """Call into the user's file; a plain Python error there becomes a usage error naming its line."""
+    try:
+        return fn(*args, **kwargs)
+    except OtpuError:
+        raise
+    except Exception as e:
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == path.resolve()]
+        where = f" at {path.name}:{frames[-1].lineno}: {frames[-1].line}" if frames else ""
+        raise UsageError(f"the kernel raised {type(e).__name__}: {e}{where}") from None
 
 
 def _parse_args(items: list[str]) -> dict:
@@ -73,10 +86,10 @@ def compile_cmd(file: Path = typer.Argument(..., help="Python file defining the 
         raise UsageError(f"{file} has no kernel function {kernel!r}")
     t = target_mod.load(target)
     args_fn = getattr(module, f"{kernel}_args", None)
-    kwargs = dict(args_fn(t) if callable(args_fn) else {})
+    kwargs = dict(_user_call(file, args_fn, t) if callable(args_fn) else {})
     kwargs.update(_parse_args(arg))
     compile_fn = cached_compile if cache else compile_kernel
-    prog = compile_fn(fn, t, peepholes=not no_peepholes, **kwargs)
+    prog = _user_call(file, compile_fn, fn, t, peepholes=not no_peepholes, **kwargs)
     if output is not None:
         output.write_bytes(prog.image(with_waits=waits))
     if listing is not None:
