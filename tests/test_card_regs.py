@@ -151,3 +151,19 @@ def test_temperature_register_and_power_off(card):
     card.power_off()
     assert card.reg_read(regs.off("SCRATCH")) == 0                     # configuration resets the scrub marker
     assert not card.dram.read_channel(0, 0, 64).any()                  # DRAM forgotten
+
+
+def test_dram_is_sparse_and_survives_between_processes():
+    import os
+    import subprocess
+    import sys
+    code = ("import numpy as np\nfrom otpu_core.board import Board\n"
+            "b = Board.open('sim:big')\nb.write(3 << 30, np.full(1 << 20, 7, np.uint8))\nb.close()\n")
+    subprocess.run([sys.executable, "-c", code], check=True, env=os.environ.copy())
+    c = SimCard("sim-big")
+    try:
+        assert c.dram.size == 4 << 30
+        assert os.stat(c.dram.path).st_blocks * 512 < 8 << 20         # 4 GiB card, about 1 MiB touched
+        assert (c.dram.mem[3 << 30:(3 << 30) + (1 << 20)] == 7).all()  # what the other process wrote
+    finally:
+        c.close()

@@ -107,3 +107,28 @@ def test_embedding_gather_from_int8_head(tok):
     ref = img.dequantized(hq)[tok]
     err, cos = R.max_abs(got, ref), R.cosine(got, ref)
     assert err <= 2.5e-7 * np.abs(ref).max() and cos > 0.99999999, (err, cos)
+
+
+def test_greedy_head_then_embedding_of_the_picked_token_on_the_card():
+    """argmax straight from the LM head's MMs equals the argmax of the stored logits, and its
+    index, read back by RLD, gathers the right embedding row."""
+    from otpu_core.kernels import greedy_head, linear
+    rng = np.random.default_rng(9)
+    head = rng.standard_normal((300, 64)).astype(np.float32)
+    x = rng.standard_normal(64).astype(np.float32)
+    img = Image(T)
+    hq, xt = img.weight(head), img.tensor(x)
+    logits, pick, row = img.tensor(shape=(300,)), img.tensor(shape=(2,)), img.tensor(shape=(64,))
+
+    def kernel(x, head, logits, pick, row):
+        xq = ol.quantize(ol.load(x).reshape(1, 64))
+        ol.store(logits, linear(xq, head))
+        best = greedy_head(xq, head, chunk=128)
+        ol.store(pick, best)
+        ol.store(row, embed(head, best[1:2]))
+    m = img.run(ol.compile_kernel(kernel, T, x=xt, head=hq, logits=logits, pick=pick, row=row))
+    lg, pk = img.read(logits, m), img.read(pick, m)
+    assert pk[1] == np.argmax(lg) and pk[0] == lg.max()
+    ref = img.dequantized(hq)[int(pk[1])]
+    got = img.read(row, m)
+    assert R.max_abs(got, ref) <= 2.5e-7 * np.abs(ref).max() and R.cosine(got, ref) > 0.99999999

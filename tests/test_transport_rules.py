@@ -292,3 +292,19 @@ def test_a_transfer_left_open_by_a_dead_process_does_not_slip_later_ones(sim):
     sim.card.hidden[H["C2H_PID"]] = int(dead.stdout)
     sim.mem_write(0, 0, b"\x03" * 64)
     assert sim.card.dma_stats()["slip"] == 0 and sim.mem_read(0, 0, 64).tolist() == [3] * 64
+
+
+def test_dma_lock_holds_off_another_process(sim):
+    import subprocess
+    import sys
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import time\nfrom otpu_core.card.runstate import dma_lock\n"
+        "with dma_lock('sim'):\n    print('locked', flush=True)\n    time.sleep(0.6)\n")],
+        stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        t0 = time.monotonic()
+        sim.mem_read(0, 0, 4096)                         # waits for the other process's transfer
+        assert time.monotonic() - t0 > 0.3
+    finally:
+        holder.wait(timeout=10)

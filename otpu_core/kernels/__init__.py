@@ -8,7 +8,8 @@
 - attention: `attention` (flash attention over a quantised KV cache in 256-token blocks with
   the online rescaling: RMAX, EXP2SUB, QACT CSCALE, MM ACC+ASCALE), `append_kv`
 - mlp: `swiglu_mlp` (gate/up per F-chunk in a hardware loop, down-projection accumulated)
-- sampling: `argmax` and `topk` over a vocabulary in chunks
+- sampling: `argmax` and `topk` over a vocabulary in chunks, `greedy_head` (argmax straight from
+  the LM head's MMs)
 - embedding: `embed` (a row of the tied int8 LM head gathered on the card through the MXU)
 """
 from .attention import append_kv, attention
@@ -17,8 +18,8 @@ from .matmul import linear, matmul
 from .mlp import swiglu_mlp
 from .norm import rmsnorm, rmsnorm_quantized
 from .rope import rope
-from .sampling import argmax, topk
+from .sampling import argmax, greedy_head, topk
 from .softmax import softmax
 
 __all__ = ["append_kv", "attention", "embed", "linear", "matmul", "swiglu_mlp", "rmsnorm", "rmsnorm_quantized",
-           "rope", "argmax", "topk", "softmax"]
+           "rope", "argmax", "greedy_head", "topk", "softmax"]

@@ -5,7 +5,8 @@ d/D rows of one D-block each (row stride D, scale stride 4), against one-hot act
 ACT block b holds, in row j, a one at position b*M + j (M = act_rows). MM b then yields
 W[tok, n*D + b*M + j] * scale for every block n and row j; D/M MMs cover every position. The
 results land transposed ([D positions, d/D blocks]); one strided COPY per block puts them in
-order. The token is a run-time value (`ol.runvar`), so one program serves every token.
+order. The token is a run-time value (`ol.runvar`), so one program serves every token, or a
+value the program computed (the greedy pick), read into registers by RLD.
 """
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ def _one_hot(m: int, D: int) -> Tile:
 
 
 def embed(head: QTensor, tok) -> Tile:
-    """Row `tok` of the int8 head as fp32 (d,): W[tok] * its block scales (to ~1 ulp)."""
+    """Row `tok` of the int8 head as fp32 (d,): W[tok] * its block scales (to ~1 ulp).
+
+    `tok` is a run-time value (`ol.runvar`) or a one-word tile holding the index as fp32 (e.g.
+    the index of a `greedy_head` pair): then two RLDs turn it into the row's byte offsets."""
     cfg = ol.config()
     D, m = cfg.D, cfg.act_rows
     if head.wf != 0 or head.scale is None:
@@ -32,7 +36,11 @@ def embed(head: QTensor, tok) -> Tile:
         raise CompileError(f"embed: D={D} must be a multiple of act_rows={m}")
     nb, blocks = D // m, head.kb
     hot = ol.quantize(_one_hot(m, D))
-    row = QTensor(head.data + tok * head.rs, head.scale + tok * head.srs, (blocks, D), D, 4, head.wf, D)
+    if isinstance(tok, Tile):
+        data, scale = head.data + ol.rld(tok, scale=head.rs), head.scale + ol.rld(tok, scale=head.srs)
+    else:
+        data, scale = head.data + tok * head.rs, head.scale + tok * head.srs
+    row = QTensor(data, scale, (blocks, D), D, 4, head.wf, D)
     trans = ol.empty((D, blocks))                   # trans[e, n] = W[tok, n*D + e]
     for b in ol.static_range(nb):
         ol.dot(hot.blocks(b, 1), row, out=Tile(trans.buf, trans.base + b * m * trans.rs, (m, blocks), trans.rs))

@@ -1,4 +1,5 @@
-"""Greedy and top-k selection over a vocabulary of logits in DRAM, chunk by chunk.
+"""Greedy and top-k selection over a vocabulary, chunk by chunk: logits in DRAM, or straight
+from the LM head's MMs (`greedy_head`, logits never stored).
 
 A chunk's (max, index) pair comes from one VOP ARGMAX; the winning chunk is found by an ARGMAX
 over the per-chunk maxima, and its pair is copied out through an RLD-computed address. Top-k
@@ -9,7 +10,7 @@ Results are (value, index) fp32 pairs, indices exact below 2^24.
 from __future__ import annotations
 
 from .. import ol
-from ..ol import CompileError, Tensor, Tile
+from ..ol import CompileError, QTensor, Stationary, Tensor, Tile
 
 KNOCKED_OUT = float("-inf")
 PAIR = 2
@@ -40,21 +41,32 @@ def _chunking(logits: Tensor, chunk: int) -> tuple[int, int]:
     return chunk, v
 
 
-def argmax(logits: Tensor, chunk: int = 8192) -> Tile:
-    """(max, index) of a 1-D logits tensor, read in chunks."""
-    chunk, v = _chunking(logits, chunk)
-    full, tail = divmod(v, chunk)
+def _best_over_chunks(total: int, chunk: int, make_chunk) -> Tile:
+    """(max, index) over `total` values produced chunk by chunk by make_chunk(c0, n) -> (n,) tile."""
+    full, tail = divmod(total, chunk)
     n = full + (1 if tail else 0)
     pairs = ol.empty((n * PAIR,))
     for c in ol.range(full):
-        t = ol.load(logits.window(0, 1, c * chunk, chunk))
-        ol.argmax(t, base=c * chunk, out=Tile(pairs.buf, pairs.base + c * PAIR, (PAIR,)))
+        ol.argmax(make_chunk(c * chunk, chunk), base=c * chunk, out=Tile(pairs.buf, pairs.base + c * PAIR, (PAIR,)))
     if tail:
-        t = ol.load(logits.window(0, 1, full * chunk, tail))
-        ol.argmax(t, base=full * chunk, out=pairs[full * PAIR:])
+        ol.argmax(make_chunk(full * chunk, tail), base=full * chunk, out=pairs[full * PAIR:])
     out = ol.empty((PAIR,))
     _pick(pairs, n, out, knock_out=False)
     return out
+
+
+def argmax(logits: Tensor, chunk: int = 8192) -> Tile:
+    """(max, index) of a 1-D logits tensor, read in chunks."""
+    chunk, v = _chunking(logits, chunk)
+    return _best_over_chunks(v, chunk, lambda c0, n: ol.load(logits.window(0, 1, c0, n)))
+
+
+def greedy_head(x: Stationary, head: QTensor, chunk: int = 8192) -> Tile:
+    """(max, index) of the logits x @ head^T without storing them: an ARGMAX per row chunk of the
+    head while the next chunk streams (x one quantised row)."""
+    if x.M != 1:
+        raise CompileError(f"greedy_head takes one activation row, not {x.M}")
+    return _best_over_chunks(head.N, min(chunk, head.N), lambda c0, n: ol.dot(x, head.rows(c0, n)))
 
 
 def topk(logits: Tensor, k: int, chunk: int = 8192) -> Tile:

@@ -5,13 +5,13 @@ import json
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from otpu_core import checks, cliopts
 from otpu_core.cli import tool_main
 from otpu_core.console import stdout
 from otpu_core.corechecks import device
 from otpu_core.corechecks import names as N
+from otpu_core.corechecks.progress import CheckProgress
 from otpu_core.corechecks.registry import collect
 from otpu_core.errors import EXIT_CHECKS_FAILED, UsageError
 
@@ -68,18 +68,9 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
     sections = _sections(only)
     registry = _registry(mem, soak)
     con = stdout()
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-                        console=con, transient=True)
-    tasks: dict[int, int] = {}
-
-    def march_progress(ch: int, element: int, fraction: float, seconds: float) -> None:
-        if ch not in tasks:
-            tasks[ch] = progress.add_task(f"march C- channel {ch}", total=6)
-        progress.update(tasks[ch], completed=element - 1 + fraction,
-                        description=f"march C- channel {ch}: element {element}/6")
-
+    progress = CheckProgress(con)
     ctx = checks.CheckContext(dev or "", {"target": target, "fault": fault, "mem": mem, "soak": soak,
-                                          "bw_mib": bw_mib, "power_json": power_json, "progress": march_progress})
+                                          "bw_mib": bw_mib, "power_json": power_json, **progress.options()})
     printer = RowPrinter(con)
     try:
         ctx.dev = device.transport(ctx).dev  # opens the card (and takes its lock) before anything prints

@@ -7,6 +7,7 @@ from otpu_core import checks, cliopts
 from otpu_core.cli import tool_main
 from otpu_core.console import print_json, stdout
 from otpu_core.corechecks import device
+from otpu_core.corechecks.progress import CheckProgress
 from otpu_core.corechecks.registry import collect
 from otpu_core.errors import EXIT_CHECKS_FAILED, UsageError
 
@@ -32,8 +33,10 @@ def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: 
     stages = STAGES + (("model",) if model else ())
     if model and not any(c.stage == "model" for c in registry):
         raise UsageError("--model: no plugin provides the model stage", hint="install the otpu chat plugin")
-    ctx = checks.CheckContext(dev or "", {"target": target, "fault": fault, "model": model, "tokens": tokens})
     con = stdout()
+    progress = CheckProgress(con)
+    ctx = checks.CheckContext(dev or "", {"target": target, "fault": fault, "model": model, "tokens": tokens,
+                                          **progress.options()})
     done: list[checks.Row] = []
 
     def on_row(row: checks.Row) -> None:
@@ -45,7 +48,8 @@ def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: 
         ctx.dev = device.transport(ctx).dev  # opens the card (and takes its lock) before anything prints
         if not json_out:
             con.print(f"openTPU self-test on {ctx.dev} (target {device.target(ctx).name})")
-        rows, stopped = checks.run_stages(registry, ctx, stages, on_row=on_row)
+        with progress:
+            rows, stopped = checks.run_stages(registry, ctx, stages, on_row=on_row)
     finally:
         device.close(ctx)
     lines = group_stages(rows)
