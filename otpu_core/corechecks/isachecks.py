@@ -96,10 +96,13 @@ def soak(ctx: CheckContext) -> Result:
     caps = device.info(ctx).caps
     progs = [p for p in progs if not CAP_OF_GROUP.get(p.group) or caps.get(CAP_OF_GROUP[p.group])]
     fails: dict[str, int] = {}
-    for _ in range(rounds):
-        for p in progs:
+    report = ctx.options.get("soak_progress")
+    for r in range(rounds):
+        for i, p in enumerate(progs):
             if not programs.run_check(ctx, p).ok:
                 fails[p.title] = fails.get(p.title, 0) + 1
+            if report:
+                report(r * len(progs) + i + 1, rounds * len(progs))
     if not fails:
         return Result(Status.PASS, f"{len(progs)} programs x{rounds}, no failure", {"rounds": rounds})
     msg = ", ".join(f"intermittent {name} {k}/{rounds}" if k < rounds else f"{name} {k}/{rounds}"
