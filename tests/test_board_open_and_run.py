@@ -296,3 +296,31 @@ def test_card_commands_list_regs_and_reg():
     assert code == 0 and {"dev": "sim", "kind": "sim"}.items() <= json.loads(out)[0].items()
     code, out = otpu("card", "info", "--dev", "sim", "--target", "sim-small")
     assert code == 0 and "D=32 MCOLS=4 LANES=8" in out and "5.0 GT/s PCIe x8" in out
+
+
+def test_isa_backend_adopts_the_callers_dram_without_copying():
+    cfg = target_mod.load("sim-small").config()
+    dram = np.zeros(cfg.DRAM_BYTES, np.uint8)
+    be = IsaBackend("sim-small", dram=dram)
+    dram[:64] = np.arange(64, dtype=np.uint8)              # written behind the backend's back
+    be.machine.slice.dram.note_write(0, 64)
+    be.run(COPY, args=[4096])
+    assert np.array_equal(dram[4096:4160], np.arange(64, dtype=np.uint8))   # the result is in the caller's array
+
+
+def test_board_backend_keeps_a_resident_program_and_checks_features(board):
+    be = BoardBackend(board)
+    prog = be.prepare(COPY)
+    loads = []
+    real = board.load_program
+    board.load_program = lambda addr, image: loads.append(addr) or real(addr, image)
+    be.run(prog, args=[4096])
+    be.run(prog, args=[8192])
+    assert len(loads) == 1                                   # started again: no reload
+    be.attach(target_mod.load("sim-small").config())         # sim-small has PAIR, DSTEP, STREAM
+    plain = Board.open("sim:plain", "ypcb-00338")
+    try:
+        with pytest.raises(ConfigMismatch, match="PAIR"):
+            BoardBackend(plain).attach(target_mod.load("ypcb-00338").config().replace(PAIR=True))
+    finally:
+        plain.close()
