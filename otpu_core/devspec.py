@@ -17,6 +17,13 @@ from .errors import UsageError
 
 @dataclass(frozen=True)
 class TransportSpec:
+    """One kind of device a plugin can open.
+
+    `open(dev, *, target=None, faults=None, lock=True)` returns a `transport.Transport` (or
+    raises an OtpuError: DeviceError when the device is absent, UsageError when the spec is
+    wrong); `lock=False` opens it for monitoring without the device lock. `list()` names the
+    devices of this kind present now. `accepts(dev)` decides whether a spec is this kind's
+    (default: it starts with `prefix`)."""
     prefix: str
     description: str
     open: Callable[..., Any]                    # open(dev, *, target, faults, lock) -> Transport
