@@ -7,6 +7,7 @@ import typer
 from rich.table import Table
 
 from .. import cliopts
+from .. import target as target_mod
 from ..board import Board
 from ..card import regs
 from ..card.runstate import DeviceLock, read_status, run_dir
@@ -33,7 +34,8 @@ def _open_xdma(dev: str, target: str | None = None, faults: str | None = None, l
     from ..transport.xdma import XdmaTransport
     if faults:
         raise UsageError(f"--fault / OTPU_SIM_FAULTS apply to simulated cards only, not {dev}")
-    return XdmaTransport(dev, lock=lock)
+    channel_bytes = int(target_mod.load(target).platform["channel_bytes"])    # the board's DDR3, per channel
+    return XdmaTransport(dev, lock=lock, channel_bytes=channel_bytes)
 
 
 def _list_sims() -> list[str]:
