@@ -3,7 +3,7 @@
 `CheckProgress` is a transient Rich progress display; its `options()` are the callbacks the
 checks look for in `CheckContext.options` (`scrub_progress(done, total)` and
 `progress(channel, element, fraction, seconds)` for March C-, `soak_progress(done, total)`). On a terminal it draws bars;
-elsewhere Rich prints nothing.
+elsewhere it stays off.
 """
 from __future__ import annotations
 
@@ -39,8 +39,10 @@ class CheckProgress:
         return {"scrub_progress": self.scrub, "progress": self.march, "soak_progress": self.soak}
 
     def __enter__(self) -> "CheckProgress":
-        self.bars.start()
+        if self.bars.console.is_terminal:   # a pipe or a file gets the rows only
+            self.bars.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.bars.stop()
+        if self.bars.live.is_started:
+            self.bars.stop()
