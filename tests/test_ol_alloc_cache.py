@@ -59,7 +59,7 @@ def test_storage_allocated_outside_a_loop_survives_its_iterations():
     from otpu_core.ol import builder as B
     from otpu_core.target import load
     b = B.Builder(load(T).config())
-    B._current.append(b)
+    B.push(b)
     try:
         t = ol.empty((8,))
         start = t.buf.start
@@ -69,7 +69,7 @@ def test_storage_allocated_outside_a_loop_survives_its_iterations():
         b.end_loop()
         assert start not in b.tmem.ends
     finally:
-        B._current.pop()
+        B.pop()
 
 
 def _args():
@@ -130,3 +130,11 @@ def test_cache_key_follows_the_kernel_source(tmp_path):
     p2 = cache.cached_compile(load(src.format("3.0")), T, directory=d, **args)
     assert not p2.stats.cached and p1.instrs[1]["imm"] != p2.instrs[1]["imm"]
     assert cache.cached_compile(load(src.format("3.0")), T, directory=d, **args).stats.cached
+
+
+def test_two_threads_compile_at_once():
+    from concurrent.futures import ThreadPoolExecutor
+    args = _args()
+    with ThreadPoolExecutor(2) as pool:
+        progs = list(pool.map(lambda _: ol.compile_kernel(matmul, T, **args), range(4)))
+    assert all([i.words for i in p.instrs] == [i.words for i in progs[0].instrs] for p in progs)

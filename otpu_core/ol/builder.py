@@ -8,6 +8,7 @@ next iteration still reads it.
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 from dataclasses import dataclass, field
 
@@ -19,13 +20,26 @@ from .memory import ActAllocator, TmemAllocator
 
 MAX_LOOP_DEPTH = 4
 
-_current: list["Builder"] = []
+_tracing = threading.local()     # per thread: the builders of the kernels being traced
+
+
+def _stack() -> list:
+    if not hasattr(_tracing, "stack"):
+        _tracing.stack = []
+    return _tracing.stack
 
 
 def current() -> "Builder":
-    if not _current:
+    stack = _stack()
+    if not stack:
         raise CompileError("ol operations can only be used while a kernel is being compiled")
-    return _current[-1]
+    return stack[-1]
+
+
+def push(b: "Builder") -> None: _stack().append(b)
+
+
+def pop() -> None: _stack().pop()
 
 
 @dataclass

@@ -73,11 +73,11 @@ def target_of(target) -> tuple[Target, Config]:
 
 def trace(fn, cfg: Config, peepholes: bool, args: dict) -> Builder:
     b = Builder(cfg, peepholes)
-    builder_mod._current.append(b)
+    builder_mod.push(b)
     try:
         fn(**args)
     finally:
-        builder_mod._current.pop()
+        builder_mod.pop()
         b.closed = True
     return b
 
