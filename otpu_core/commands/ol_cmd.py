@@ -107,7 +107,7 @@ def compile_cmd(file: Path = typer.Argument(..., help="Python file defining the 
         return
     con = stdout()
     con.print(f"[bold]{kernel}[/] on {t.name} (CFG_HASH {report['arch_hash']}): {s.instrs} instructions "
-              f"(IMEM {report['imem_instructions']}), TMEM peak {s.tmem_peak} words, "
+              f"(IMEM {report['imem_instructions']}), TMEM high-water mark {s.tmem_peak} words, "
               f"{s.tmem_traffic} TMEM words moved per run")
     con.print(f"compiled in {report['compile_ms']} ms{' (from the cache)' if s.cached else ''}; "
               f"WAITC {report['waitc_ms']} ms, {s.waits} entries wait")
