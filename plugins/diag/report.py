@@ -53,6 +53,7 @@ def _cell(status: Status, n: int) -> str:
 
 
 def print_summary(console: Console, rows: list[Row], hints: list[str]) -> None:
+    console.print()
     console.print("[bold]summary[/]")
     console.print(summary_table(rows))
     failed = [r for r in rows if r.status == Status.FAIL]
