@@ -3,7 +3,7 @@
 State lives in the run directory so every process sees one card, as with a real one:
 `<card>.bar0` (BAR0 as an mmap'd file: the control window at 0, the card's hidden state in the
 window the host cannot address), `<card>.dram` (both DRAM channels, sparse), `<card>.imem`,
-`<card>.trace`, `<card>.periph.json` (peripheral state), `<card>.card.json` (what the card is:
+`<card>.trace`, `<card>.periph` (peripheral state as JSON, written in place under a sequence lock), `<card>.card.json` (what the card is:
 target, serial, faults). `<card>.card.lock` serialises compound register operations between
 processes. The card keeps calibration and DRAM contents between commands until
 `power_off()` (`otpu sim reset`).
@@ -58,6 +58,8 @@ LAYOUT = zlib.crc32(" ".join(_HIDDEN_NAMES).encode())   # a card saved by anothe
 H2C_RATE, H2C_SLOW_RATE = 1.70e9, 0.77e9
 C2H_RATE, C2H_SLOW_RATE = 1.65e9, 1.16e9
 DMA_CALL_NS = 11_700
+PERIPH_BYTES = 1 << 20        # room for the peripherals' JSON state (a few KiB in practice)
+THERMAL_TICK = 0.05           # the sensors convert this often: readings in between repeat the last
 SLIP_BYTES = regs.BEAT        # how far an h2c overlapping a c2h shifts every later host write
 
 _LINK_SPEED = {"pcie-gen2-x8": ("5.0 GT/s PCIe", 8), "pcie-gen3-x8": ("8.0 GT/s PCIe", 8),
@@ -107,9 +109,9 @@ class SimCard:
                              int(plat["channels"]))
             self.imem = _file_array(self.dir / f"{name}.imem", self.cfg.IMEM_WORDS, np.uint32)
             self.trace = _file_array(self.dir / f"{name}.trace", self.target.uarch.TRACE_DEPTH, np.uint64)
-            self.periph_path = self.dir / f"{name}.periph.json"
+            self.periph_buf = _file_array(self.dir / f"{name}.periph", PERIPH_BYTES, np.uint8)
             self._periph_gen = -1
-            self._periph_text = ""
+            self._periph_text = b""
             self.periph_state: dict[str, dict] = {}
             self.periphs: dict[str, Any] = {}
             if refit:
@@ -168,9 +170,11 @@ class SimCard:
         self.bar[regs.off("STATUS") // 4] = regs.ST_WR_IDLE
         self.trace[:] = 0
         self.periph_state = {}
+        self._periph_text = b""
+        self.periph_buf[:4] = 0                      # no state: the peripherals power on afresh
         self._periph_gen = -1
-        self._write_periph()
         self._sync_periph()
+        self._write_periph()                         # what they did at power-on (the PHY calibrated)
 
     def power_off(self) -> None:
         """`otpu sim reset`: DRAM and every register forgotten, as after a power cycle."""
@@ -197,10 +201,8 @@ class SimCard:
         gen = int(self.hidden[H["PERIPH_GEN"]])
         if gen == self._periph_gen and self.periphs:
             return
-        try:
-            self.periph_state = json.loads(self.periph_path.read_text())
-        except (OSError, ValueError):
-            self.periph_state = {}
+        gen, text = self._load_periph()
+        self.periph_state = json.loads(text) if text else {}
         self.periphs = {}
         for name in PERIPHERALS:
             cls = peripheral_class(name)
@@ -208,26 +210,44 @@ class SimCard:
             if cls is not None and (name != "i2c" or needs):
                 self.periphs[name] = cls(self.target, self.serial, self.periph_state.setdefault(name, {}), self.faults,
                                          **needs)
-        self._periph_text = json.dumps(self.periph_state, sort_keys=True)
+        self._periph_text = text
         self._periph_gen = gen
 
+    def _load_periph(self) -> tuple[int, bytes]:
+        """(generation, state text), read under a sequence lock: a writer makes the generation odd
+        while it writes, so a reader without the card lock retries instead of seeing half a state."""
+        for _ in range(100_000):
+            gen = int(self.hidden[H["PERIPH_GEN"]])
+            if not gen & 1:
+                n = int.from_bytes(self.periph_buf[:4].tobytes(), "little")
+                text = self.periph_buf[4:4 + n].tobytes()
+                if int(self.hidden[H["PERIPH_GEN"]]) == gen:
+                    return gen, text
+            time.sleep(0)
+        raise DeviceError(f"simulated card {self.name}: its peripheral state never settled")
+
     def _write_periph(self) -> None:
-        text = json.dumps(self.periph_state, sort_keys=True)
+        """Store the peripheral state in place if it changed (caller holds the card lock)."""
+        text = json.dumps(self.periph_state, sort_keys=True).encode()
         if text == self._periph_text:
             return
-        tmp = self.periph_path.with_name(f".{self.periph_path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, self.periph_path)
+        if len(text) + 4 > self.periph_buf.size:
+            raise DeviceError(f"simulated card {self.name}: peripheral state of {len(text)} bytes does not fit")
+        self.hidden[H["PERIPH_GEN"]] += 1            # odd: being written
+        self.periph_buf[4:4 + len(text)] = np.frombuffer(text, np.uint8)
+        self.periph_buf[:4] = np.frombuffer(len(text).to_bytes(4, "little"), np.uint8)
+        self.hidden[H["PERIPH_GEN"]] += 1            # even: complete
         self._periph_text = text
-        self.hidden[H["PERIPH_GEN"]] += 1
         self._periph_gen = int(self.hidden[H["PERIPH_GEN"]])
 
     @contextmanager
-    def _periph(self, name: str):
-        """A peripheral with fresh state, ticked to now; its state is saved afterwards if it changed."""
+    def _periph(self, name: str, tick: bool = True):
+        """A peripheral with fresh state (the thermal model ticked to now for a reading); its
+        state is stored afterwards if it changed."""
         with self._locked():
             self._sync_periph()
-            self._tick_thermal()
+            if tick:
+                self._tick_thermal()
             yield self.periphs.get(name)
             self._write_periph()
 
@@ -239,8 +259,10 @@ class SimCard:
         mark = self.periph_state.setdefault("card", {})
         live = self.live_counters()
         last_t, last = mark.get("t"), mark.get("counters")
+        if last_t is not None and now - last_t < THERMAL_TICK:
+            return
         mark.update(t=now, counters=live)
-        if last_t is None or now <= last_t:
+        if last_t is None:
             return
         d = {k: live[k] - last.get(k, 0) for k in live}
         up = max(d["UPTIME"], 1)
@@ -271,7 +293,7 @@ class SimCard:
             return
         for name, base, size in WINDOWS:
             if window == base:
-                with self._periph(name) as p:
+                with self._periph(name, tick=False) as p:
                     if p is not None:
                         p.write(off - base, value & 0xFFFFFFFF)
                 return
@@ -326,7 +348,7 @@ class SimCard:
                     self.hidden[H["TRACE_POS"]] = 0
                 self.bar[o // 4] = value & (regs.TR_ENABLE | regs.TR_STOP_WHEN_FULL)
             elif name == "I2C_CTRL":
-                with self._periph("i2c") as bus:
+                with self._periph("i2c", tick=False) as bus:
                     if bus is not None:
                         bus.write(o - regs.I2C_BASE, value)
                 self.bar[o // 4] = value & 0xF
@@ -655,7 +677,7 @@ def open_card(name: str, target: str | None = None, faults: str | None = None) -
         raise DeviceError(f"simulated card {name}: cannot open its files in {run_dir()}: {e.strerror or e}") from None
 
 
-CARD_FILES = (".card.json", ".bar0", ".dram", ".gens", ".imem", ".trace", ".periph.json", ".error")
+CARD_FILES = (".card.json", ".bar0", ".dram", ".gens", ".imem", ".trace", ".periph", ".error")
 
 
 def destroy(name: str, directory: Path | None = None) -> None:

@@ -110,9 +110,9 @@ class Image:
         return out if len(t.shape) == 2 else out.reshape(-1)
 
     def machine(self, program, **run_values) -> Machine:
-        """A simulator with this DRAM (a copy) and the program loaded with its argument words."""
-        dram = np.zeros(self.cfg.DRAM_BYTES, np.uint8) if self.cfg.DRAM_BYTES <= (64 << 20) else None
-        m = Machine(self.target, drams=[dram] * self.cfg.S if dram is not None else None, timing=False)
+        """A simulator with this DRAM image (copied into every slice) and the program loaded with
+        its argument words."""
+        m = Machine(self.target, timing=False)
         m.write_dram(0, self.dram[: self.cursor])
         m.load(program.instrs, program.arg_words(**run_values))
         return m
