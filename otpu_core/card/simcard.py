@@ -112,6 +112,7 @@ class SimCard:
             self.periph_buf = _file_array(self.dir / f"{name}.periph", PERIPH_BYTES, np.uint8)
             self._periph_gen = -1
             self._periph_text = b""
+            self._part_text: dict[str, str] = {}
             self.periph_state: dict[str, dict] = {}
             self.periphs: dict[str, Any] = {}
             if refit:
@@ -211,6 +212,7 @@ class SimCard:
                 self.periphs[name] = cls(self.target, self.serial, self.periph_state.setdefault(name, {}), self.faults,
                                          **needs)
         self._periph_text = text
+        self._part_text = {k: json.dumps(v, sort_keys=True) for k, v in self.periph_state.items()}
         self._periph_gen = gen
 
     def _load_periph(self) -> tuple[int, bytes]:
@@ -226,9 +228,13 @@ class SimCard:
             time.sleep(0)
         raise DeviceError(f"simulated card {self.name}: its peripheral state never settled")
 
-    def _write_periph(self) -> None:
-        """Store the peripheral state in place if it changed (caller holds the card lock)."""
-        text = json.dumps(self.periph_state, sort_keys=True).encode()
+    def _write_periph(self, changed: tuple[str, ...] | None = None) -> None:
+        """Store the peripheral state in place if it changed (caller holds the card lock).
+        `changed` names the parts that may have changed (None: all); the others keep their text."""
+        for key in self.periph_state if changed is None else changed:
+            if key in self.periph_state:
+                self._part_text[key] = json.dumps(self.periph_state[key], sort_keys=True)
+        text = ("{" + ",".join(f'"{k}":{self._part_text[k]}' for k in sorted(self.periph_state)) + "}").encode()
         if text == self._periph_text:
             return
         if len(text) + 4 > self.periph_buf.size:
@@ -249,7 +255,7 @@ class SimCard:
             if tick:
                 self._tick_thermal()
             yield self.periphs.get(name)
-            self._write_periph()
+            self._write_periph((name, "thermal", "card"))
 
     def _tick_thermal(self) -> None:
         therm = self.periphs.get("thermal")
