@@ -197,3 +197,22 @@ def test_a_sensor_plugin_replaces_the_estimate(capsys):
         mgr.pm.unregister(plugin)
     assert "21.5W measured" in out and "board 43.00 C" in out and "estimate" not in out
     assert csv == "21.50 W, measured, 43.00 C"
+
+
+class BrokenSensor:
+    @hookimpl
+    def otpu_smi_fields(self, board):
+        raise RuntimeError("bus stuck")
+
+
+def test_a_broken_sensor_plugin_is_reported_and_skipped(capsys):
+    mgr = plugins.get()
+    plugin = BrokenSensor()
+    mgr.pm.register(plugin, name="test-broken-sensor")
+    try:
+        assert smi("--query", "power.source", "--format", "csv,noheader") == 0
+    finally:
+        mgr.pm.unregister(plugin)
+    out, err = capsys.readouterr()
+    assert out.strip().startswith("estimate")
+    assert "plugin 'test-broken-sensor' failed to report fields: RuntimeError: bus stuck" in err

@@ -7,6 +7,7 @@ the last snapshot, so in loop mode each report covers the time since the previou
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import time
 from typing import Any
 
@@ -88,13 +89,30 @@ class Sampler:
             "process": status,
         }
         own = fields_of(report)
-        contributed = plugins.get().hook.otpu_smi_fields(board=b)
-        report["fields"] = smi_fields.merge(own, contributed)
+        report["fields"] = smi_fields.merge(own, contributed_fields(b))
         measured = report["fields"].get("power.draw")
         if measured is not None and measured.source == "measured":
             report["power"] = {"w": measured.value, "measured": True, "source": "measured"}
             report["fields"]["power.source"] = Field("power.source", "measured", source="measured")
         return report
+
+
+def contributed_fields(board) -> list:
+    """Every plugin's `otpu_smi_fields` for this card; a plugin that raises is reported once and skipped."""
+    out = []
+    for impl in plugins.get().hook.otpu_smi_fields.get_hookimpls():
+        if impl.plugin_name in _BROKEN:
+            continue
+        try:
+            out.append(impl.function(board=board))
+        except Exception as e:
+            _BROKEN.add(impl.plugin_name)
+            print(f"otpu-smi: plugin '{impl.plugin_name}' failed to report fields: {type(e).__name__}: {e}",
+                  file=sys.stderr)
+    return out
+
+
+_BROKEN: set[str] = set()
 
 
 def _built_for(cfg_hash: int | None):
