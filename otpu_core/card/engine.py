@@ -14,6 +14,7 @@ which invalidate the simulator's decoded-weight cache before each run and each s
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -28,14 +29,14 @@ SLICE_SECONDS = 0.02       # engine time between counter publications
 STEP_BATCH = 256           # instructions per run_for call
 POLL_SLEEP = 0.0005        # wall time between WAITW polls while the host has not written
 
-_MACHINES: dict[tuple[str, str, int], tuple[object, np.ndarray]] = {}
+_MACHINES: dict[tuple[str, str, int, int], tuple[object, np.ndarray]] = {}
 
 
 def machine_for(card: "SimCard", trace: bool):
     """This process's Machine for a card at its current power-on (TMEM survives between runs),
     with the DRAM page generations it has seen."""
     from ..isasim import Machine
-    key = (str(card.dir), card.name, card.power_gen)
+    key = (str(card.dir), card.name, card.power_gen, os.stat(card.dram.path).st_ino)   # a re-created card is another
     m, seen = _MACHINES.get(key, (None, None))
     if m is None or bool(m.timing and m.timing.trace) != trace:
         size = card.cfg.DRAM_BYTES
