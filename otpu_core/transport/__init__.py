@@ -251,19 +251,17 @@ class Transport:
             if pending is not None:
                 pending.result()
 
-    def _dma_write_call(self, axi: int, buf: np.ndarray) -> None:
-        self.stats["h2c_calls"] += 1
-        try:
-            self._h2c(axi, memoryview(buf))
-        except OSError as e:
-            raise self._dma_error("host->card", axi, buf.size, e) from None
+    def _dma_write_call(self, axi: int, buf: np.ndarray) -> None: self._dma_call("h2c", axi, buf)
 
-    def _dma_read_call(self, axi: int, buf: np.ndarray) -> None:
-        self.stats["c2h_calls"] += 1
+    def _dma_read_call(self, axi: int, buf: np.ndarray) -> None: self._dma_call("c2h", axi, buf)
+
+    def _dma_call(self, direction: str, axi: int, buf: np.ndarray) -> None:
+        """One DMA call; an OSError becomes a DeviceError saying what failed and how to recover."""
+        self.stats[f"{direction}_calls"] += 1
         try:
-            self._c2h(axi, memoryview(buf))
+            (self._h2c if direction == "h2c" else self._c2h)(axi, memoryview(buf))
         except OSError as e:
-            raise self._dma_error("card->host", axi, buf.size, e) from None
+            raise self._dma_error("host->card" if direction == "h2c" else "card->host", axi, buf.size, e) from None
 
     def _dma_error(self, what: str, axi: int, n: int, e: OSError) -> DeviceError:
         ch, off = regs.axi_channel(axi)
