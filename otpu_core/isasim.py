@@ -59,7 +59,10 @@ def program_and_waits(program: Sequence[Instr] | bytes | np.ndarray | str) -> tu
         prog = parse(program)
         return prog.instrs, prog.waits
     if isinstance(program, (bytes, bytearray, memoryview, np.ndarray)):
-        return isa.decode_program(program), None
+        try:
+            return isa.decode_program(program), None
+        except IsaError as e:     # names the instruction index and word
+            raise SimError("illegal-opcode", e.message, hint=e.hint) from None
     return list(program), None
 
 

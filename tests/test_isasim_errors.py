@@ -128,3 +128,10 @@ def test_step_limit():
 
 def test_chain_with_a_bad_length():
     fails("li rd=r1 imm=0x1000\nhalt chain ra=r1 rb=r0", "chain", "program length 0", pc=1)
+
+
+def test_an_image_with_an_illegal_opcode_is_refused_at_load():
+    image = isa.encode_program(assemble("nop\nnop")) + np.array([0xEE] + [0] * 7, np.uint32).tobytes()
+    with pytest.raises(SimError) as ei:
+        Machine("sim-small").load(image)
+    assert ei.value.kind == "illegal-opcode" and "instruction 2, word 0: unknown opcode 0xee" in ei.value.message
