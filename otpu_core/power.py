@@ -4,8 +4,9 @@ A power model is a fixed part plus, per unit, the dynamic watts the unit draws w
 the time; the estimate is fixed_w + sum(unit_w * clamp(util, 0, 1)) over the units, each
 scaled by the free-running counter that says how busy it was (a counter missing from the
 sample counts as fully busy, so the estimate errs high). Models come from a `power.json`
-(format "openTPU-power", version 1, written from the Vivado power report of the build) or,
-without one, from the board figures below, which are marked as such in every estimate.
+(format "openTPU-power", version 1, written from the Vivado power report of the build by
+`python -m otpu_core.power report.rpt -o power.json`, text or XML report) or, without one,
+from the board figures below, which are marked as such in every estimate.
 """
 from __future__ import annotations
 
@@ -86,3 +87,125 @@ def load(path: str | Path | None) -> PowerModel | None:
 def model(path: str | Path | None = None) -> PowerModel:
     """The report's model if there is one, else the board figures."""
     return load(path) or board_model()
+
+
+# ---- the build's power report ----------------------------------------------------------------
+
+# Instance names of the units (outermost match wins; under u_board when the design has one).
+UNIT_OF_INSTANCE = {"u_mxu": "MXU", "u_act": "MXU", "u_vpu": "VPU", "u_quant": "QNT", "u_dma": "DMA",
+                    "u_tmem": "TMEM", "u_seq": "SEQ", "u_mem": "DRAM"}
+_SUMMARY_KEYS = {"total on-chip power (w)": "total_w", "dynamic (w)": "dynamic_w", "device static (w)": "static_w",
+                 "junction temperature (c)": "junction_c", "confidence level": "confidence"}
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.strip().rstrip("*"))
+    except ValueError:
+        return None
+
+
+def _text_sections(text: str) -> dict[str, list[list[str]]]:
+    """report_power text: a title line underlined with dashes, then `| a | b |` table rows."""
+    lines = text.splitlines()
+    sections: dict[str, list[list[str]]] = {}
+    current = None
+    for i, line in enumerate(lines):
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if line.strip() and set(nxt.strip()) == {"-"} and not line.lstrip().startswith(("|", "+")):
+            current = sections.setdefault(line.strip().lower(), [])
+        elif current is not None and line.lstrip().startswith("|"):
+            current.append([c.rstrip() for c in line.strip()[1:-1].split("|")])
+    return sections
+
+
+def _xml_sections(text: str) -> dict[str, list[list[str]]]:
+    """report_power XML: <section title=...> holding (nested) <tablerow>s of <tablecell contents=...>."""
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(text)
+    sections: dict[str, list[list[str]]] = {}
+
+    def rows(elem, depth: int, out: list[list[str]]) -> None:
+        for row in elem.findall("tablerow"):
+            cells = [c.get("contents", "") for c in row.findall("tablecell")]
+            if cells:
+                out.append(["  " * depth + cells[0].strip(), *cells[1:]])
+            rows(row, depth + 1, out)
+
+    for sec in root.iter("section"):
+        out = sections.setdefault((sec.get("title") or "").strip().lower(), [])
+        table = sec.find("table")
+        if table is not None:
+            rows(table, 0, out)
+    return sections
+
+
+def parse_report(text: str, source: str = "") -> dict:
+    """A Vivado report_power (text or XML) as an openTPU-power document; ValueError if it is not one."""
+    sections = _xml_sections(text) if text.lstrip().startswith("<") else _text_sections(text)
+    summary = next((v for k, v in sections.items() if k.endswith("summary")), None)
+    doc: dict = {"format": FORMAT, "version": VERSION, "source": source, "tool": "vivado report_power"}
+    for cells in summary or []:
+        key = _SUMMARY_KEYS.get(cells[0].strip().lower())
+        if key and len(cells) > 1:
+            doc[key] = cells[1].strip() if key == "confidence" else _number(cells[1])
+    if doc.get("total_w") is None:
+        raise ValueError("not a Vivado power report: no 'Total On-Chip Power (W)' in a Summary section")
+    comps = next((v for k, v in sections.items() if k.endswith("on-chip components")), [])
+    doc["components"] = {c[0].strip(): _number(c[1]) for c in comps
+                         if len(c) > 1 and _number(c[1]) is not None}
+    hier = next((v for k, v in sections.items() if k.endswith("by hierarchy")), [])
+    doc["hierarchy"] = [[(len(c[0]) - len(c[0].lstrip())) // 2, c[0].strip(), _number(c[1])] for c in hier
+                        if len(c) > 1 and _number(c[1]) is not None]
+    doc["units"] = _units(doc["hierarchy"])
+    doc["util"] = {u: UNIT_COUNTER[u] for u in doc["units"]}
+    doc["fixed_w"] = round(doc["total_w"] - sum(doc["units"].values()), 6)
+    return doc
+
+
+def _units(hierarchy: list[list]) -> dict[str, float]:
+    """Dynamic watts per unit: the outermost instance named for a unit, inside u_board if there is one."""
+    board_depth = next((d for d, name, _ in hierarchy if name == "u_board"), None)
+    units: dict[str, float] = {}
+    inside_board = board_depth is None
+    claimed_depth = None     # depth of the unit instance we are inside, if any
+    for depth, name, watts in hierarchy:
+        if board_depth is not None:
+            if name == "u_board":
+                inside_board = True
+                continue
+            if depth <= board_depth:
+                inside_board = False
+        if claimed_depth is not None and depth > claimed_depth:
+            continue
+        claimed_depth = None
+        unit = UNIT_OF_INSTANCE.get(name)
+        if inside_board and unit:
+            units[unit] = round(units.get(unit, 0.0) + watts, 6)
+            claimed_depth = depth
+    return units
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m otpu_core.power REPORT [-o power.json]`: a build's power report as openTPU-power JSON."""
+    import argparse
+    import sys
+    ap = argparse.ArgumentParser(prog="python -m otpu_core.power", description=main.__doc__)
+    ap.add_argument("report", type=Path)
+    ap.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    a = ap.parse_args(argv)
+    try:
+        doc = parse_report(a.report.read_text(), str(a.report))
+    except (OSError, ValueError) as e:
+        print(f"python -m otpu_core.power: error: {a.report}: {e}", file=sys.stderr)
+        return 2
+    text = json.dumps(doc, indent=2) + "\n"
+    if a.output:
+        a.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -63,3 +63,94 @@ def test_query_parse_and_merge():
     text = smi_fields.help_text()
     for name in ("temperature.die", "power.draw", "utilization.mxu", "memory.total"):
         assert name in text
+
+
+TEXT_REPORT = """\
+Copyright 1986-2022 Xilinx, Inc. All Rights Reserved.
+| Design       : otpu_top
+| Device       : xc7k325tffg900-2
+
+1. Summary
+----------
+
++--------------------------+--------------+
+| Total On-Chip Power (W)  | 6.000        |
+| Design Power Budget (W)  | Unspecified* |
+| Dynamic (W)              | 2.950        |
+| Device Static (W)        | 3.050        |
+| Junction Temperature (C) | 36.4         |
+| Confidence Level         | Low          |
++--------------------------+--------------+
+
+1.1 On-Chip Components
+----------------------
+
++----------------+-----------+----------+
+| On-Chip        | Power (W) | Used     |
++----------------+-----------+----------+
+| Clocks         |     0.300 |        5 |
+| Slice Logic    |     0.450 |    12345 |
++----------------+-----------+----------+
+
+3.1 By Hierarchy
+----------------
+
++------------------+-----------+
+| Name             | Power (W) |
++------------------+-----------+
+| otpu_top         |     2.950 |
+|   u_mxu          |     0.500 |
+|   u_board        |     2.400 |
+|     u_mxu        |     1.000 |
+|       u_dma      |     0.200 |
+|     u_act        |     0.100 |
+|     u_dma        |     0.250 |
+|     u_vpu        |     0.350 |
+|     u_mem        |     0.600 |
+|     misc         |     0.100 |
++------------------+-----------+
+"""
+
+
+def _xml_of_text_report() -> str:
+    rows = [("otpu_top", "2.950", [("u_mxu", "0.500", []),
+                                   ("u_board", "2.400", [("u_mxu", "1.000", [("u_dma", "0.200", [])]),
+                                                         ("u_act", "0.100", []), ("u_dma", "0.250", []),
+                                                         ("u_vpu", "0.350", []), ("u_mem", "0.600", []),
+                                                         ("misc", "0.100", [])])])]
+
+    def tr(name, w, kids):
+        return (f'<tablerow><tablecell contents="{name}"/><tablecell contents="{w}"/>'
+                + "".join(tr(*k) for k in kids) + "</tablerow>")
+    summary = "".join(f'<tablerow><tablecell contents="{k}"/><tablecell contents="{v}"/></tablerow>'
+                      for k, v in (("Total On-Chip Power (W)", "6.000"), ("Dynamic (W)", "2.950"),
+                                   ("Device Static (W)", "3.050"), ("Confidence Level", "Low")))
+    return (f'<RptDoc><section title="Summary"><table>{summary}</table></section>'
+            f'<section title="By Hierarchy"><table>{"".join(tr(*r) for r in rows)}</table></section></RptDoc>')
+
+
+@pytest.mark.parametrize("text", [TEXT_REPORT, _xml_of_text_report()], ids=["text", "xml"])
+def test_power_report_units_and_fixed_part(text):
+    doc = power.parse_report(text, "report")
+    assert doc["total_w"] == 6.0 and doc["dynamic_w"] == 2.95 and doc["confidence"] == "Low"
+    # u_dma inside u_mxu counts as MXU; the u_mxu outside u_board is not the card's
+    assert doc["units"] == pytest.approx({"MXU": 1.1, "DMA": 0.25, "VPU": 0.35, "DRAM": 0.6})
+    assert doc["fixed_w"] == pytest.approx(6.0 - 2.3)
+    assert doc["util"]["MXU"] == "MXU_BUSY" and doc["util"]["DRAM"] == "DRAM"
+    assert [d for d, name, _ in doc["hierarchy"]][:4] == [0, 1, 1, 2]
+    if not text.startswith("<"):
+        assert doc["components"] == {"Clocks": 0.3, "Slice Logic": 0.45}
+
+
+def test_power_report_cli_round_trip(tmp_path):
+    rpt = tmp_path / "power.rpt"
+    rpt.write_text(TEXT_REPORT)
+    out = tmp_path / "power.json"
+    assert power.main([str(rpt), "-o", str(out)]) == 0
+    m = power.load(out)
+    assert m.max_w == 6.0 and m.fixed_w == pytest.approx(3.7)
+    assert m.estimate({"MXU_BUSY": 0.5, "DMA_BUSY": 0, "VPU_BUSY": 0, "DRAM": 0}).w == pytest.approx(3.7 + 0.55)
+    rpt.write_text("hello\n")
+    assert power.main([str(rpt)]) == 2
+    with pytest.raises(ValueError, match="not a Vivado power report"):
+        power.parse_report("hello")
