@@ -45,13 +45,15 @@ class Dram:
         if not 0 <= ch < self.channels or offset < 0 or offset + n > self.channel_bytes:
             raise ValueError(f"channel {ch} bytes [0x{offset:x}, 0x{offset + n:x}) outside its {self.channel_bytes} bytes")
 
-    def write_channel(self, ch: int, offset: int, data) -> None:
-        """Store bytes at a channel offset (any alignment: partial edge beats are merged)."""
+    def write_channel(self, ch: int, offset: int, data) -> tuple[int, int]:
+        """Store bytes at a channel offset (any alignment: partial edge beats are merged).
+        Returns the logical byte range the written beats span; the caller bumps its page
+        generations (`touch`) under its own lock, after the data is in place."""
         src = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).reshape(-1)
         n = src.size
         self._check(ch, offset, n)
         if n == 0:
-            return
+            return 0, 0
         first, stop = offset // regs.BEAT, -(-(offset + n) // regs.BEAT)
         idx = self.logical_beats(ch, first, stop)
         lead = offset - first * regs.BEAT
@@ -61,7 +63,7 @@ class Dram:
         else:
             block = src.reshape(-1, regs.BEAT)
         self.beats[idx] = block
-        self.touch(idx[0] * regs.BEAT, (idx[-1] + 1) * regs.BEAT)
+        return int(idx.min()) * regs.BEAT, (int(idx.max()) + 1) * regs.BEAT
 
     def read_channel(self, ch: int, offset: int, n: int, out: np.ndarray | None = None) -> np.ndarray:
         self._check(ch, offset, n)
@@ -76,7 +78,8 @@ class Dram:
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def touch(self, lo: int, hi: int) -> None:
-        """Bump the write generation of the pages covering logical bytes [lo, hi)."""
+        """Bump the write generation of the pages covering logical bytes [lo, hi) (not atomic
+        between processes: hold the card's lock)."""
         if hi > lo:
             self.gens[lo >> PAGE_SHIFT:((hi - 1) >> PAGE_SHIFT) + 1] += 1
 

@@ -583,8 +583,11 @@ class SimCard:
             phy = self._peek("litedram")
             if phy is not None and not phy.calibrated(ch):
                 src = phy.corrupt_write(ch, off, src[:n].copy())
-            for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, n):
-                self.dram.write_channel(ch, cell, src[pos:pos + length])
+            spans = [self.dram.write_channel(ch, cell, src[pos:pos + length])
+                     for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, n)]
+            with self._locked():
+                for lo, hi in spans:
+                    self.dram.touch(lo, hi)
         finally:
             self._dma_end("h2c")
 
