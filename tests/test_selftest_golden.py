@@ -6,7 +6,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 
 from otpu_core.card.runstate import DeviceLock
 from otpu_core.checks import Row, Status

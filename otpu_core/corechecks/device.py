@@ -1,14 +1,14 @@
 """The card as the core checks see it: one open Board per run, what its registers say, raw channels.
 
-A check never opens a card itself: `board(ctx)` opens it once per run (unchecked, so a wrong
-configuration becomes a failing row, not an exception) and caches it in the run's context;
-`close(ctx)` ends the run. `info(ctx)` decodes the identification registers once.
+A check never opens a card itself: `transport(ctx)` opens it once per run (taking the device
+lock), `board(ctx)` puts an unchecked Board on it (so a wrong configuration becomes a failing
+row, not an exception) once the ID register has been read; both are cached in the run's
+context and `close(ctx)` ends the run. `info(ctx)` is what the card said when the Board opened.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..card import regs
 from ..checks import CheckContext
 from ..target import Target
 from ..target import load as load_target
@@ -57,18 +57,18 @@ def snapshot(ctx: CheckContext) -> dict[str, int]:
 
 
 class ChannelView:
-    """The card's DRAM channels at raw offsets (memtest's ChannelMemory) through the transport."""
+    """The card's DRAM channels at raw offsets (memtest's ChannelMemory) through the Board."""
 
-    def __init__(self, t):
-        self.t = t
-        self.channels, self.channel_bytes = t.channels, t.channel_bytes
+    def __init__(self, b):
+        self.board = b
+        self.channels, self.channel_bytes = b.t.channels, b.t.channel_bytes
 
     def write_channel(self, ch: int, offset: int, data: np.ndarray) -> None:
-        self.t.mem_write(ch, offset, np.ascontiguousarray(data, np.uint8))
+        self.board.write_channel(ch, offset, np.ascontiguousarray(data, np.uint8))
 
     def read_channel(self, ch: int, offset: int, nbytes: int) -> np.ndarray:
-        return self.t.mem_read(ch, offset, nbytes)
+        return self.board.read_channel(ch, offset, nbytes)
 
 
 def channels(ctx: CheckContext) -> ChannelView:
-    return ChannelView(transport(ctx))
+    return ChannelView(board(ctx))

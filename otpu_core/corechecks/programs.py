@@ -55,8 +55,8 @@ def run_program(ctx: CheckContext, program, timeout: float = RUN_TIMEOUT_S):
     if hung:
         return None, f"not run: the core hung on '{hung}' earlier in this run"
     b = device.board(ctx)
-    b.load_program(opchecks.PROG_AT, np.frombuffer(isa.encode_program(program), np.uint8))
     try:
+        b.load_program(opchecks.PROG_AT, np.frombuffer(isa.encode_program(program), np.uint8))
         return b.run(timeout=timeout), None
     except DeviceBusy:
         raise
