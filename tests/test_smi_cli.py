@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from otpu_core import plugins, power, smi_fields
+from otpu_core import plugins, power, smi_fields, target
 from otpu_core.hookspecs import hookimpl
 from otpu_core.cli import run_app
 from otpu_smi import cli as smi_cli
@@ -44,6 +44,7 @@ def test_json_fields(capsys):
     card = doc[0]
     assert card["ok"] and card["device"] == "sim:s" and card["regmap"] == 3 and card["name"] == "sim-small"
     assert card["bitstream"]["D"] == 32 and card["calib"] == [True, True] and card["cfg_hash"]["match"] is True
+    assert card["cfg_hash"]["card"] == card["cfg_hash"]["target"] == f"0x{target.load('sim-small').arch_hash():08x}"
     assert 20 < card["temp_c"] < 85
     m = power.board_model()
     assert m.fixed_w <= card["power"]["w"] <= m.max_w and card["power"]["measured"] is False

@@ -154,7 +154,7 @@ def query_lines(obj: Any, indent: int = 0) -> list[str]:
             out.append(f"{pad}{k}")
             out += query_lines(v, indent + 1)
         else:
-            if k in ("status", "cfg_hash_card") and isinstance(v, int):
+            if k == "status" and isinstance(v, int):
                 v = f"0x{v:08x}"
             out.append(f"{pad}{str(k):<{max(1, 24 - 4 * indent)}} {v}")
     return out
