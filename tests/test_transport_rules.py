@@ -308,3 +308,27 @@ def test_dma_lock_holds_off_another_process(sim):
         assert time.monotonic() - t0 > 0.3
     finally:
         holder.wait(timeout=10)
+
+
+def test_poll_backs_off_instead_of_hammering_the_bar(sim):
+    reads = []
+    real = sim._reg_read
+    sim._reg_read = lambda off: reads.append(off) or real(off)
+    threading.Timer(0.05, lambda: sim.card.reg_write(regs.off("SCRATCH"), 3)).start()
+    t0 = time.monotonic()
+    sim.poll(regs.off("SCRATCH"), 3, 3, timeout=5)
+    took = time.monotonic() - t0
+    assert 0.045 < took < 0.2 and len(reads) < 2000, (took, len(reads))
+
+
+def test_poll_with_an_expected_time_sleeps_then_spins_at_the_end(sim):
+    reads = []
+    real = sim._reg_read
+    sim._reg_read = lambda off: reads.append(time.monotonic()) or real(off)
+    t0 = time.monotonic()
+    threading.Timer(0.1, lambda: sim.card.reg_write(regs.off("SCRATCH"), 5)).start()
+    sim.poll(regs.off("SCRATCH"), 5, 5, timeout=5, expect=0.1)
+    took = time.monotonic() - t0
+    early = [t - t0 for t in reads if t - t0 < 0.09]
+    assert 0.099 < took < 0.11
+    assert len(early) < 20                     # asleep for most of the expected time

@@ -35,9 +35,10 @@ from ..errors import DeviceError, UsageError
 
 READ_BOUNCE_MIN = 64 << 10   # smaller reads are latency-bound: never bounced
 PREFAULT_MIN = 1 << 20       # placed buffers from this size on are touched when allocated
-POLL_SPIN = 100e-6
+POLL_SPIN = 100e-6           # back-to-back reads first
+POLL_MIN_SLEEP = 20e-6
 POLL_MAX_SLEEP = 1e-3
-POLL_EARLY = 1.5e-3
+POLL_EARLY = 1.5e-3          # with an expected time: wake this much (+3%) before it
 
 
 def placed(n: int, card: int) -> np.ndarray:
@@ -125,27 +126,32 @@ class Transport:
             raise UsageError(f"BAR0 offset 0x{off:x} is not an aligned word inside the mapped 0x{regs.HOST_MAP_BYTES:x} bytes")
 
     def poll(self, off: int, mask: int, val: int, timeout: float = 600.0, expect: float = 0.0) -> int:
-        """Wait until (reg & mask) == val; spin briefly, then back off. Returns the register value."""
+        """Wait until (reg & mask) == val; returns the register value.
+
+        Without `expect`: back-to-back reads for POLL_SPIN, then sleeps of elapsed/32 (at most
+        POLL_MAX_SLEEP). With `expect` (seconds the wait should take): sleep in halving steps
+        until POLL_EARLY + 3% before it, spin until POLL_SPIN after it, then sleep lateness/32
+        (POLL_MIN_SLEEP..POLL_MAX_SLEEP)."""
         t0 = time.monotonic()
-        if expect > POLL_EARLY:
-            while True:
-                left = t0 + expect - POLL_EARLY * 1.03 - time.monotonic()
-                if left <= 1e-3:
-                    break
+        if expect > 0:
+            wake = t0 + expect * 0.97 - POLL_EARLY
+            while (left := wake - time.monotonic()) > 1e-3:
                 v = self.reg_read(off)
                 if v & mask == val:
                     return v
                 time.sleep(left / 2)
+        spin_until = t0 + expect + POLL_SPIN
         while True:
             v = self.reg_read(off)
             if v & mask == val:
                 return v
-            elapsed = time.monotonic() - t0
-            if elapsed > timeout:
+            now = time.monotonic()
+            if now - t0 > timeout:
                 raise DeviceError(f"timed out after {timeout:g}s waiting for register 0x{off:03x} & 0x{mask:x} == 0x{val:x} "
                                   f"(it reads 0x{v:08x})")
-            if elapsed > POLL_SPIN + max(0.0, expect):
-                time.sleep(min(POLL_MAX_SLEEP, elapsed / 32))
+            if now > spin_until:
+                late = now - t0 - expect
+                time.sleep(min(POLL_MAX_SLEEP, max(POLL_MIN_SLEEP if expect else 0.0, late / 32)))
 
     # -- DMA ------------------------------------------------------------------------------------
     def _check_mem(self, ch: int, off: int, n: int) -> None:
