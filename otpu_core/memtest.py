@@ -242,7 +242,6 @@ def march_c_minus(mem: ChannelMemory, ch: int, chunk: int = MARCH_CHUNK,
     chunk = min(chunk, size)
     starts = list(range(0, size, chunk))
     tally, t0 = ErrorTally(), time.perf_counter()
-    aliases: dict[int, str] = {}
     for e, (direction, ops) in enumerate(MARCH_C_MINUS, 1):
         order = starts if direction == "up" else starts[::-1]
         for k, off in enumerate(order):
@@ -253,12 +252,10 @@ def march_c_minus(mem: ChannelMemory, ch: int, chunk: int = MARCH_CHUNK,
                 if op[0] == "w":
                     mem.write_channel(ch, off, want)
                 else:
-                    got = mem.read_channel(ch, off, n)
-                    tally.add(off, want, got)
-                    _alias_from_data(off, want, got, aliases)
+                    tally.add(off, want, mem.read_channel(ch, off, n))
             if progress:
                 progress(e, (k + 1) / len(order), time.perf_counter() - t0)
-    addr_bits = dict(aliases)
+    addr_bits: dict[int, str] = {}
     offsets = tally.word_offsets()
     if offsets.size >= 16:
         for bit in range(3, max(size - 1, 1).bit_length()):
@@ -273,26 +270,6 @@ def march_c_minus(mem: ChannelMemory, ch: int, chunk: int = MARCH_CHUNK,
     else:
         msg = _fail_message(tally)
     return MemResult("march C-", ch, size, tally, msg, {} if tally.ok else addr_bits)
-
-
-def _alias_from_data(off: int, want: np.ndarray, got: np.ndarray, aliases: dict[int, str]) -> None:
-    """A wrong word that holds another offset's background (or its complement) names the aliased address bits."""
-    w = want.view("<u8")
-    g = got.view("<u8")
-    bad = np.flatnonzero(w != g)
-    if bad.size == 0:
-        return
-    mask = np.uint64((1 << 40) - 1)
-    tagged = (g[bad] >> np.uint64(40)) == (w[bad] >> np.uint64(40))
-    flipped = (~g[bad] >> np.uint64(40)) == (w[bad] >> np.uint64(40))
-    gw = np.where(flipped & ~tagged, ~g[bad], g[bad])
-    ok = tagged | flipped
-    xor = ((gw[ok] & mask) ^ (w[bad][ok] & mask)).astype(np.int64)
-    if xor.size == 0:
-        return
-    bits = np.unpackbits(xor.astype("<u8").view(np.uint8).reshape(-1, 8), axis=1, bitorder="little").any(axis=0)
-    for bit in np.flatnonzero(bits):
-        aliases.setdefault(int(bit), "aliases (a wrong word holds the data of the address differing in this bit)")
 
 
 # ---- diagnosis ---------------------------------------------------------------------------

@@ -74,6 +74,15 @@ def test_lane_hints_sum_over_a_channel_and_address_bits_win():
                                                 "addr_bits": {"20": "aliases with offset 0x100000"}})
     assert diagnose([alias]) == ["channel 0 address bit 20 aliases with offset 0x100000 -> that address line "
                                  "(A / BA pinout) or the controller's address width"]
+    lanes[:] = 0
+    lanes[0], bits[:] = 20, 0
+    bits[3] = 20
+    march = row("mem", N.march(0), F, data={"channel": 0, "lanes": lanes.tolist(), "bits": bits.tolist(),
+                                            "addr_bits": {"14": "1 in every wrong word"}})
+    assert diagnose([march]) == [
+        "channel 0 byte lane 0 errors -> DQ[7:0] pinout / calibration of that lane; only DQ3 (stuck or shorted bit)",
+        "channel 0 address bit 14 1 in every wrong word -> that address line (A / BA pinout) or the controller's "
+        "address width"]
 
 
 def test_platform_rules_in_order():

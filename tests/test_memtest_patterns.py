@@ -130,3 +130,22 @@ def test_random_block_layout():
     assert size == 1 << 20 and len(offs) == 16 and offs[0] == 0 and offs[-1] == (1 << 31) - size
     size, offs = memtest.random_block_offsets(1 << 20)
     assert size == 1 << 15
+
+
+class HalfStuck(ArrayMemory):
+    """DQ3 stuck at 1, but only in cells whose address has bit 14 set (one bank / row range is bad)."""
+
+    def read_channel(self, ch, offset, nbytes):
+        out = super().read_channel(ch, offset, nbytes)
+        offs = np.arange(offset, offset + nbytes)
+        out[(offs % 8 == 0) & (offs >> 14 & 1 == 1)] |= 1 << 3
+        return out
+
+
+def test_march_names_an_address_bit_set_in_every_wrong_word():
+    r = memtest.march_c_minus(HalfStuck(channel_bytes=1 << 16), 0, chunk=1 << 13)
+    assert r.errors.bad_bits() == [3]
+    assert r.addr_bits == {14: "1 in every wrong word"}
+    assert memtest.address_hints(0, r.addr_bits) == [
+        "channel 0 address bit 14 1 in every wrong word -> that address line (A / BA pinout) or the controller's "
+        "address width"]

@@ -80,10 +80,12 @@ def _memory_hints(failed: list[Row]) -> list[str]:
             addr[ch].setdefault(int(bit), what)
     out: list[str] = []
     for ch in sorted(set(lanes) | set(addr)):
-        if addr.get(ch):
-            out += memtest.address_hints(ch, addr[ch])
-        elif ch in lanes:
+        # an aliased address line explains every wrong byte; an address bit common to the wrong
+        # words (March C-) only says where the lane errors are
+        aliased = any(str(v).startswith("aliases") for v in addr.get(ch, {}).values())
+        if ch in lanes and not aliased:
             out += memtest.lane_hints(ch, lanes[ch], bits[ch])
+        out += memtest.address_hints(ch, addr.get(ch, {}))
     return out
 
 
