@@ -217,3 +217,18 @@ def test_a_broken_sensor_plugin_is_reported_and_skipped(capsys):
     out, err = capsys.readouterr()
     assert out.strip().startswith("estimate")
     assert "plugin 'test-broken-sensor' failed to report fields: RuntimeError: bus stuck" in err
+
+
+def test_runner_status_file_fills_memory_and_process(capsys):
+    from otpu_core.card.runstate import run_dir, write_status
+    write_status(run_dir() / "sim-s.json", {"pid": os.getpid(), "cmd": "otpu-chat qwen3", "model": "qwen3-0.6b",
+                                            "tokens": 12, "tok_s_wall": 3.5,
+                                            "dram": {"total": 16 << 20, "free": 6 << 20, "kv_capacity": 4 << 20,
+                                                     "kv_used": 1 << 20}})
+    assert smi("--query", "memory.used,memory.free,process.pid,process.model,process.tokens",
+               "--format", "csv,noheader,nounits") == 0
+    assert capsys.readouterr().out.strip() == f"10, 6, {os.getpid()}, qwen3-0.6b, 12"
+    assert smi() == 0
+    out = capsys.readouterr().out
+    assert "10 MiB used (KV 1 / 4 MiB)" in out and "Model qwen3-0.6b   tokens 12   3.5 tok/s" in out
+    assert f"PID {os.getpid()}  otpu-chat qwen3" in out

@@ -89,6 +89,9 @@ def card_table(report: dict[str, Any], history: History | None = None) -> Table:
     t.add_row("Power", power_text)
     used = f.get("memory.used")
     mem = f"{_text(f, 'memory.total')} total" + (f", {used.text()} used" if used is not None and used.value else "")
+    kv = ((report["process"] or {}).get("dram") or {}) if not (report["process"] or {}).get("stale") else {}
+    if isinstance(kv, dict) and kv.get("kv_capacity"):
+        mem += f" (KV {kv.get('kv_used', 0) / 2**20:.0f} / {kv['kv_capacity'] / 2**20:.0f} MiB)"
     t.add_row("DRAM", f"{mem} · bandwidth {_gbs(report['dram_gbs'])} (read {_gbs(report['dram_rd_gbs'])}, "
                       f"write {_gbs(report['dram_wr_gbs'])})")
     if report["util"] is None:

@@ -150,7 +150,9 @@ def fields_of(r: dict[str, Any]) -> list[Field]:
     """smi's own fields of a report, by catalogue name."""
     bs, util, proc = r["bitstream"], r["util"] or {}, r["process"] or {}
     live = proc if proc and not proc.get("stale") else {}
-    used = (live.get("dram") or {}).get("total") if isinstance(live.get("dram"), dict) else None
+    layout = live.get("dram") if isinstance(live.get("dram"), dict) else {}
+    # the runner's DRAM layout (status file): total and free bytes of the card as it placed them
+    used = layout["total"] - layout["free"] if {"total", "free"} <= set(layout) else None
     mib = r["memory_bytes"] / 2**20
     pw = r["power"]
     link = r["pcie"] or {}
@@ -168,8 +170,8 @@ def fields_of(r: dict[str, Any]) -> list[Field]:
         Field("power.source", f"estimate ({pw['source']})" if pw else None),
         Field("power.max", pw.get("max_w") if pw else None, "W", "estimate"),
         Field("memory.total", int(mib), "MiB"),
-        Field("memory.used", int(used / 2**20) if used else None, "MiB"),
-        Field("memory.free", int(mib - used / 2**20) if used else None, "MiB"),
+        Field("memory.used", None if used is None else int(used / 2**20), "MiB"),
+        Field("memory.free", None if used is None else int(mib - used / 2**20), "MiB"),
         Field("memory.calibration", " ".join(f"ch{i} {'ok' if c else 'NOT calibrated'}" for i, c in enumerate(r["calib"]))),
         Field("memory.type", f"DDR3-{r['ddr_mts']}" if r["ddr_mts"] else None),
         Field("state", "running" if r["running"] else "idle"),
