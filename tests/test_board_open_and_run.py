@@ -209,7 +209,7 @@ def test_two_processes_counters_move_and_no_write_is_lost():
         stats = b.wait(timeout=120)
         print("cycles", stats.cycles, flush=True)
         b.close()
-        """), LONG.format(n=150000)], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+        """), LONG.format(n=250000)], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
     try:
         assert runner.stdout.readline().strip() == "started"
         watcher = Board.open("sim", "sim-small", lock=False)
@@ -217,7 +217,7 @@ def test_two_processes_counters_move_and_no_write_is_lost():
         for _ in range(4):
             seen.append(watcher.snapshot()["RUNNING"])
             watcher.write(0x400000 + len(seen) * 65536, np.full(65536, 100 + len(seen), np.uint8))
-            time.sleep(0.15)
+            time.sleep(0.25)
         assert all(b > a for a, b in zip(seen, seen[1:])), seen      # the counters move
         line = runner.stdout.readline().split()
         assert runner.wait(timeout=120) == 0 and line[0] == "cycles" and int(line[1]) > 0
