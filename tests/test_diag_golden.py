@@ -86,3 +86,11 @@ def test_soak_reports_intermittent_programs(monkeypatch):
     assert res.status == Status.FAIL
     assert res.message == "intermittent dma: LD/ST aligned 1/3"
     assert res.data == {"rounds": 3, "failures": {"dma: LD/ST aligned": 1}}
+
+
+def test_a_blackhole_card_runs_its_plugins_checks(capsys, tmp_path):
+    report = tmp_path / "d.json"
+    assert run_app(cli.app, "otpu-diag", ["--dev", "tt:sim", "--json", str(report)]) == 0
+    doc = json.loads(report.read_text())
+    assert doc["target"] is None and {r["section"] for r in doc["rows"]} == {"tt"}
+    assert capsys.readouterr().out.startswith("openTPU diagnostics on tt:sim, --mem quick")

@@ -67,3 +67,9 @@ def test_stage_lines_aggregate_rows():
     lines = group_stages(rows)
     assert [(s.stage, s.status, s.message, s.seconds, s.hint) for s in lines] == [
         ("addr", Status.FAIL, "y", 0.75, "fix b"), ("pattern", Status.FAIL, "needs b (FAIL)", 0.0, None)]
+
+
+def test_a_blackhole_card_runs_its_plugins_stages(capsys):
+    assert run_app(cli.app, "otpu-selftest", ["--dev", "tt:sim", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["target"] is None and [s["stage"] for s in doc["stages"]] == ["tt"] and doc["result"] == "ALL PASS"

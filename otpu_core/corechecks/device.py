@@ -38,12 +38,29 @@ def board(ctx: CheckContext):
 
 
 def close(ctx: CheckContext) -> None:
+    """End the run: the Board (and its transport), and whatever other plugins' checks opened."""
     b = ctx.cache.pop("board", None)
     t = ctx.cache.pop("transport", None)
     if b is not None:
         b.close()
     elif t is not None:
         t.close()
+    for key in [k for k, v in ctx.cache.items() if callable(getattr(v, "close", None))]:
+        ctx.cache.pop(key).close()
+
+
+def begin(ctx: CheckContext) -> str:
+    """Open an openTPU card (taking its lock) before anything prints; returns what the run is on.
+
+    Other kinds of card (`tt:...`) are opened by their own plugin's checks."""
+    if ctx.device_kind != "otpu":
+        return ctx.dev
+    ctx.dev = transport(ctx).dev
+    return f"{ctx.dev} (target {target(ctx).name})"
+
+
+def target_name(ctx: CheckContext) -> str | None:
+    return target(ctx).name if ctx.device_kind == "otpu" else None
 
 
 def info(ctx: CheckContext):

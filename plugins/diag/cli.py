@@ -26,13 +26,13 @@ app = typer.Typer(name="diag", add_completion=False, rich_markup_mode=None,
                        "at. Exit 0 all pass, 1 a check failed, 2 bad options, 3 card busy or absent.")
 
 
-def _sections(only: str | None) -> list[str] | None:
+def _sections(only: str | None, known: list[str]) -> list[str] | None:
     if not only:
         return None
     wanted = [s.strip() for s in only.split(",") if s.strip()]
-    unknown = [s for s in wanted if s not in SECTIONS]
+    unknown = [s for s in wanted if s not in known]
     if unknown:
-        raise UsageError(f"--only: unknown section {', '.join(unknown)}", hint=f"sections: {', '.join(SECTIONS)}")
+        raise UsageError(f"--only: unknown section {', '.join(unknown)}", hint=f"sections: {', '.join(known)}")
     return wanted
 
 
@@ -65,16 +65,18 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
     """Diagnose a card."""
     if mem not in ("quick", "full"):
         raise UsageError(f"--mem {mem}: must be quick or full")
-    sections = _sections(only)
     registry = _registry(mem, soak)
+    kind = checks.device_kind(dev or "")
+    sections = _sections(only, list(dict.fromkeys([*SECTIONS, *registry.sections(kind)])) if kind == "otpu"
+                         else registry.sections(kind))
     con = stdout()
     progress = CheckProgress(con)
     ctx = checks.CheckContext(dev or "", {"target": target, "fault": fault, "mem": mem, "soak": soak,
                                           "bw_mib": bw_mib, "power_json": power_json, **progress.options()})
     printer = RowPrinter(con)
     try:
-        ctx.dev = device.transport(ctx).dev  # opens the card (and takes its lock) before anything prints
-        con.print(f"openTPU diagnostics on {ctx.dev} (target {device.target(ctx).name}, --mem {mem})")
+        on = device.begin(ctx)
+        con.print(f"openTPU diagnostics on {on}, --mem {mem}")
         with progress:
             rows = checks.run_all(registry, ctx, sections, on_row=printer)
     finally:
@@ -82,7 +84,7 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
     hints = diagnose(rows)
     print_summary(con, rows, hints)
     if json_file is not None:
-        json_file.write_text(json.dumps(document(ctx.dev, device.target(ctx).name, rows, hints), indent=2,
+        json_file.write_text(json.dumps(document(ctx.dev, device.target_name(ctx), rows, hints), indent=2,
                                         default=str) + "\n")
     if any(r.status == checks.Status.FAIL for r in rows):
         raise typer.Exit(EXIT_CHECKS_FAILED)

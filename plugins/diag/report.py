@@ -82,7 +82,7 @@ def verdict_text(rows: list[Row]) -> str:
     return "[bold green]ALL PASS[/]"
 
 
-def document(device: str, target: str, rows: list[Row], hints: list[str]) -> dict:
+def document(device: str, target: str | None, rows: list[Row], hints: list[str]) -> dict:
     return {"tool": "otpu-diag", "device": device, "target": target,
             "time": dt.datetime.now().isoformat(timespec="seconds"), "argv": sys.argv,
             "rows": [r.as_dict() for r in rows], "summary": summary(rows), "hints": hints,

@@ -30,7 +30,11 @@ def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: 
              json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of lines.")) -> None:
     """Bring up a card stage by stage."""
     registry = collect()
-    stages = STAGES + (("model",) if model else ())
+    kind = checks.device_kind(dev or "")
+    if kind == "otpu":
+        stages = STAGES + (("model",) if model else ())
+    else:   # another kind of card: the stages its plugin's checks name, in their order
+        stages = tuple(dict.fromkeys(c.stage for c in registry.for_device(kind) if c.stage))
     if model and not any(c.stage == "model" for c in registry):
         raise UsageError("--model: no plugin provides the model stage", hint="install the otpu chat plugin")
     con = stdout()
@@ -45,16 +49,16 @@ def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: 
         done.append(row)
 
     try:
-        ctx.dev = device.transport(ctx).dev  # opens the card (and takes its lock) before anything prints
+        on = device.begin(ctx)
         if not json_out:
-            con.print(f"openTPU self-test on {ctx.dev} (target {device.target(ctx).name})")
+            con.print(f"openTPU self-test on {on}")
         with progress:
             rows, stopped = checks.run_stages(registry, ctx, stages, on_row=on_row)
     finally:
         device.close(ctx)
     lines = group_stages(rows)
     if json_out:
-        print_json({"tool": "otpu-selftest", "device": ctx.dev, "target": device.target(ctx).name,
+        print_json({"tool": "otpu-selftest", "device": ctx.dev, "target": device.target_name(ctx),
                     "stages": [s.as_dict() for s in lines], "stopped_at": stopped,
                     "result": "ALL PASS" if stopped is None else f"stopped at stage '{stopped}'"})
     else:
