@@ -95,6 +95,16 @@ def test_rates_bars_and_sparklines():
     assert sparkline([0, 50, 100], 0, 100) == "▁▅█"
 
 
+def test_loop_json_is_one_document_per_line():
+    p = subprocess.Popen([sys.executable, "-c", "from otpu_smi.cli import main; main()", "--dev", "sim:s",
+                          "--target", "sim-small", "--json", "-l", "0.2"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    docs = [json.loads(p.stdout.readline()) for _ in range(2)]
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=20) == 0
+    assert [d[0]["device"] for d in docs] == ["sim:s", "sim:s"] and docs[1][0]["time"] > docs[0][0]["time"]
+
+
 def test_loop_mode_repeats_and_ctrl_c_exits_0(tmp_path):
     env = dict(os.environ)   # conftest points OTPU_RUN_DIR at this test's run directory
     p = subprocess.Popen([sys.executable, "-c", "from otpu_smi.cli import main; main()", "--dev", "sim:s",

@@ -63,7 +63,8 @@ def smi(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DEV"
         loop: float = typer.Option(None, "-l", "--loop", min=0.1, help="Repeat every SEC seconds until Ctrl-C."),
         interval: float = typer.Option(0.2, "-i", "--interval", min=0.01,
                                        help="Seconds between the two counter snapshots of a single report."),
-        json_out: bool = typer.Option(False, "--json", help="Print JSON (a list of cards)."),
+        json_out: bool = typer.Option(False, "--json", help="Print JSON: a list of cards (with -l, one compact "
+                                                             "list per line, JSON Lines)."),
         full: bool = typer.Option(False, "-q", "--query-all", help="Print every field, nested, as key value lines."),
         query: str = typer.Option(None, "--query", help="Comma-separated fields to print (see --help-query)."),
         fmt: str = typer.Option("csv", "--format", help="With --query: csv[,noheader][,nounits]."),
@@ -102,6 +103,8 @@ def smi(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DEV"
             for r in reports:
                 print(smi_fields.csv_row(r["fields"], names, units) if r.get("ok") else
                       ", ".join([smi_fields.NA] * len(names)))
+        elif json_out and loop is not None:
+            print(json.dumps([_jsonable(r) for r in reports], default=str, separators=(",", ":")))
         elif json_out:
             print_json([_jsonable(r) for r in reports])
         elif full:
