@@ -242,3 +242,38 @@ def test_runner_status_file_fills_memory_and_process(capsys):
     out = capsys.readouterr().out
     assert "10 MiB used (KV 1 / 4 MiB)" in out and "Model qwen3-0.6b   tokens 12   3.5 tok/s" in out
     assert f"PID {os.getpid()}  otpu-chat qwen3" in out
+
+
+def test_smi_loop_in_another_process_sees_utilisation_rise_and_fall():
+    import threading
+
+    import numpy as np
+
+    from otpu_core import isa, opchecks
+    from otpu_core.board import Board
+
+    board = Board.open("sim:rise", target="sim-small")
+    smi_proc = subprocess.Popen([sys.executable, "-c", "from otpu_smi.cli import main; main()", "--dev", "sim:rise",
+                                 "--target", "sim-small", "--query", "utilization.running,state",
+                                 "--format", "csv,noheader,nounits", "-l", "0.25"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(smi_proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        while len(lines) < 2:
+            time.sleep(0.05)
+        board.load_program(opchecks.PROG_AT,
+                           np.frombuffer(isa.encode_program(opchecks.nop_loop(900_000)), np.uint8))
+        board.run(timeout=120)
+        n = len(lines)
+        while len(lines) < n + 3:
+            time.sleep(0.05)
+    finally:
+        smi_proc.send_signal(signal.SIGINT)
+        assert smi_proc.wait(timeout=20) == 0
+        board.close()
+    samples = [(int(u), s) for u, s in (line.strip().split(", ") for line in lines)]
+    assert samples[0] == (0, "idle")
+    assert max(u for u, _ in samples) > 50 and any(s == "running" for _, s in samples)
+    assert samples[-1] == (0, "idle")
