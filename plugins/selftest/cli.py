@@ -13,6 +13,7 @@ from otpu_core.errors import EXIT_CHECKS_FAILED, UsageError
 
 from .report import group_stages, stage_text, verdict_text
 
+SELFTEST_MIN_GBS = 0.5   # bring-up wants a usable link; diag's rows pass from 0.25 GB/s
 STAGES = ("link", "config", "calib", "scrub", "regs", "i2c", "addr", "pattern", "bandwidth", "kernel", "vops",
           "stream")
 
@@ -27,6 +28,8 @@ def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: 
              model: str = typer.Option(None, "--model", help="Also run the model stage with this model "
                                                              "(needs a plugin that provides the model check)."),
              tokens: int = typer.Option(8, "--tokens", min=1, help="Tokens the model stage decodes."),
+             bw_mib: int = typer.Option(256, "--bw-mib", min=1, help="MiB per channel each way for the bandwidth "
+                                                                     "stage (it passes above 0.5 GB/s)."),
              json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of lines.")) -> None:
     """Bring up a card stage by stage."""
     registry = collect()
@@ -40,7 +43,7 @@ def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: 
     con = stdout()
     progress = CheckProgress(con)
     ctx = checks.CheckContext(dev or "", {"target": target, "fault": fault, "model": model, "tokens": tokens,
-                                          **progress.options()})
+                                          "bw_mib": bw_mib, "bw_min_gbs": SELFTEST_MIN_GBS, **progress.options()})
     done: list[checks.Row] = []
 
     def on_row(row: checks.Row) -> None:
