@@ -1,1 +1,3 @@
-"""The card: its register and DRAM contract (`regs`), run-directory state (`runstate`) and the simulated card."""
+"""The card: its contract (`regs`: BAR0 map, DRAM interleave, XDMA engine facts), run-directory
+state (`runstate`: locks, status file), and the simulated card (`simcard`, with `dram`, `engine`
+and the peripherals `litedram`, `i2c`, `thermal`, `faults`). docs/card.md describes them."""
