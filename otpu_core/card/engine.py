@@ -112,8 +112,7 @@ class CardRun:
             self._run(m, seen)
         except UsageError as e:
             timed_out = getattr(e, "kind", None) == "waitw-timeout"
-            card.finish(self.gen, regs.ST_ERROR | (regs.ST_WAIT_TO if timed_out else 0),
-                        e.message if timed_out else f"illegal instruction: {e.message}")
+            card.finish(self.gen, regs.ST_ERROR | (regs.ST_WAIT_TO if timed_out else 0), e.message)
         except Exception as e:      # the card must report, never take the host process down
             card.finish(self.gen, regs.ST_ERROR | regs.ST_AXI_ERR, f"simulated core failed: {type(e).__name__}: {e}")
 
