@@ -324,3 +324,20 @@ def test_board_backend_keeps_a_resident_program_and_checks_features(board):
             BoardBackend(plain).attach(target_mod.load("ypcb-00338").config().replace(PAIR=True))
     finally:
         plain.close()
+
+
+def test_card_run_command(tmp_path):
+    good = tmp_path / "copy.s"
+    good.write_text(COPY)
+    code, out = otpu("card", "run", str(good), "--dev", "sim", "--target", "sim-small", "--arg", "0=4096", "--json")
+    assert code == 0 and json.loads(out)["instructions"] == 3
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\xff" * 32)
+    code, out = otpu("card", "run", str(bad), "--dev", "sim", "--target", "sim-small")
+    assert code == 2 and "unknown opcode" in out and "Traceback" not in out
+    oob = tmp_path / "oob.s"
+    oob.write_text("ld dram=0x7fffff0 tmem=0 n=64\nhalt\n")
+    code, out = otpu("card", "run", str(oob), "--dev", "sim", "--target", "sim-small")
+    assert code == 2 and "illegal instruction" in out and "pc 0" in out
+    code, out = otpu("card", "run", str(good), "--dev", "sim", "--target", "sim-small", "--arg", "9=1")
+    assert code == 2 and "N must be 0..7" in out

@@ -145,6 +145,41 @@ def reg_cmd(name: str = typer.Argument(..., help="Register name, e.g. SCRATCH.")
         print(f"{name.upper()} = 0x{board.reg(name):08x}")
 
 
+@app.command("run")
+def run_cmd(program: str = typer.Argument(..., help="Program: assembly (.s) or an image (.bin)."),
+            dev: cliopts.Dev = None, target: cliopts.TargetName = None, no_check: cliopts.NoCheck = False,
+            fault: cliopts.Fault = None,
+            arg: list[str] = typer.Option([], "--arg", help="Run argument ARGn (R8+n) as N=VALUE; repeatable."),
+            timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for HALTED."),
+            json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Run one program on a card (loaded into the program area at the top of DRAM) and print its counters."""
+    from pathlib import Path
+
+    from ..board import BoardBackend, prepare
+    path = Path(program)
+    try:
+        prog = prepare(path.read_text() if path.suffix in (".s", ".asm") else path.read_bytes())
+    except OSError as e:
+        raise UsageError(f"{program}: {e.strerror}") from None
+    args = [0] * regs.ARG_COUNT
+    for item in arg:
+        key, _, value = item.partition("=")
+        try:
+            index, number = int(key), int(value, 0)
+        except ValueError:
+            raise UsageError(f"--arg {item!r}: write it as N=VALUE, e.g. --arg 0=0x1000") from None
+        if not 0 <= index < regs.ARG_COUNT:
+            raise UsageError(f"--arg {item!r}: N must be 0..{regs.ARG_COUNT - 1}")
+        args[index] = number
+    with Board.open(dev, target, check=not no_check, faults=fault) as board:
+        stats = BoardBackend(board).run(prog, args=args, timeout=timeout)
+    if json_out:
+        print_json(stats.as_dict())
+        return
+    stdout().print(f"{prog.instructions} instructions loaded, {stats.instructions} retired in {stats.cycles} cycles "
+                   f"({stats.seconds * 1000:.1f} ms wall); port B reads {stats.b_reads}, writes {stats.b_writes}")
+
+
 def _hex(v: int | None) -> str: return "n/a" if v is None else f"0x{v:08x}"
 
 
