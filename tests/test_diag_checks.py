@@ -70,3 +70,34 @@ def test_scrub_on_an_ecc_card_runs_once(ctx, monkeypatch):
     assert seen[-1][0] == seen[-1][1] == 16 << 20
     assert t.reg_read(regs.off("SCRATCH")) == regs.DRAM_INIT
     assert platform.dram_scrub(ctx).message == "already done since configuration"
+
+
+def test_xdma_driver_names_missing_nodes():
+    res = platform.xdma_driver(CheckContext("/dev/xdma9"))
+    assert res.status == Status.FAIL
+    assert res.message.startswith("missing /dev/xdma9_user, /dev/xdma9_h2c_0, /dev/xdma9_c2h_0")
+    assert platform.xdma_driver(CheckContext("sim")).status == Status.SKIP
+
+
+def _patch_reads(monkeypatch, t, off, fn):
+    real = t.reg_read
+    monkeypatch.setattr(t, "reg_read", lambda o: fn(real(o)) if o == off else real(o))
+
+
+def test_sticky_status_error_bits_fail(ctx, monkeypatch):
+    t = device.transport(ctx)
+    _patch_reads(monkeypatch, t, regs.off("STATUS"), lambda v: v | regs.ST_AXI_ERR)
+    res = platform.status_errors(ctx)
+    assert res.status == Status.FAIL and "ERROR / AXI_ERR stay set after CLEAR" in res.message
+
+
+def test_a_stuck_i2c_line_fails_pins_and_scan(ctx, monkeypatch):
+    from otpu_core.card import i2c
+    from otpu_core.corechecks import i2cchecks
+    t = device.transport(ctx)
+    _patch_reads(monkeypatch, t, regs.off("I2C_IN"), lambda v: v & ~i2c.sda_bit(1))   # bus 1 SDA held low
+    pins = i2cchecks.pins(ctx)
+    assert pins.status == Status.FAIL and pins.message == "bus 1 SDA low while released"
+    scan = i2cchecks.scan(ctx, bus=1)
+    assert scan.status == Status.FAIL and "busy" in scan.message and "pull-up" in scan.hint
+    assert i2cchecks.scan(ctx, bus=0).message == "bus 0 (sensor): 0x4a"
