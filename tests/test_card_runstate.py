@@ -85,3 +85,11 @@ def test_dma_lock_is_reentrant_and_excludes_other_threads():
     t.join()
     assert order == ["first", "other"]
     assert (runstate.run_dir() / "card5.dma").exists()
+
+
+def test_an_unwritable_status_file_is_reported_once_and_the_lock_still_works(capsys):
+    (runstate.run_dir() / "card6.json").mkdir()           # a directory where the file should go
+    lock = runstate.DeviceLock("card6").acquire()
+    assert "no status file" in capsys.readouterr().err
+    assert not runstate.update_status("card6", tokens=1)
+    lock.release()

@@ -131,8 +131,10 @@ class DeviceLock:
         except OSError:
             pass            # a read-only lock file still locks; the holder pid is then unknown
         self._fd = fd
-        write_status(self.status_path, {"pid": os.getpid(), "cmd": process_command(os.getpid()),
-                                         "argv": sys.argv, "dev": self.devname, "start": time.time()})
+        if not write_status(self.status_path, {"pid": os.getpid(), "cmd": process_command(os.getpid()),
+                                                "argv": sys.argv, "dev": self.devname, "start": time.time()}):
+            print(f"otpu: {self.devname}: no status file ({self.status_path} cannot be written); "
+                  "monitors will not see this process", file=sys.stderr)
         return self
 
     def _busy(self) -> DeviceBusy:
