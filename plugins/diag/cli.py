@@ -20,10 +20,11 @@ from .report import RowPrinter, document, print_summary
 
 SECTIONS = ("platform", "regs", "i2c", "mem", "isa", "system", "model")
 
-app = typer.Typer(name="diag", add_completion=False, rich_markup_mode=None,
-                  help="Diagnose an openTPU card: every check whose prerequisites passed (the rest SKIP \"needs X\"), "
-                       "a summary per section, what does not work, what did not run, and what the failures point "
-                       "at. Exit 0 all pass, 1 a check failed, 2 bad options, 3 card busy or absent.")
+HELP = ("Diagnose an openTPU card: every check whose prerequisites passed (the rest SKIP \"needs X\"), "
+        "a summary per section, what does not work, what did not run, and what the failures point "
+        "at. Exit 0 all pass, 1 a check failed, 2 bad options, 3 card busy or absent.")
+
+app = typer.Typer(name="diag", add_completion=False, rich_markup_mode=None)
 
 
 def _sections(only: str | None, known: list[str]) -> list[str] | None:
@@ -51,7 +52,7 @@ def _registry(mem: str, soak: int) -> checks.Registry:
     return reg
 
 
-@app.callback(invoke_without_command=True)
+@app.command(help=HELP)
 def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.Fault = None,
          mem: str = typer.Option("quick", "--mem", help="quick, or full (adds March C- over each whole channel)."),
          soak: int = typer.Option(0, "--soak", min=0, help="Rerun every program N times; report intermittent ones."),

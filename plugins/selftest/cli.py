@@ -17,13 +17,14 @@ SELFTEST_MIN_GBS = 0.5   # bring-up wants a usable link; diag's rows pass from 0
 STAGES = ("link", "config", "calib", "scrub", "regs", "i2c", "addr", "pattern", "bandwidth", "kernel", "vops",
           "stream")
 
-app = typer.Typer(name="selftest", add_completion=False, rich_markup_mode=None,
-                  help="Staged bring-up of an openTPU card: link, config, calib, scrub, regs, i2c, addr, pattern, "
-                       "bandwidth, kernel, vops, stream (and model with --model). Stops at the first failure and "
-                       "prints its hint. Exit 0 all pass, 1 a stage failed, 3 card busy or absent.")
+HELP = ("Staged bring-up of an openTPU card: link, config, calib, scrub, regs, i2c, addr, pattern, "
+        "bandwidth, kernel, vops, stream (and model with --model). Stops at the first failure and "
+        "prints its hint. Exit 0 all pass, 1 a stage failed, 3 card busy or absent.")
+
+app = typer.Typer(name="selftest", add_completion=False, rich_markup_mode=None)
 
 
-@app.callback(invoke_without_command=True)
+@app.command(help=HELP)
 def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.Fault = None,
              model: str = typer.Option(None, "--model", help="Also run the model stage with this model "
                                                              "(needs a plugin that provides the model check)."),

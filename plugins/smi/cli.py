@@ -24,9 +24,10 @@ from otpu_core.errors import EXIT_DEVICE, DeviceBusy, OtpuError, UsageError
 from .render import History, query_lines, screen
 from .sample import Sampler
 
-app = typer.Typer(name="smi", add_completion=False, rich_markup_mode=None,
-                  help="Show openTPU cards: identity, link, temperature, power, DRAM, utilisation and the process "
-                       "using each. Exit 0 ok, 2 bad options, 3 no card or a card that cannot be opened.")
+HELP = ("Show openTPU cards: identity, link, temperature, power, DRAM, utilisation and the process "
+        "using each. Exit 0 ok, 2 bad options, 3 no card or a card that cannot be opened.")
+
+app = typer.Typer(name="smi", add_completion=False, rich_markup_mode=None)
 
 
 def _formats(text: str) -> tuple[bool, bool]:
@@ -55,8 +56,8 @@ def _jsonable(report: dict) -> dict:
     return out
 
 
-@app.callback(invoke_without_command=True)
-def smi(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DEV", show_envvar=True,
+@app.command(help=HELP)
+def smi(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DEV", show_envvar=True, metavar="DEV",
                                                 help="Card to show (repeatable): /dev/xdmaN, sim or sim:NAME. "
                                                      "Default: every card found."),
         target: cliopts.TargetName = None,

@@ -8,4 +8,5 @@ from . import cli
 
 @hookimpl
 def otpu_commands(app) -> None:
-    app.add_typer(cli.app, name="smi")
+    # the same function as otpu-smi: one command under two names
+    app.command("smi", help=cli.HELP)(cli.smi)
