@@ -126,7 +126,7 @@ def snap_counters(ctx: CheckContext) -> Result:
     time.sleep(0.01)
     b = device.snapshot(ctx)
     bad = []
-    if b["snaps"] != a["snaps"] + 1:
+    if b["snaps"] < a["snaps"] + 1:   # a monitor (otpu-smi) may latch in between: more is fine
         bad.append(f"SNAP went {a['snaps']} -> {b['snaps']}")
     up = b["UPTIME"] - a["UPTIME"]
     if up <= 0:
