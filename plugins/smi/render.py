@@ -12,7 +12,7 @@ from rich.text import Text
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 BAR_CELLS = 10
-UTIL_ROWS = (("MXU", "utilization.mxu"), ("MAC", "utilization.mac"), ("VPU", "utilization.vpu"),
+UTIL_ROWS = (("RUN", "utilization.running"), ("MXU", "utilization.mxu"), ("MAC", "utilization.mac"), ("VPU", "utilization.vpu"),
              ("QNT", "utilization.quant"), ("DMA", "utilization.dma"), ("DRAM", "utilization.dram"))
 HISTORY = 40
 
