@@ -277,3 +277,10 @@ def test_smi_loop_in_another_process_sees_utilisation_rise_and_fall():
     assert samples[0] == (0, "idle")
     assert max(u for u, _ in samples) > 50 and any(s == "running" for _, s in samples)
     assert samples[-1] == (0, "idle")
+
+
+def test_no_card_at_all_exits_3(monkeypatch, capsys):
+    from otpu_core import devspec
+    monkeypatch.setattr(devspec, "available", lambda: [{"dev": "tt:0", "kind": "tt:", "description": "Blackhole"}])
+    assert run_app(smi_cli.app, "otpu-smi", []) == 3
+    assert "no openTPU card found" in capsys.readouterr().err

@@ -19,7 +19,8 @@ from rich.live import Live
 from otpu_core import cliopts, devspec, smi_fields
 from otpu_core.cli import tool_main
 from otpu_core.console import print_json, stdout
-from otpu_core.errors import EXIT_DEVICE, DeviceBusy, OtpuError, UsageError
+from otpu_core.checks import device_kind
+from otpu_core.errors import EXIT_DEVICE, DeviceBusy, DeviceError, OtpuError, UsageError
 
 from .render import History, query_lines, screen
 from .sample import Sampler
@@ -81,10 +82,10 @@ def smi(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DEV"
     except smi_fields.QueryError as e:
         raise UsageError(str(e), hint="otpu-smi --help-query lists the fields") from None
     header, units = _formats(fmt)
-    devs = list(dev or []) or [d["dev"] for d in devspec.available()]
+    devs = list(dev or []) or [d["dev"] for d in devspec.available() if device_kind(d["dev"]) == "otpu"]
     if not devs:
-        raise OtpuError("no openTPU card found (no /dev/xdma*_user, no simulated card)",
-                        hint="is the XDMA driver loaded? use --dev sim for the simulated card")
+        raise DeviceError("no openTPU card found (no /dev/xdma*_user, no simulated card)",
+                          hint="is the XDMA driver loaded? use --dev sim for the simulated card")
     samplers, errors = _open(devs, target, power_json)
     history = History()
     con = stdout()
