@@ -36,10 +36,13 @@ def otpu_commands(app: "typer.Typer") -> None:
 def otpu_transports() -> list[Any]:
     """Name the device specs this plugin can open.
 
-    Called when a `--dev` spec is resolved. Return a list of `otpu_core.devspec.TransportSpec`
-    (a prefix such as `sim`, `/dev/xdma` or `tt:`, a one-line description, a function that
-    opens the spec, and optionally a function listing the devices present). The first spec
-    whose prefix matches wins, so prefixes must not overlap between plugins.
+    Called when a `--dev` spec is resolved. Return a list of `otpu_core.devspec.TransportSpec`:
+    a prefix such as `sim`, `/dev/xdma` or `tt:`, a one-line description, an opener
+    `open(dev, *, target=None, faults=None, lock=True)` returning a transport (DeviceError
+    when the device is absent, UsageError when the spec is wrong; `lock=False` opens for
+    monitoring without the device lock), and optionally `list()` naming the devices present
+    and `accepts(dev)` deciding whether a spec is this kind's. The first spec that matches
+    wins, so prefixes must not overlap between plugins.
     """
 
 
