@@ -7,8 +7,9 @@ def _isolated_run_dir(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     monkeypatch.setenv("OTPU_RUN_DIR", str(run))
+    monkeypatch.setenv("OTPU_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("OTPU_TARGET", raising=False)
     monkeypatch.delenv("OTPU_DEV", raising=False)
-    for var in ("OTPU_SIM_FAULTS", "OTPU_TT_SIM_FAULTS", "OTPU_TT_DEV"):
+    for var in ("OTPU_SIM_FAULTS", "OTPU_TT_SIM_FAULTS", "OTPU_TT_DEV", "OTPU_LOCK_WAIT", "OTPU_TRACE_BAR"):
         monkeypatch.delenv(var, raising=False)
     yield
