@@ -284,3 +284,12 @@ def test_no_card_at_all_exits_3(monkeypatch, capsys):
     monkeypatch.setattr(devspec, "available", lambda: [{"dev": "tt:0", "kind": "tt:", "description": "Blackhole"}])
     assert run_app(smi_cli.app, "otpu-smi", []) == 3
     assert "no openTPU card found" in capsys.readouterr().err
+
+
+def test_a_card_whose_link_is_down_shows_why_and_exits_3(capsys):
+    from otpu_selftest import cli as selftest_cli
+    run_app(selftest_cli.app, "otpu-selftest", ["--dev", "sim:down", "--target", "sim-small", "--fault", "link_down"])
+    capsys.readouterr()
+    assert run_app(smi_cli.app, "otpu-smi", ["--dev", "sim:down", "--dev", "sim:s", "--target", "sim-small"]) == 3
+    out = capsys.readouterr().out
+    assert "cannot open" in out and "PCIe link is down" in out and "CFG_HASH match" in out   # the other card is shown

@@ -120,6 +120,8 @@ def smi(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DEV"
         reports = sample_all(interval)
         if loop is None:
             emit(reports, True)
+            if any(not r.get("ok") for r in reports):
+                raise typer.Exit(EXIT_DEVICE)      # a card that cannot be read (its table says why)
         elif names or json_out or full or not con.is_terminal:
             emit(reports, True)
             while True:
@@ -133,8 +135,6 @@ def smi(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DEV"
     finally:
         for s in samplers:
             s.close()
-    if errors:
-        raise typer.Exit(EXIT_DEVICE)
 
 
 def main() -> None:

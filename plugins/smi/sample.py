@@ -18,6 +18,7 @@ from otpu_core import target as target_mod
 from otpu_core.board import Board
 from otpu_core.card import regs
 from otpu_core.card.runstate import read_status, run_dir
+from otpu_core.errors import DeviceError
 from otpu_core.smi_fields import Field
 
 CYCLE_COUNTERS = ("RUNNING", "MXU_BUSY", "MXU_MAC", "VPU_BUSY", "QNT_BUSY", "DMA_BUSY", "TMEM_DENY", "DRAM_WAIT",
@@ -62,7 +63,12 @@ class Sampler:
         if wait > 0:
             time.sleep(wait)
         b = self.board
-        info = b.identify()
+        try:
+            info = b.identify()
+        except DeviceError as e:     # the link dropped or the bitstream changed since the card was opened
+            self.prev_t = time.monotonic()
+            return {"device": self.dev, "time": dt.datetime.now().isoformat(timespec="milliseconds"), "ok": False,
+                    "error": e.message}
         snap = b.snapshot()
         r = rates(self.prev, snap, info.core_khz) if snap and self.prev else None
         self.prev, self.prev_t = snap, time.monotonic()
