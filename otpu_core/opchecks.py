@@ -20,8 +20,8 @@ from .isa import Instr
 from .target import Config, Target
 
 # DRAM layout (bytes) shared by every program.
-DATA, W8, SC, OUT, EDGE, WB, CHAIN_AT, ZERO_AT, PROG_AT = (
-    0x0, 0x10000, 0x20000, 0x30000, 0x80000, 0x200000, 0x340000, 0x380000, 0x3C0000)
+DATA, W8, SC, SC4, OUT, EDGE, WB, CHAIN_AT, ZERO_AT, PROG_AT = (
+    0x0, 0x10000, 0x20000, 0x28000, 0x30000, 0x80000, 0x200000, 0x340000, 0x380000, 0x3C0000)
 DATA_WORDS = 4096
 OUT_BYTES = 0x4000
 TMEM_CLEAR = 4096          # TMEM words every program zeroes first
@@ -47,6 +47,7 @@ class OpCheck:
     name: str
     program: tuple[Instr, ...]
     out_bytes: int            # bytes of OUT this program writes (compared)
+    caps: tuple[str, ...] = ()   # CAPS bits (board.CardInfo.caps names) the card needs for this program
 
     @property
     def title(self) -> str: return f"{self.group}: {self.name}"
@@ -59,8 +60,13 @@ def diag_image(cfg: Config) -> dict[int, np.ndarray]:
     weights = rng.integers(-127, 128, 64 * cfg.D * 4, dtype=np.int8)
     scales = rng.uniform(0.001, 0.01, 64 * 4).astype(np.float32)
     edge = np.concatenate([EDGE_BITS, EDGE_BITS[::-1]])
+    # 4-bit scale words: a bf16 block scale in [15:0] and four 4-bit sub-block multipliers in [31:16]
+    bf16 = (rng.uniform(0.001, 0.01, 64 * 4).astype(np.float32).view(np.uint32) >> 16).astype(np.uint32)
+    mults = rng.integers(1, 16, (64 * 4, 4)).astype(np.uint32)
+    scales4 = bf16 | (mults << (16 + 4 * np.arange(4, dtype=np.uint32))).sum(axis=1).astype(np.uint32)
     chained = asm.assemble(f"st dram={OUT + 0x3000} tmem={TA} n=8\nhalt")
     return {DATA: data.view(np.uint8), W8: weights.view(np.uint8), SC: scales.view(np.uint8),
+            SC4: scales4.view(np.uint8),
             EDGE: edge.view(np.uint8), WB: np.array([1, 0x1234, 7, 0], np.uint32).view(np.uint8),
             CHAIN_AT: np.frombuffer(isa.encode_program(chained), np.uint8),
             ZERO_AT: np.zeros(TMEM_CLEAR * 4, np.uint8), OUT: np.zeros(OUT_BYTES, np.uint8)}
@@ -128,6 +134,21 @@ def _mm(cfg: Config, name: str, m: int = 1, kb: int = 2, n: int = 8, flags: str 
     return _check("mxu" if not qflags else "quant", name, "\n".join(body), rows_out)
 
 
+def _mm4(cfg: Config, name: str, wf: str, pair: bool = False, kb: int = 3, n: int = 8) -> OpCheck:
+    """An MM streaming 4-bit weights (two blocks per D-byte chunk); PAIR sums ACT row pairs."""
+    d, m = cfg.D, 1
+    rows = 2 * m if pair else m
+    rs = d * -(-kb // 2)
+    body = "\n".join([
+        f"ld dram={DATA} tmem={TA} n={rows * kb * d}",
+        f"qact src={TA} rows={rows} ab=0 kb={kb} srs={kb * d}",
+        f"mm sa={W8} ssa={SC4} out={TO} n={n} kb={kb} rs={rs} m={m} ors={n} srs={8 * -(-kb // 2)} wf={wf}"
+        + (" pair" if pair else ""),
+        f"st dram={OUT} tmem={TO} n={m * n}"])
+    prog, nbytes = _prog(body, m * n)
+    return OpCheck("mxu", name, prog, nbytes, ("w4", "pair") if pair else ("w4",))
+
+
 def _mxu(cfg: Config) -> list[OpCheck]:
     m = min(2, cfg.MCOLS)
     return [
@@ -141,6 +162,9 @@ def _mxu(cfg: Config) -> list[OpCheck]:
         _mm(cfg, "ACT block ab=3", m=m, ab=3),
         _mm(cfg, "output row stride 40", m=m, ors=40),
         _mm(cfg, "one block, many rows", m=m, kb=1, n=32),
+        _mm4(cfg, "MM int4", "int4"),
+        _mm4(cfg, "MM e2m1", "e2m1"),
+        _mm4(cfg, "MM e2m1 PAIR", "e2m1", pair=True, kb=4),
     ]
 
 

@@ -29,11 +29,18 @@ def _by_title(ctx: CheckContext) -> dict[str, opchecks.OpCheck]:
     return ctx.cache["opchecks"]
 
 
+def missing_caps(ctx: CheckContext, check: opchecks.OpCheck) -> list[str]:
+    """CAPS bits the program needs that the card does not report."""
+    need = (*check.caps, *([CAP_OF_GROUP[check.group]] if check.group in CAP_OF_GROUP else []))
+    caps = device.info(ctx).caps
+    return [c for c in need if not caps.get(c)]
+
+
 def op_row(ctx: CheckContext, title: str) -> Result:
     check = _by_title(ctx)[title]
-    cap = CAP_OF_GROUP.get(check.group)
-    if cap and not device.info(ctx).caps.get(cap):
-        return Result(Status.SKIP, f"the card has no {cap.upper()} (CAPS)")
+    missing = missing_caps(ctx, check)
+    if missing:
+        return Result(Status.SKIP, f"the card has no {', '.join(c.upper() for c in missing)} (CAPS)")
     hint = VOPS_HINT if check.group in VOPS_GROUPS else KERNEL_HINT
     return programs.result_of(check, programs.run_check(ctx, check), hint)
 
@@ -93,8 +100,7 @@ def soak(ctx: CheckContext) -> Result:
         return Result(Status.SKIP, "only with --soak N")
     cfg = device.target(ctx).config()
     progs = list(_by_title(ctx).values()) + [opchecks.demo_check(cfg), opchecks.masked_check(cfg)]
-    caps = device.info(ctx).caps
-    progs = [p for p in progs if not CAP_OF_GROUP.get(p.group) or caps.get(CAP_OF_GROUP[p.group])]
+    progs = [p for p in progs if not missing_caps(ctx, p)]
     fails: dict[str, int] = {}
     report = ctx.options.get("soak_progress")
     for r in range(rounds):
