@@ -100,4 +100,6 @@ def test_a_stuck_i2c_line_fails_pins_and_scan(ctx, monkeypatch):
     assert pins.status == Status.FAIL and pins.message == "bus 1 SDA low while released"
     scan = i2cchecks.scan(ctx, bus=1)
     assert scan.status == Status.FAIL and "busy" in scan.message and "pull-up" in scan.hint
-    assert i2cchecks.scan(ctx, bus=0).message == "bus 0 (sensor): 0x4a"
+    assert i2cchecks.scan(ctx, bus=0).message == "bus 0 (sensor): 0x4a LM73"
+    monkeypatch.undo()
+    assert i2cchecks.scan(ctx, bus=1).data["found"] == {"0x40": "INA226", "0x60": "PMBus 1.2"}
