@@ -3,7 +3,7 @@
 State lives in the run directory so every process sees one card, as with a real one:
 `<card>.bar0` (BAR0 as an mmap'd file: the control window at 0, the card's hidden state in the
 window the host cannot address), `<card>.dram` (both DRAM channels, sparse), `<card>.imem`,
-`<card>.trace`, `<card>.periph` (peripheral state as JSON, written in place under a sequence lock), `<card>.card.json` (what the card is:
+`<card>.trace`, `<card>.periph` (peripheral state, `periphstore`), `<card>.card.json` (what the card is:
 target, serial, faults). `<card>.card.lock` serialises compound register operations between
 processes. The card keeps calibration and DRAM contents between commands until
 `power_off()` (`otpu sim reset`).
@@ -37,10 +37,11 @@ from typing import Any
 import numpy as np
 
 from .. import target as target_mod
-from ..errors import DeviceError
+from ..errors import DeviceError, TargetError
 from . import faults as faults_mod
 from . import regs
 from .dram import Dram
+from .periphstore import PeriphStore
 from .runstate import open_shared, pid_alive, run_dir
 
 # Hidden state: 64-bit words at BAR0 0x20000 (a window the host's map shows as unmapped).
@@ -48,7 +49,7 @@ HIDDEN_BASE = 0x20000
 _HIDDEN_NAMES = (
     "LAYOUT", "POWER_GEN", "UPTIME_BASE", "IDLE_T0_NS", "RUNNER", "SNAPS", "PREV_CTRL", "IMEM_N",
     "LAPPED", "SLIP", "WEDGED", "SUBBEAT_BEAT", "SUBBEAT_COUNT", "H2C_BUSY", "C2H_BUSY", "H2C_PID", "C2H_PID",
-    "PERIPH_GEN", "DMA_SLOW", "DMA_OVERSIZE", "DMA_LINK_NS", "DMA_CALLS", "TRACE_POS",
+    "DMA_SLOW", "DMA_OVERSIZE", "DMA_LINK_NS", "DMA_CALLS", "TRACE_POS",
     *(f"LIVE_{n}" for n in regs.COUNTER_NAMES),
 )
 H = {name: i for i, name in enumerate(_HIDDEN_NAMES)}
@@ -58,7 +59,6 @@ LAYOUT = zlib.crc32(" ".join(_HIDDEN_NAMES).encode())   # a card saved by anothe
 H2C_RATE, H2C_SLOW_RATE = 1.70e9, 0.77e9
 C2H_RATE, C2H_SLOW_RATE = 1.65e9, 1.16e9
 DMA_CALL_NS = 11_700
-PERIPH_BYTES = 1 << 20        # room for the peripherals' JSON state (a few KiB in practice)
 THERMAL_TICK = 0.05           # the sensors convert this often: readings in between repeat the last
 SLIP_BYTES = regs.BEAT        # how far an h2c overlapping a c2h shifts every later host write
 
@@ -95,7 +95,7 @@ class SimCard:
                 self._save_meta(meta)
                 refit = True
             self.meta = meta
-            self.target = target_mod.load(meta["target"])
+            self.target = check_simulable(target_mod.load(meta["target"]))
             self.cfg = self.target.config()
             self.serial = int(meta["serial"])
             self.faults = faults_mod.parse(meta.get("faults", "")).validate(self.target)
@@ -109,11 +109,8 @@ class SimCard:
                              int(plat["channels"]))
             self.imem = _file_array(self.dir / f"{name}.imem", self.cfg.IMEM_WORDS, np.uint32)
             self.trace = _file_array(self.dir / f"{name}.trace", self.target.uarch.TRACE_DEPTH, np.uint64)
-            self.periph_buf = _file_array(self.dir / f"{name}.periph", PERIPH_BYTES, np.uint8)
-            self._periph_gen = -1
-            self._periph_text = b""
-            self._part_text: dict[str, str] = {}
-            self.periph_state: dict[str, dict] = {}
+            self.periph = PeriphStore(self.dir / f"{name}.periph", name)
+            self.periph_state = self.periph.state
             self.periphs: dict[str, Any] = {}
             if refit:
                 self.dram.power_off()
@@ -131,7 +128,7 @@ class SimCard:
             return None
 
     def _new_meta(self, target: str | None, faults: str | None) -> dict:
-        t = target_mod.load(target)
+        t = check_simulable(target_mod.load(target))
         shipped = t.path.resolve().parent == target_mod.TARGETS_DIR
         meta = {"target": t.path.stem if shipped else str(t.path), "target_name": t.name, "serial": serial_of(self.name),
                 "faults": str(faults_mod.parse(faults)) if faults else "", "created": time.time()}
@@ -170,12 +167,11 @@ class SimCard:
             self.bar[regs.off(reg) // 4] = value
         self.bar[regs.off("STATUS") // 4] = regs.ST_WR_IDLE
         self.trace[:] = 0
-        self.periph_state = {}
-        self._periph_text = b""
-        self.periph_buf[:4] = 0                      # no state: the peripherals power on afresh
-        self._periph_gen = -1
-        self._sync_periph()
-        self._write_periph()                         # what they did at power-on (the PHY calibrated)
+        self.periph.sync()
+        for part in self.periph_state.values():      # no state: the peripherals power on afresh
+            part.clear()
+        self._build_periphs()
+        self.periph.store()                          # what they did at power-on (the PHY calibrated)
 
     def power_off(self) -> None:
         """`otpu sim reset`: DRAM and every register forgotten, as after a power cycle."""
@@ -184,9 +180,19 @@ class SimCard:
             self.dram.power_off()
             self._power_on()
 
+    def _has(self, name: str) -> bool:
+        """Does this card have the peripheral? Its module must load, and only a board with the
+        LiteDRAM controllers has their CSR window (others calibrate by themselves, MIG-style)."""
+        if peripheral_class(name) is None:
+            return False
+        if name == "litedram":
+            from .litedram import has_litedram
+            return has_litedram(self.target)
+        return True
+
     def _constants(self) -> dict[str, int]:
         cfg, uarch, plat = self.cfg, self.target.uarch, self.target.platform
-        has = {name: importable(name) for name in ("thermal", "i2c", "litedram")}
+        has = {name: self._has(name) for name in ("thermal", "i2c", "litedram")}
         caps = regs.encode_caps(
             trace=True, temp=has["thermal"], i2c=has["i2c"], ddr=True, w4=True, pair=cfg.PAIR, dstep=cfg.DSTEP,
             chash=uarch.CHASH, trace_depth=uarch.TRACE_DEPTH, pq_window=1 << regs.PQ_WINDOW_LOG2,
@@ -198,53 +204,20 @@ class SimCard:
 
     # -- peripherals -------------------------------------------------------------------------------
     def _sync_periph(self) -> None:
-        """Reload peripheral state another process changed (tracked by a generation word)."""
-        gen = int(self.hidden[H["PERIPH_GEN"]])
-        if gen == self._periph_gen and self.periphs:
-            return
-        gen, text = self._load_periph()
-        self.periph_state = json.loads(text) if text else {}
+        """Reload the peripheral state another process changed; build the peripherals once."""
+        self.periph.sync()
+        if not self.periphs:
+            self._build_periphs()
+
+    def _build_periphs(self) -> None:
+        """The peripheral objects over this process's state dicts (an empty dict powers its
+        peripheral on: the LiteDRAM core CPU calibrates)."""
         self.periphs = {}
         for name in PERIPHERALS:
-            cls = peripheral_class(name)
+            cls = peripheral_class(name) if self._has(name) else None
             needs = {"thermal": self.periphs["thermal"]} if name == "i2c" and "thermal" in self.periphs else {}
             if cls is not None and (name != "i2c" or needs):
-                self.periphs[name] = cls(self.target, self.serial, self.periph_state.setdefault(name, {}), self.faults,
-                                         **needs)
-        self._periph_text = text
-        self._part_text = {k: json.dumps(v, sort_keys=True) for k, v in self.periph_state.items()}
-        self._periph_gen = gen
-
-    def _load_periph(self) -> tuple[int, bytes]:
-        """(generation, state text), read under a sequence lock: a writer makes the generation odd
-        while it writes, so a reader without the card lock retries instead of seeing half a state."""
-        for _ in range(100_000):
-            gen = int(self.hidden[H["PERIPH_GEN"]])
-            if not gen & 1:
-                n = int.from_bytes(self.periph_buf[:4].tobytes(), "little")
-                text = self.periph_buf[4:4 + n].tobytes()
-                if int(self.hidden[H["PERIPH_GEN"]]) == gen:
-                    return gen, text
-            time.sleep(0)
-        raise DeviceError(f"simulated card {self.name}: its peripheral state never settled")
-
-    def _write_periph(self, changed: tuple[str, ...] | None = None) -> None:
-        """Store the peripheral state in place if it changed (caller holds the card lock).
-        `changed` names the parts that may have changed (None: all); the others keep their text."""
-        for key in self.periph_state if changed is None else changed:
-            if key in self.periph_state:
-                self._part_text[key] = json.dumps(self.periph_state[key], sort_keys=True)
-        text = ("{" + ",".join(f'"{k}":{self._part_text[k]}' for k in sorted(self.periph_state)) + "}").encode()
-        if text == self._periph_text:
-            return
-        if len(text) + 4 > self.periph_buf.size:
-            raise DeviceError(f"simulated card {self.name}: peripheral state of {len(text)} bytes does not fit")
-        self.hidden[H["PERIPH_GEN"]] += 1            # odd: being written
-        self.periph_buf[4:4 + len(text)] = np.frombuffer(text, np.uint8)
-        self.periph_buf[:4] = np.frombuffer(len(text).to_bytes(4, "little"), np.uint8)
-        self.hidden[H["PERIPH_GEN"]] += 1            # even: complete
-        self._periph_text = text
-        self._periph_gen = int(self.hidden[H["PERIPH_GEN"]])
+                self.periphs[name] = cls(self.target, self.serial, self.periph_state[name], self.faults, **needs)
 
     @contextmanager
     def _periph(self, name: str, tick: bool = True):
@@ -252,30 +225,31 @@ class SimCard:
         state is stored afterwards if it changed."""
         with self._locked():
             self._sync_periph()
-            if tick:
-                self._tick_thermal()
+            ticked = tick and self._tick_thermal()
             yield self.periphs.get(name)
-            self._write_periph((name, "thermal", "card"))
+            self.periph.store((name, "thermal", "card") if ticked else (name,))
 
-    def _tick_thermal(self) -> None:
+    def _tick_thermal(self) -> bool:
+        """Advance the thermal model to now (at most every THERMAL_TICK); True if it moved."""
         therm = self.periphs.get("thermal")
         if therm is None:
-            return
+            return False
         now = time.time()
-        mark = self.periph_state.setdefault("card", {})
-        live = self.live_counters()
+        mark = self.periph_state["card"]
         last_t, last = mark.get("t"), mark.get("counters")
         if last_t is not None and now - last_t < THERMAL_TICK:
-            return
+            return False
+        live = self.live_counters()
         mark.update(t=now, counters=live)
         if last_t is None:
-            return
+            return True
         d = {k: live[k] - last.get(k, 0) for k in live}
         up = max(d["UPTIME"], 1)
         activity = {"mxu": d["MXU_BUSY"] / up, "vpu": d["VPU_BUSY"] / up, "qnt": d["QNT_BUSY"] / up,
                     "dma": d["DMA_BUSY"] / up, "tmem": d["TMEM_DENY"] / up, "seq": d["RUNNING"] / up,
                     "dram_bytes_per_s": (d["DRAM_RD"] + d["DRAM_WR"]) * regs.BEAT / (now - last_t)}
         therm.tick(now - last_t, activity)
+        return True
 
     # -- registers ---------------------------------------------------------------------------------
     def reg_read(self, off: int) -> int:
@@ -635,6 +609,7 @@ class SimCard:
         if self._runner is not None and self._runner.is_alive():
             return                   # a run still in flight keeps using the card; it goes with the process
         self.dram.close()
+        self.periph.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -663,6 +638,21 @@ def peripheral_class(name: str):
 
 
 def importable(name: str) -> bool: return peripheral_class(name) is not None
+
+
+def check_simulable(target) -> Any:
+    """The target, if the simulated card can model its board: two DRAM channels of at most 2 GiB
+    (the AXI map picks the channel by address bit 31, STATUS has two CALIB bits and the
+    interleave alternates two channels). Otherwise a TargetError saying so."""
+    plat = target.platform
+    channels, channel_bytes = int(plat["channels"]), int(plat["channel_bytes"])
+    if channels != regs.CHANNELS or channel_bytes > regs.CH_AXI_SPAN:
+        raise TargetError(
+            f"target {target.name}: the simulated card models boards with {regs.CHANNELS} DRAM channels of at most "
+            f"{regs.CH_AXI_SPAN >> 30} GiB; {plat['board']} has {channels} of {channel_bytes >> 30} GiB",
+            hint="simulate a two-channel target (--target ypcb-00338, nangate45-card or sim-small); "
+                 "the golden simulator runs programs for any target")
+    return target
 
 
 def _file_array(path: Path, count: int, dtype) -> np.ndarray:
