@@ -26,9 +26,10 @@ def otpu_commands(app: "typer.Typer") -> None:
     """Attach this plugin's commands to the root `otpu` command.
 
     Called once, after every plugin has loaded, while `otpu` builds its command tree. A tool
-    mounts its own Typer sub-app with `app.add_typer(tool_app, name="smi")`; the same sub-app
-    object is what its `otpu-<tool>` console script runs, so both spellings are one command.
-    Returns nothing.
+    with sub-commands mounts its Typer sub-app with `app.add_typer(tool_app, name="tt")`; a
+    tool that is one command mounts its function with `app.command("smi")(smi_main)`. Either
+    way the same object is what its `otpu-<tool>` console script runs, so both spellings are
+    one command. Returns nothing.
     """
 
 
