@@ -256,3 +256,62 @@ def alias_indices(faults: FaultSet, ch: int, addr: int, n: int) -> np.ndarray | 
     if not mask:
         return None
     return np.arange(addr, addr + n, dtype=np.int64) & ~np.int64(mask)
+
+
+def alias_mask(faults: FaultSet, ch: int) -> int:
+    """The channel's aliased address lines as one bit mask (0: none)."""
+    mask = 0
+    for f in faults.on_channel("addr_alias", ch):
+        mask |= 1 << int(f.params["bit"])
+    return mask
+
+
+def alias_class(mask: int) -> list[int]:
+    """Every combination of the aliased lines: the addresses `cell | s` that share one cell."""
+    bits = [1 << b for b in range(mask.bit_length()) if mask >> b & 1]
+    return [sum(b for i, b in enumerate(bits) if k >> i & 1) for k in range(1 << len(bits))]
+
+
+# ---- a byte lane sampled outside its window -----------------------------------------------------
+
+def lane_salt(serial: int, write: bool) -> int:
+    """Noise seed of a card's garbled reads or writes (two cards garble differently)."""
+    return 2 * serial + int(write)
+
+
+def _lane_noise(pos: np.ndarray, salt: int) -> np.ndarray:
+    """Deterministic noise byte for each channel byte address in `pos` (splitmix64 of it)."""
+    x = pos.astype(np.uint64) ^ np.uint64(salt & 0x7FFFFFFF)
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return ((x ^ (x >> np.uint64(31))) & np.uint64(0xFF)).astype(np.uint8)
+
+
+def _lane_select(data: np.ndarray, addr: int, lanes) -> np.ndarray | None:
+    lanes = [l for l in lanes if l < BUS_BYTES]
+    if not lanes or data.size == 0:
+        return None
+    pos = np.arange(addr, addr + data.size, dtype=np.int64)
+    sel = np.isin(pos % BUS_BYTES, lanes)
+    return pos[sel], sel
+
+
+def garble_read(data: np.ndarray, addr: int, lanes, salt: int) -> np.ndarray:
+    """Bytes read from channel address `addr` on byte lanes `lanes` come back wrong (in place):
+    each differs from what the cells hold. Returns `data`."""
+    picked = _lane_select(data, addr, lanes)
+    if picked is not None:
+        pos, sel = picked
+        data[sel] ^= _lane_noise(pos, salt) | np.uint8(1)
+    return data
+
+
+def garble_write(data: np.ndarray, addr: int, lanes, salt: int) -> np.ndarray:
+    """Bytes written at channel address `addr` on byte lanes `lanes` land as noise that depends
+    only on the address (in place), so garbling stored data again changes nothing. Returns `data`."""
+    picked = _lane_select(data, addr, lanes)
+    if picked is not None:
+        pos, sel = picked
+        data[sel] = _lane_noise(pos, salt)
+    return data

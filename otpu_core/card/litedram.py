@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from .faults import BUS_BYTES, FaultSet
+from .faults import BUS_BYTES, FaultSet, garble_read, garble_write, lane_salt
 
 # ---- the build's PHY parameters (what LiteX puts in sdram_init.py) ----------------------------
 NCHANNELS = 2            # the CSR map has blocks for two channels
@@ -341,15 +341,23 @@ class LiteDram:
             return list(range(BUS_BYTES))        # the controller is not driving the DRAM
         return [l for l in range(BUS_BYTES) if not lanes_ok[l]]
 
+    def bad_write_lanes(self, ch: int) -> list[int]:
+        """Data byte lanes whose writes land wrong now (none on a well-tuned channel)."""
+        return self._hardware_bad(ch, self.write_lanes_ok(ch))
+
+    def bad_read_lanes(self, ch: int) -> list[int]:
+        """Data byte lanes whose reads sample outside their eye now (none on a well-tuned channel)."""
+        return self._hardware_bad(ch, self.read_lanes_ok(ch))
+
     def corrupt_write(self, ch: int, addr: int, data: np.ndarray) -> np.ndarray:
         """Garble, in place, the bytes of `data` (written at channel address `addr`) on lanes whose
-        write path is out of its window; returns `data`. A no-op on a calibrated channel."""
-        return _garble(data, addr, self._hardware_bad(ch, self.write_lanes_ok(ch)), self.serial * 2 + 1)
+        write path is out of its window; returns `data`. A no-op on a well-tuned channel."""
+        return garble_write(data, addr, self.bad_write_lanes(ch), lane_salt(self.serial, write=True))
 
     def corrupt_read(self, ch: int, addr: int, data: np.ndarray) -> np.ndarray:
         """Garble, in place, the bytes of `data` (read from channel address `addr`) on lanes whose
-        read path samples outside its eye; returns `data`. A no-op on a calibrated channel."""
-        return _garble(data, addr, self._hardware_bad(ch, self.read_lanes_ok(ch)), self.serial * 2)
+        read path samples outside its eye; returns `data`. A no-op on a well-tuned channel."""
+        return garble_read(data, addr, self.bad_read_lanes(ch), lane_salt(self.serial, write=False))
 
     # ---- register access ---------------------------------------------------------------------
 
@@ -757,16 +765,6 @@ class LiteDram:
             mbox[CH_BLOCK[ch]:CH_BLOCK[ch] + 64] = encode_channel_block(result, code, stride)
         s["state"] = st | SC_DONE
         s["mbox"] = mbox
-
-
-def _garble(data: np.ndarray, addr: int, bad_lanes: list[int], salt: int) -> np.ndarray:
-    if not bad_lanes or data.size == 0:
-        return data
-    pos = np.arange(addr, addr + data.size, dtype=np.int64)
-    sel = np.isin(pos % BUS_BYTES, bad_lanes)
-    noise = (_mix64_np(pos[sel] ^ np.int64(salt & 0x7FFFFFFF)) & np.uint64(0xFF)).astype(np.uint8) | np.uint8(1)
-    data[sel] ^= noise
-    return data
 
 
 # ---- the calibration driver --------------------------------------------------------------------

@@ -85,6 +85,11 @@ class PeriphStore:
         self._seen_seq = seq
         return bool(blobs)
 
+    @property
+    def seen(self) -> int:
+        """The sequence word this process's copy corresponds to."""
+        return self._seen_seq
+
     def store(self, parts=PARTS) -> None:
         """Write the named parts whose bytes changed (the caller holds the card lock)."""
         dirty = []

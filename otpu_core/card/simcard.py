@@ -112,6 +112,7 @@ class SimCard:
             self.periph = PeriphStore(self.dir / f"{name}.periph", name)
             self.periph_state = self.periph.state
             self.periphs: dict[str, Any] = {}
+            self._lane_cache: tuple[int, tuple] = (-1, ())
             if refit:
                 self.dram.power_off()
             if (refit or self.bar[regs.off("ID") // 4] != regs.ID_OTPU or self.hidden[H["POWER_GEN"]] == 0
@@ -548,17 +549,18 @@ class SimCard:
             self.hidden[H["H2C_BUSY" if direction == "h2c" else "C2H_BUSY"]] -= 1
 
     def h2c(self, axi: int, buf) -> None:
-        """One host->card XDMA call of `buf` at an AXI address."""
+        """One host->card XDMA call of `buf` at an AXI address. What lands is what the pins carry:
+        garbled on byte lanes out of their write window, stuck DQ bits forced, and stored at
+        every address of its aliased cell (`faults.alias_class`)."""
         src = np.frombuffer(buf, dtype=np.uint8)
         land = self._dma_begin("h2c", axi, src.size, src.__array_interface__["data"][0])
         try:
             ch, off = regs.axi_channel(land)
             n = min(src.size, max(0, self.channel_bytes - off))
-            phy = self._peek("litedram")
-            if phy is not None and not phy.calibrated(ch):
-                src = phy.corrupt_write(ch, off, src[:n].copy())
-            spans = [self.dram.write_channel(ch, cell, src[pos:pos + length])
-                     for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, n)]
+            src = self.pins_write(ch, off, src[:n])
+            spans = [self.dram.write_channel(ch, cell | s, src[pos:pos + length])
+                     for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, n)
+                     for s in faults_mod.alias_class(faults_mod.alias_mask(self.faults, ch))]
             with self._locked():
                 for lo, hi in spans:
                     self.dram.touch(lo, hi)
@@ -566,21 +568,51 @@ class SimCard:
             self._dma_end("h2c")
 
     def c2h(self, axi: int, buf) -> None:
-        """One card->host XDMA call into `buf` from an AXI address."""
+        """One card->host XDMA call into `buf` from an AXI address (stuck DQ bits forced, lanes
+        out of their read window garbled)."""
         dst = np.frombuffer(buf, dtype=np.uint8)
         self._dma_begin("c2h", axi, dst.size, dst.__array_interface__["data"][0])
         try:
             ch, off = regs.axi_channel(axi)
             if off + dst.size > self.channel_bytes:
                 raise OSError(errno.EFAULT, f"AXI 0x{axi:x}+{dst.size} is past channel {ch}'s memory")
-            for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, dst.size):
-                self.dram.read_channel(ch, cell, length, dst[pos:pos + length])
-            faults_mod.apply_stuck_dq(self.faults, ch, off, dst)
-            phy = self._peek("litedram")
-            if phy is not None and not phy.calibrated(ch):
-                phy.corrupt_read(ch, off, dst)
+            self.dram.read_channel(ch, off, dst.size, dst)
+            if self.faults:
+                faults_mod.apply_stuck_dq(self.faults, ch, off, dst)
+            read_bad = self.lane_faults()[ch][1]
+            if read_bad:
+                faults_mod.garble_read(dst, off, read_bad, faults_mod.lane_salt(self.serial, write=False))
         finally:
             self._dma_end("c2h")
+
+    def pins_write(self, ch: int, off: int, data: np.ndarray) -> np.ndarray:
+        """What bytes written at channel offset `off` become on the way to the cells: lanes out
+        of their write window land as noise, stuck DQ bits forced. `data` itself is untouched
+        (a copy is returned when anything changes); both effects are idempotent, so stored
+        data may pass again."""
+        write_bad = self.lane_faults()[ch][0]
+        stuck = bool(self.faults) and self.faults.on_channel("stuck_dq", ch)
+        if not write_bad and not stuck:
+            return data
+        out = faults_mod.garble_write(data.copy(), off, write_bad, faults_mod.lane_salt(self.serial, write=True))
+        return faults_mod.apply_stuck_dq(self.faults, ch, off, out)
+
+    def lane_faults(self) -> tuple[tuple[list[int], list[int]], ...]:
+        """Per channel: (data byte lanes whose writes land wrong, lanes whose reads come back
+        wrong) now. A LiteDRAM PHY out of its windows (uncalibrated, or detuned through the
+        CSRs) or a self-calibrating channel that never calibrated (every lane). Cached until
+        the peripheral state changes."""
+        with self._rlock:
+            self._sync_periph()
+            if self._lane_cache[0] == self.periph.seen:
+                return self._lane_cache[1]
+            phy = self.periphs.get("litedram")
+            every = list(range(faults_mod.BUS_BYTES))
+            lanes = tuple((phy.bad_write_lanes(ch), phy.bad_read_lanes(ch)) if phy is not None
+                          else (every, every) if self.faults.on_channel("no_calib", ch) else ([], [])
+                          for ch in range(regs.CHANNELS))
+            self._lane_cache = (self.periph.seen, lanes)
+            return lanes
 
     def dma_stats(self) -> dict[str, int]:
         return {k.lower(): int(self.hidden[H[k]]) for k in
