@@ -8,9 +8,10 @@ halts (STATUS HALTED, with ERROR for an illegal program or a WAITW timeout), whe
 clears RUN or sets CLEAR, or at power-off. Faults: `hang` keeps the sequencer running after
 HALT (cycles keep counting at the core clock) until the host gives up.
 
-TMEM and ACT RAM persist between runs inside one process (one Machine per card per process);
-another process starts from its own. Host DMA from any process bumps the DRAM page generations,
-which invalidate the simulator's decoded-weight cache before each run and each slice.
+TMEM and ACT RAM live in the card's `<card>.tmem` file (`bind_onchip` maps each slice's
+memories onto it), so they persist between programs and between host processes, as on a card,
+until power-off. Host DMA from any process bumps the DRAM page generations, which invalidate
+the simulator's decoded-weight cache before each run and each slice.
 """
 from __future__ import annotations
 
@@ -43,10 +44,39 @@ def machine_for(card: "SimCard", trace: bool):
         drams = [card.dram.mem[s * size:(s + 1) * size] for s in range(card.cfg.S)]
         m = Machine(card.target, drams=drams, trace=trace)
         m.wait_for_host = True
+        bind_onchip(card, m)
         seen = np.zeros_like(card.dram.gens)
         _MACHINES.clear()
         _MACHINES[key] = (m, seen)
     return m, seen
+
+
+def _onchip_parts(cfg) -> tuple[tuple[str, str, tuple[int, ...], type], ...]:
+    """(memory, array, shape, dtype) of one slice's on-chip memories, in file order."""
+    return (("tmem", "t", (cfg.TMEM_WORDS,), np.uint32),
+            ("act", "q", (cfg.act_rows, cfg.ACT_BLOCKS * cfg.D), np.int8),
+            ("act", "scale", (cfg.act_rows, cfg.ACT_BLOCKS), np.uint32))
+
+
+def _slice_bytes(cfg) -> int:
+    n = sum(int(np.prod(shape)) * np.dtype(dt).itemsize for _, _, shape, dt in _onchip_parts(cfg))
+    return -(-n // 4096) * 4096
+
+
+def onchip_bytes(cfg) -> int:
+    """Bytes of the `<card>.tmem` file: every slice's TMEM and ACT RAM."""
+    return cfg.S * _slice_bytes(cfg)
+
+
+def bind_onchip(card: "SimCard", m) -> None:
+    """Put each slice's TMEM and ACT RAM on the card's shared file (in place of its own arrays)."""
+    cfg = card.cfg
+    for sl in m.slices:
+        at = sl.sid * _slice_bytes(cfg)
+        for mem, name, shape, dt in _onchip_parts(cfg):
+            n = int(np.prod(shape)) * np.dtype(dt).itemsize
+            setattr(getattr(sl, mem), name, card.onchip[at:at + n].view(dt).reshape(shape))
+            at += n
 
 
 def note_host_writes(card: "SimCard", m, seen: np.ndarray) -> None:

@@ -3,8 +3,8 @@
 State lives in the run directory so every process sees one card, as with a real one:
 `<card>.bar0` (BAR0 as an mmap'd file: the control window at 0, the card's hidden state in the
 window the host cannot address), `<card>.dram` (both DRAM channels, sparse), `<card>.imem`,
-`<card>.trace`, `<card>.periph` (peripheral state, `periphstore`), `<card>.card.json` (what the card is:
-target, serial, faults). `<card>.card.lock` serialises compound register operations between
+`<card>.trace`, `<card>.tmem` (TMEM and ACT RAM of every slice), `<card>.periph` (peripheral
+state, `periphstore`), `<card>.card.json` (what the card is: target, serial, faults). `<card>.card.lock` serialises compound register operations between
 processes. The card keeps calibration and DRAM contents between commands until
 `power_off()` (`otpu sim reset`).
 
@@ -41,6 +41,7 @@ from ..errors import DeviceError, TargetError
 from . import faults as faults_mod
 from . import regs
 from .dram import Dram
+from .engine import onchip_bytes
 from .periphstore import PeriphStore
 from .runstate import open_shared, pid_alive, run_dir
 
@@ -109,6 +110,7 @@ class SimCard:
                              int(plat["channels"]))
             self.imem = _file_array(self.dir / f"{name}.imem", self.cfg.IMEM_WORDS, np.uint32)
             self.trace = _file_array(self.dir / f"{name}.trace", self.target.uarch.TRACE_DEPTH, np.uint64)
+            self.onchip = np.asarray(_file_array(self.dir / f"{name}.tmem", onchip_bytes(self.cfg), np.uint8))
             self.periph = PeriphStore(self.dir / f"{name}.periph", name)
             self.periph_state = self.periph.state
             self.periphs: dict[str, Any] = {}
@@ -168,6 +170,7 @@ class SimCard:
             self.bar[regs.off(reg) // 4] = value
         self.bar[regs.off("STATUS") // 4] = regs.ST_WR_IDLE
         self.trace[:] = 0
+        self.onchip[:] = 0                           # TMEM and ACT RAM lose their contents
         self.periph.sync()
         for part in self.periph_state.values():      # no state: the peripherals power on afresh
             part.clear()
@@ -708,7 +711,7 @@ def open_card(name: str, target: str | None = None, faults: str | None = None) -
         raise DeviceError(f"simulated card {name}: cannot open its files in {run_dir()}: {e.strerror or e}") from None
 
 
-CARD_FILES = (".card.json", ".bar0", ".dram", ".gens", ".imem", ".trace", ".periph", ".error")
+CARD_FILES = (".card.json", ".bar0", ".dram", ".gens", ".imem", ".trace", ".tmem", ".periph", ".error")
 
 
 def destroy(name: str, directory: Path | None = None) -> None:
