@@ -4,7 +4,7 @@ uncalibrated channel reach the engine's view of DRAM too."""
 import numpy as np
 import pytest
 
-from otpu_core.board import Board
+from otpu_core.board import Board, BoardBackend, prepare
 from otpu_core.card import litedram as L
 from otpu_core.card import regs
 
@@ -70,3 +70,59 @@ def test_a_detuned_write_lane_stores_garbage_that_outlives_recalibration(board):
     assert wrong_lanes(got, data) == [5]
     board.write_channel(CH, 0, data)                                 # written again on a tuned lane
     assert np.array_equal(board.read_channel(CH, 0, data.size), data)
+
+
+def beat_on(ch, chash, skip=0):
+    """Logical address of a 64-byte beat that lives on channel `ch` (the skip-th such beat from 64 KiB)."""
+    found = [a for a in range(1 << 16, 1 << 18, regs.BEAT) if regs.beat_channel(a, chash)[0] == ch]
+    return found[skip]
+
+
+def run(b, src, dst):
+    """Copy one beat with the engine."""
+    BoardBackend(b).run(f"ld dram={src} tmem=0 n=16\nst dram={dst} tmem=0 n=16\nhalt\n")
+
+
+def run_from(b, at, *steps):
+    """Run one-beat programs (an instruction and HALT) stored at `at`: none of them touches the
+    other channel's pins. TMEM carries data from one program to the next."""
+    for step in steps:
+        b.load_program(at, prepare(step + "\nhalt\n").image)
+        b.run(timeout=30)
+
+
+def test_engine_stores_and_reads_pass_a_stuck_dq_bit():
+    # DQ63 (bit 31 of odd words) stuck low: the programs themselves pass those pins unharmed
+    with Board.open("sim:stuck", "sim-small", faults="stuck_dq:ch=0,bit=63,val=0") as b:
+        healthy, stuck, back = beat_on(1, b.chash), beat_on(0, b.chash), beat_on(1, b.chash, 1)
+        b.write(healthy, np.full(64, 0xFF, np.uint8))
+        run(b, healthy, stuck)            # the engine's store to channel 0 lands with DQ63 low
+        run(b, stuck, back)               # the engine reads it back and copies it to channel 1
+        got = b.read(back, 64)
+        assert np.array_equal(got, np.tile(np.array([0xFF] * 7 + [0x7F], np.uint8), 8))
+
+
+def test_engine_stores_to_an_uncalibrated_channel_come_back_garbled():
+    with Board.open("sim:nocal5", "sim-small", faults="no_calib:ch=1") as b:
+        good, bad, back = beat_on(0, b.chash), beat_on(1, b.chash), beat_on(0, b.chash, 1)
+        data = np.arange(64, dtype=np.uint8) + 1
+        b.write(good, data)
+        prog = beat_on(0, b.chash, 2)      # the programs must not pass the uncalibrated pins either
+        run_from(b, prog, f"ld dram={good} tmem=0 n=16", f"st dram={bad} tmem=0 n=16",
+                 f"ld dram={bad} tmem=0 n=16", f"st dram={back} tmem=0 n=16")
+        got = b.read(back, 64)
+        assert np.count_nonzero(got != data) >= 48 and wrong_lanes(got, data) == list(range(8))
+
+
+def test_engine_reads_what_the_host_wrote_through_an_aliased_line():
+    with Board.open("sim:alias", "sim-small", faults="addr_alias:ch=0,bit=20") as b:
+        cell = beat_on(0, b.chash)
+        ch, off = regs.beat_channel(cell, b.chash)
+        alias_off = off | 1 << 20
+        b.write_channel(0, off, np.full(64, 1, np.uint8))
+        b.write_channel(0, alias_off, np.full(64, 2, np.uint8))      # overwrites the cell both names reach
+        alias = next(a for a in range(0, 1 << 23, regs.BEAT) if regs.beat_channel(a, b.chash) == (0, alias_off))
+        out = beat_on(1, b.chash)
+        for src in (cell, alias):
+            run(b, src, out)
+            assert b.read(out, 64).tolist() == [2] * 64

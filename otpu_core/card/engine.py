@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import regs
+from .dram import PAGE_SHIFT
 
 if TYPE_CHECKING:
     from .simcard import SimCard
@@ -81,7 +82,6 @@ def bind_onchip(card: "SimCard", m) -> None:
 
 def note_host_writes(card: "SimCard", m, seen: np.ndarray) -> None:
     """Tell the simulator which DRAM pages host DMA changed since it last looked."""
-    from .dram import PAGE_SHIFT
     gens = np.asarray(card.dram.gens)
     changed = np.flatnonzero(gens != seen)
     if changed.size:
@@ -93,6 +93,32 @@ def note_host_writes(card: "SimCard", m, seen: np.ndarray) -> None:
                 if a < hi and b > lo:
                     sl.dram.note_write(max(a, lo) - lo, min(b, hi) - lo)
         seen[changed] = gens[changed]
+
+
+def pins_on_engine_stores(card: "SimCard", m, since: list[int]) -> None:
+    """Pass what the engine stored since write clocks `since` (one per slice) through the DRAM
+    pins, as host writes pass at DMA time: every beat of the DRAM pages written since then that
+    lies on a channel whose pins change data gets its lanes garbled and stuck bits forced
+    (both idempotent, so beats stored earlier may pass again). Nothing to do on healthy pins."""
+    from ..sim.memory import PAGE_SHIFT as SIM_PAGE_SHIFT
+    channels = card.pin_fault_channels()
+    if not channels:
+        return
+    size, per_page = card.cfg.DRAM_BYTES, (1 << SIM_PAGE_SHIFT) // regs.BEAT
+    for sl in m.slices:
+        pages = np.flatnonzero(sl.dram.gens > since[sl.sid])
+        if not pages.size:
+            continue
+        beats = (sl.sid * size // regs.BEAT + pages[:, None] * per_page + np.arange(per_page)).reshape(-1)
+        beat_ch = beats & 1
+        if card.dram.chash:
+            beat_ch ^= regs.chunk_parity(beats >> 1)
+        for ch in channels:
+            mine = beats[beat_ch == ch]
+            pos = ((mine >> 1) * regs.BEAT)[:, None] + np.arange(regs.BEAT)
+            card.dram.beats[mine] = card.pins_write(ch, pos.reshape(-1), card.dram.beats[mine].reshape(-1)).reshape(-1, regs.BEAT)
+        for page in pages:            # decoded weights cached from the clean bytes are stale now
+            sl.dram.note_write(int(page) << SIM_PAGE_SHIFT, (int(page) + 1) << SIM_PAGE_SHIFT)
 
 
 def vpu_lane_fault(card: "SimCard"):
@@ -158,7 +184,9 @@ class CardRun:
                 t_end = time.monotonic() + SLICE_SECONDS
                 while time.monotonic() < t_end:
                     note_host_writes(card, m, seen)
+                    since = [sl.dram.clock for sl in m.slices]
                     state = m.run_for(STEP_BATCH)
+                    pins_on_engine_stores(card, m, since)
                     if state == HALTED:
                         break
                     if state == POLLING:

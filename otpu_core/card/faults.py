@@ -5,9 +5,11 @@ A spec is tokens joined by `;`, each `kind` or `kind:key=val,key=val`, for examp
 returns a `FaultSet`; `str(FaultSet)` writes the canonical spec back, so a set survives a trip
 through an environment variable or a file. `from_env()` reads `OTPU_SIM_FAULTS`.
 
-The memory faults act on what passes through a DRAM channel's data pins and address lines;
-the DRAM model calls `apply_stuck_dq` on data it reads and `alias_segments` to map a range of
-channel addresses to the cells that really hold them. Everything is vectorised with numpy.
+The memory faults act on what passes through a DRAM channel's data pins and address lines:
+`apply_stuck_dq` forces stuck bits, `garble_write`/`garble_read` model byte lanes outside their
+PHY window, `alias_segments`/`alias_class` map channel addresses to the cells that hold them.
+The simulated card applies them when data is stored (host DMA and engine stores alike) and
+again on host reads. Everything is vectorised with numpy.
 """
 from __future__ import annotations
 
@@ -200,8 +202,9 @@ def from_env(environ: Mapping[str, str] | None = None) -> FaultSet:
 
 # ---- memory-fault behaviour -------------------------------------------------------------------
 
-def apply_stuck_dq(faults: FaultSet, ch: int, addr: int, data: np.ndarray) -> np.ndarray:
-    """Force stuck DQ bits in `data` (uint8 bytes read from channel byte address `addr`), in place.
+def apply_stuck_dq(faults: FaultSet, ch: int, addr, data: np.ndarray) -> np.ndarray:
+    """Force stuck DQ bits in `data` (uint8 bytes at channel byte address `addr`, or at the
+    per-byte addresses of an array `addr`), in place.
 
     DQ bit b sits in byte lane b // 8, so it touches every byte whose channel address is
     congruent to b // 8 modulo the 8-byte bus word. ECC-lane bits (64..71) carry no data.
@@ -210,12 +213,11 @@ def apply_stuck_dq(faults: FaultSet, ch: int, addr: int, data: np.ndarray) -> np
         lane, bit = divmod(int(f.params["bit"]), 8)
         if lane >= BUS_BYTES or data.size == 0:
             continue
-        first = (lane - addr) % BUS_BYTES
-        view = data[first::BUS_BYTES]
+        on_lane = (addr % BUS_BYTES == lane) if isinstance(addr, np.ndarray) else slice((lane - addr) % BUS_BYTES, None, BUS_BYTES)
         if f.params["val"]:
-            view |= np.uint8(1 << bit)
+            data[on_lane] |= np.uint8(1 << bit)
         else:
-            view &= np.uint8(0xFF ^ (1 << bit))
+            data[on_lane] &= np.uint8(0xFF ^ (1 << bit))
     return data
 
 
@@ -288,16 +290,18 @@ def _lane_noise(pos: np.ndarray, salt: int) -> np.ndarray:
     return ((x ^ (x >> np.uint64(31))) & np.uint64(0xFF)).astype(np.uint8)
 
 
-def _lane_select(data: np.ndarray, addr: int, lanes) -> np.ndarray | None:
+def _lane_select(data: np.ndarray, addr, lanes) -> tuple[np.ndarray, np.ndarray] | None:
+    """(addresses, mask) of the bytes of `data` on `lanes`; `addr` is the first byte's channel
+    address or every byte's (an array)."""
     lanes = [l for l in lanes if l < BUS_BYTES]
     if not lanes or data.size == 0:
         return None
-    pos = np.arange(addr, addr + data.size, dtype=np.int64)
+    pos = addr if isinstance(addr, np.ndarray) else np.arange(addr, addr + data.size, dtype=np.int64)
     sel = np.isin(pos % BUS_BYTES, lanes)
     return pos[sel], sel
 
 
-def garble_read(data: np.ndarray, addr: int, lanes, salt: int) -> np.ndarray:
+def garble_read(data: np.ndarray, addr, lanes, salt: int) -> np.ndarray:
     """Bytes read from channel address `addr` on byte lanes `lanes` come back wrong (in place):
     each differs from what the cells hold. Returns `data`."""
     picked = _lane_select(data, addr, lanes)
@@ -307,7 +311,7 @@ def garble_read(data: np.ndarray, addr: int, lanes, salt: int) -> np.ndarray:
     return data
 
 
-def garble_write(data: np.ndarray, addr: int, lanes, salt: int) -> np.ndarray:
+def garble_write(data: np.ndarray, addr, lanes, salt: int) -> np.ndarray:
     """Bytes written at channel address `addr` on byte lanes `lanes` land as noise that depends
     only on the address (in place), so garbling stored data again changes nothing. Returns `data`."""
     picked = _lane_select(data, addr, lanes)

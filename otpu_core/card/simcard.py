@@ -588,17 +588,23 @@ class SimCard:
         finally:
             self._dma_end("c2h")
 
-    def pins_write(self, ch: int, off: int, data: np.ndarray) -> np.ndarray:
-        """What bytes written at channel offset `off` become on the way to the cells: lanes out
-        of their write window land as noise, stuck DQ bits forced. `data` itself is untouched
-        (a copy is returned when anything changes); both effects are idempotent, so stored
-        data may pass again."""
+    def pins_write(self, ch: int, off, data: np.ndarray) -> np.ndarray:
+        """What bytes written at channel offset `off` (or at the per-byte offsets of an array)
+        become on the way to the cells: lanes out of their write window land as noise, stuck DQ
+        bits forced. `data` itself is untouched (a copy is returned when anything changes);
+        both effects are idempotent, so stored data may pass again."""
         write_bad = self.lane_faults()[ch][0]
         stuck = bool(self.faults) and self.faults.on_channel("stuck_dq", ch)
         if not write_bad and not stuck:
             return data
         out = faults_mod.garble_write(data.copy(), off, write_bad, faults_mod.lane_salt(self.serial, write=True))
         return faults_mod.apply_stuck_dq(self.faults, ch, off, out)
+
+    def pin_fault_channels(self) -> list[int]:
+        """Channels whose pins change what is written now (lanes out of their write window, stuck DQ)."""
+        lanes = self.lane_faults()
+        return [ch for ch in range(regs.CHANNELS)
+                if lanes[ch][0] or (self.faults and self.faults.on_channel("stuck_dq", ch))]
 
     def lane_faults(self) -> tuple[tuple[list[int], list[int]], ...]:
         """Per channel: (data byte lanes whose writes land wrong, lanes whose reads come back
