@@ -19,14 +19,19 @@ from .errors import UsageError
 class TransportSpec:
     """One kind of device a plugin can open.
 
-    `open(dev, *, target=None, faults=None, lock=True)` returns a `transport.Transport` (or
-    raises an OtpuError: DeviceError when the device is absent, UsageError when the spec is
-    wrong); `lock=False` opens it for monitoring without the device lock. `list()` names the
+    `open` is called as `open(dev, target=..., faults=..., lock=...)`: `dev` (str) positional,
+    the rest by keyword, any of them possibly omitted, so an opener is declared
+    `open(dev: str, *, target: str | None = None, faults: str | None = None, lock: bool = True)`
+    (extra keywords may be swallowed by `**kw`). `target` is a target name or path (None: the
+    default target), `faults` a fault spec (None: none; a device that cannot take faults
+    refuses a non-empty spec with a UsageError), `lock=False` opens for monitoring without the
+    device lock. It returns a `transport.Transport` or raises an OtpuError: DeviceError when the
+    device is absent, UsageError when the spec or an argument is wrong. `list()` names the
     devices of this kind present now. `accepts(dev)` decides whether a spec is this kind's
     (default: it starts with `prefix`)."""
     prefix: str
     description: str
-    open: Callable[..., Any]                    # open(dev, *, target, faults, lock) -> Transport
+    open: Callable[..., Any]                    # open(dev, *, target=None, faults=None, lock=True) -> Transport
     list: Callable[[], list[str]] | None = None
     accepts: Callable[[str], bool] | None = None  # default: dev starts with prefix
 
@@ -62,6 +67,7 @@ def resolve(dev: str | None) -> tuple[TransportSpec, str]:
 
 
 def open_transport(dev: str | None = None, **kw):
+    """Open a `--dev` spec; `kw` (target, faults, lock) go to the spec's opener unchanged."""
     spec, dev = resolve(dev)
     return spec.open(dev, **kw)
 

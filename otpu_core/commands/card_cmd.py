@@ -22,7 +22,7 @@ app = typer.Typer(name="card", no_args_is_help=True, add_completion=False,
 
 # -- transports -----------------------------------------------------------------------------------
 
-def _open_sim(dev: str, target: str | None = None, faults: str | None = None, lock: bool = True):
+def _open_sim(dev: str, *, target: str | None = None, faults: str | None = None, lock: bool = True):
     from ..transport.sim import SimTransport
     name = dev.partition(":")[2] or None
     if name is not None and (not name.replace("-", "").replace("_", "").isalnum()):
@@ -30,7 +30,7 @@ def _open_sim(dev: str, target: str | None = None, faults: str | None = None, lo
     return SimTransport(name, target=target, faults=faults, lock=lock)
 
 
-def _open_xdma(dev: str, target: str | None = None, faults: str | None = None, lock: bool = True):
+def _open_xdma(dev: str, *, target: str | None = None, faults: str | None = None, lock: bool = True):
     from ..transport.xdma import XdmaTransport
     if faults:
         raise UsageError(f"--fault / OTPU_SIM_FAULTS apply to simulated cards only, not {dev}")
