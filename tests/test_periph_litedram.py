@@ -161,7 +161,7 @@ def test_bist_reports_a_stuck_dq_bit_with_random_data_only():
     r = bist(ld, 0, L.BIST_READ, 0, beats)
     # independent count: a beat is wrong when any of its 8 words has bit 44 set in the pattern
     addrs = np.arange(beats, dtype=np.uint64)[:, None] * np.uint64(64) + np.arange(0, 64, 8, dtype=np.uint64)
-    words = L._mix64_np(addrs ^ np.uint64(0x0123456789ABCDEF))
+    words = L.mix64(addrs ^ np.uint64(0x0123456789ABCDEF))
     want = int(((words >> np.uint64(44)) & np.uint64(1)).any(axis=1).sum())
     assert r["errors"] == want and r["lanes"][5] == want and sum(r["lanes"]) == want
     assert r["bits"] == 1 << 44

@@ -281,13 +281,17 @@ def lane_salt(serial: int, write: bool) -> int:
     return 2 * serial + int(write)
 
 
-def _lane_noise(pos: np.ndarray, salt: int) -> np.ndarray:
-    """Deterministic noise byte for each channel byte address in `pos` (splitmix64 of it)."""
-    x = pos.astype(np.uint64) ^ np.uint64(salt & 0x7FFFFFFF)
-    x = x + np.uint64(0x9E3779B97F4A7C15)
+def mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser, vectorised (the noise of a wrong sample)."""
+    x = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return ((x ^ (x >> np.uint64(31))) & np.uint64(0xFF)).astype(np.uint8)
+    return x ^ (x >> np.uint64(31))
+
+
+def _lane_noise(pos: np.ndarray, salt: int) -> np.ndarray:
+    """Deterministic noise byte for each channel byte address in `pos`."""
+    return (mix64(pos.astype(np.uint64) ^ np.uint64(salt & 0x7FFFFFFF)) & np.uint64(0xFF)).astype(np.uint8)
 
 
 def _lane_select(data: np.ndarray, addr, lanes) -> tuple[np.ndarray, np.ndarray] | None:

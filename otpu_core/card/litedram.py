@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from .faults import BUS_BYTES, FaultSet, garble_read, garble_write, lane_salt
+from .faults import BUS_BYTES, FaultSet, garble_read, garble_write, lane_salt, mix64
 
 # ---- the build's PHY parameters (what LiteX puts in sdram_init.py) ----------------------------
 NCHANNELS = 2            # the CSR map has blocks for two channels
@@ -153,13 +153,6 @@ def _mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def _mix64_np(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
 def _noise(key: int, bits: int) -> int:
     out, i = 0, 0
     while i * 64 < bits:
@@ -236,7 +229,7 @@ def _bist_words(mode: int, seed: int, addrs: np.ndarray) -> np.ndarray:
     word_addr = addrs.astype(np.uint64)[:, None] + np.arange(0, 64, 8, dtype=np.uint64)[None, :]
     if mode & BIST_ADDR_DATA:
         return word_addr
-    return _mix64_np(word_addr ^ np.uint64(seed & _M64))
+    return mix64(word_addr ^ np.uint64(seed & _M64))
 
 
 def _ecc_byte(words: np.ndarray) -> np.ndarray:
