@@ -355,16 +355,12 @@ class SimCard:
 
     def calibrated(self, ch: int) -> bool:
         """The channel's calibration ready bit (LiteDRAM cal_ready; a MIG build calibrates itself)."""
-        phy = self._peek("litedram")
-        if phy is None:
-            return not self.faults.on_channel("no_calib", ch)
-        return phy.calibrated(ch)
-
-    def _peek(self, name: str):
-        """A peripheral with current state, for a query that changes nothing (no card lock)."""
-        with self._rlock:
+        with self._rlock:             # no card lock: a query; the thread lock keeps a reload out
             self._sync_periph()
-            return self.periphs.get(name)
+            phy = self.periphs.get("litedram")
+            if phy is None:
+                return not self.faults.on_channel("no_calib", ch)
+            return phy.calibrated(ch)
 
     # -- counters ----------------------------------------------------------------------------------
     def uptime(self) -> int:
