@@ -126,3 +126,24 @@ def test_engine_reads_what_the_host_wrote_through_an_aliased_line():
         for src in (cell, alias):
             run(b, src, out)
             assert b.read(out, 64).tolist() == [2] * 64
+
+
+def test_engine_stores_through_an_aliased_line_reach_the_cell_in_store_order():
+    with Board.open("sim:alias2", "sim-small", faults="addr_alias:ch=0,bit=20") as b:
+        cell = beat_on(0, b.chash)
+        _, off = regs.beat_channel(cell, b.chash)
+        alias = next(a for a in range(0, 1 << 24, regs.BEAT) if regs.beat_channel(a, b.chash) == (0, off | 1 << 20))
+        one, two, out = beat_on(1, b.chash), beat_on(1, b.chash, 1), beat_on(1, b.chash, 2)
+        b.write(one, np.full(64, 1, np.uint8))
+        b.write(two, np.full(64, 2, np.uint8))
+        # one program stores to the alias, then to the cell: the later store wins at both addresses
+        BoardBackend(b).run(f"ld dram={two} tmem=0 n=16\nst dram={alias} tmem=0 n=16\n"
+                            f"ld dram={one} tmem=0 n=16\nst dram={cell} tmem=0 n=16\nhalt\n")
+        assert b.read_channel(0, off, 64).tolist() == [1] * 64
+        assert b.read_channel(0, off | 1 << 20, 64).tolist() == [1] * 64
+        b.write(cell, np.zeros(64, np.uint8))
+        run(b, two, alias)                # a store to the alias alone lands in the cell
+        assert b.read_channel(0, off, 64).tolist() == [2] * 64
+        run(b, one, cell)
+        run(b, alias, out)                # and the engine reads the alias as the cell
+        assert b.read(out, 64).tolist() == [1] * 64

@@ -15,12 +15,14 @@ the simulator's decoded-weight cache before each run and each slice.
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import faults as faults_mod
 from . import regs
 from .dram import PAGE_SHIFT
 
@@ -31,15 +33,15 @@ SLICE_SECONDS = 0.02       # engine time between counter publications
 STEP_BATCH = 256           # instructions per run_for call
 POLL_SLEEP = 0.0005        # wall time between WAITW polls while the host has not written
 
-_MACHINES: dict[tuple[str, str, int, int], tuple[object, np.ndarray]] = {}
+_MACHINES: dict[tuple[str, str, int, int], tuple[object, np.ndarray, "list[StoreLog] | None"]] = {}
 
 
 def machine_for(card: "SimCard", trace: bool):
-    """This process's Machine for a card at its current power-on (TMEM survives between runs),
-    with the DRAM page generations it has seen."""
+    """This process's Machine for a card at its current power-on, the DRAM page generations it
+    has seen and its store logs (`store_logs`)."""
     from ..isasim import Machine
     key = (str(card.dir), card.name, card.power_gen, os.stat(card.dram.path).st_ino)   # a re-created card is another
-    m, seen = _MACHINES.get(key, (None, None))
+    m, seen, logs = _MACHINES.get(key, (None, None, None))
     if m is None or bool(m.timing and m.timing.trace) != trace:
         size = card.cfg.DRAM_BYTES
         drams = [card.dram.mem[s * size:(s + 1) * size] for s in range(card.cfg.S)]
@@ -47,37 +49,41 @@ def machine_for(card: "SimCard", trace: bool):
         m.wait_for_host = True
         bind_onchip(card, m)
         seen = np.zeros_like(card.dram.gens)
+        logs = store_logs(card, m)
         _MACHINES.clear()
-        _MACHINES[key] = (m, seen)
-    return m, seen
+        _MACHINES[key] = (m, seen, logs)
+    return m, seen, logs
 
 
-def _onchip_parts(cfg) -> tuple[tuple[str, str, tuple[int, ...], type], ...]:
-    """(memory, array, shape, dtype) of one slice's on-chip memories, in file order."""
-    return (("tmem", "t", (cfg.TMEM_WORDS,), np.uint32),
-            ("act", "q", (cfg.act_rows, cfg.ACT_BLOCKS * cfg.D), np.int8),
-            ("act", "scale", (cfg.act_rows, cfg.ACT_BLOCKS), np.uint32))
-
-
-def _slice_bytes(cfg) -> int:
-    n = sum(int(np.prod(shape)) * np.dtype(dt).itemsize for _, _, shape, dt in _onchip_parts(cfg))
-    return -(-n // 4096) * 4096
+@functools.lru_cache(maxsize=8)
+def _onchip_layout(cfg) -> tuple[tuple[tuple[str, str, tuple[int, ...], np.dtype, int], ...], int]:
+    """((memory, array, shape, dtype, byte offset), ...) of one slice's on-chip memories (every
+    array a fresh TMEM and ACT RAM of the simulator hold), and the slice's bytes in the file."""
+    from ..sim.memory import ActRam, Tmem
+    fresh = {"tmem": Tmem(cfg.TMEM_WORDS), "act": ActRam(cfg.act_rows, cfg.ACT_BLOCKS, cfg.D)}
+    parts, at = [], 0
+    for mem, obj in fresh.items():
+        for name, arr in vars(obj).items():
+            if isinstance(arr, np.ndarray):
+                at = -(-at // arr.dtype.itemsize) * arr.dtype.itemsize
+                parts.append((mem, name, arr.shape, arr.dtype, at))
+                at += arr.nbytes
+    return tuple(parts), -(-at // 4096) * 4096
 
 
 def onchip_bytes(cfg) -> int:
     """Bytes of the `<card>.tmem` file: every slice's TMEM and ACT RAM."""
-    return cfg.S * _slice_bytes(cfg)
+    return cfg.S * _onchip_layout(cfg)[1]
 
 
 def bind_onchip(card: "SimCard", m) -> None:
     """Put each slice's TMEM and ACT RAM on the card's shared file (in place of its own arrays)."""
-    cfg = card.cfg
+    parts, per_slice = _onchip_layout(card.cfg)
     for sl in m.slices:
-        at = sl.sid * _slice_bytes(cfg)
-        for mem, name, shape, dt in _onchip_parts(cfg):
-            n = int(np.prod(shape)) * np.dtype(dt).itemsize
-            setattr(getattr(sl, mem), name, card.onchip[at:at + n].view(dt).reshape(shape))
-            at += n
+        base = sl.sid * per_slice
+        for mem, name, shape, dt, at in parts:
+            n = int(np.prod(shape)) * dt.itemsize
+            setattr(getattr(sl, mem), name, card.onchip[base + at:base + at + n].view(dt).reshape(shape))
 
 
 def note_host_writes(card: "SimCard", m, seen: np.ndarray) -> None:
@@ -95,30 +101,105 @@ def note_host_writes(card: "SimCard", m, seen: np.ndarray) -> None:
         seen[changed] = gens[changed]
 
 
-def pins_on_engine_stores(card: "SimCard", m, since: list[int]) -> None:
+class StoreLog:
+    """The byte ranges one slice's stores wrote, in order. Kept on a card with aliased address
+    lines, whose engine stores must reach every address of their cell in the order made."""
+
+    def __init__(self, dram):
+        self.ranges: list[tuple[int, int]] = []
+        self.note = dram.note_write          # the simulator's own bookkeeping, still called
+        dram.note_write = self._note
+
+    def _note(self, lo: int, hi: int) -> None:
+        self.ranges.append((lo, hi))
+        self.note(lo, hi)
+
+    def take(self) -> list[tuple[int, int]]:
+        ranges, self.ranges = self.ranges, []
+        return ranges
+
+
+def store_logs(card: "SimCard", m) -> list[StoreLog] | None:
+    """A StoreLog per slice when some channel of the card has an aliased address line."""
+    if not any(faults_mod.alias_mask(card.faults, ch) for ch in range(regs.CHANNELS)):
+        return None
+    return [StoreLog(sl.dram) for sl in m.slices]
+
+
+def _beat_channels(beats: np.ndarray, chash: bool) -> np.ndarray:
+    ch = beats & 1
+    return ch ^ regs.chunk_parity(beats >> 1) if chash else ch
+
+
+def engine_stores_through_pins(card: "SimCard", m, since: list[int], logs: list[StoreLog] | None) -> None:
     """Pass what the engine stored since write clocks `since` (one per slice) through the DRAM
-    pins, as host writes pass at DMA time: every beat of the DRAM pages written since then that
-    lies on a channel whose pins change data gets its lanes garbled and stuck bits forced
-    (both idempotent, so beats stored earlier may pass again). Nothing to do on healthy pins."""
+    pins and address lines, as host writes pass at DMA time. Every beat of the DRAM pages
+    written since then that lies on a channel whose pins change data gets its lanes garbled and
+    stuck bits forced (both idempotent, so beats stored earlier may pass again); then, with
+    aliased lines, each store in `logs` reaches every address of its cell, in store order.
+    Nothing to do on healthy pins."""
     from ..sim.memory import PAGE_SHIFT as SIM_PAGE_SHIFT
+    stores = [log.take() for log in logs] if logs else None
     channels = card.pin_fault_channels()
-    if not channels:
-        return
     size, per_page = card.cfg.DRAM_BYTES, (1 << SIM_PAGE_SHIFT) // regs.BEAT
-    for sl in m.slices:
+    for sl in m.slices if channels else ():
         pages = np.flatnonzero(sl.dram.gens > since[sl.sid])
         if not pages.size:
             continue
         beats = (sl.sid * size // regs.BEAT + pages[:, None] * per_page + np.arange(per_page)).reshape(-1)
-        beat_ch = beats & 1
-        if card.dram.chash:
-            beat_ch ^= regs.chunk_parity(beats >> 1)
+        beat_ch = _beat_channels(beats, card.dram.chash)
         for ch in channels:
             mine = beats[beat_ch == ch]
             pos = ((mine >> 1) * regs.BEAT)[:, None] + np.arange(regs.BEAT)
             card.dram.beats[mine] = card.pins_write(ch, pos.reshape(-1), card.dram.beats[mine].reshape(-1)).reshape(-1, regs.BEAT)
+        note = logs[sl.sid].note if logs else sl.dram.note_write
         for page in pages:            # decoded weights cached from the clean bytes are stale now
-            sl.dram.note_write(int(page) << SIM_PAGE_SHIFT, (int(page) + 1) << SIM_PAGE_SHIFT)
+            note(int(page) << SIM_PAGE_SHIFT, (int(page) + 1) << SIM_PAGE_SHIFT)
+    if stores:
+        _mirror_stores(card, m, stores, logs)
+
+
+def _channel_bytes(logical: np.ndarray, chash: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(channel, channel byte address) of logical byte addresses."""
+    beats = logical >> 6
+    return _beat_channels(beats, chash), (beats >> 1) * regs.BEAT + (logical & (regs.BEAT - 1))
+
+
+def _logical_bytes(ch: int, pos: np.ndarray, chash: bool) -> np.ndarray:
+    """Logical byte addresses of channel `ch`'s byte addresses (channel beat c is in chunk c)."""
+    chunk = pos >> 6
+    return (2 * chunk + _beat_channels(2 * chunk + ch, chash)) * regs.BEAT + (pos & (regs.BEAT - 1))
+
+
+def _mirror_stores(card: "SimCard", m, stores: list[list[tuple[int, int]]], logs: list[StoreLog]) -> None:
+    """Make each logged store on a channel with aliased lines reach every address of its cell.
+    The stores' bytes are all read first and then replayed in store order, so the last store to
+    any address of a cell wins, as on the pins. A strided store (QST) is logged as its whole
+    span, so the bytes in its gaps are replayed too (with what they held)."""
+    size, chash, mem = card.cfg.DRAM_BYTES, card.dram.chash, card.dram.mem
+    masks = {ch: mk for ch in range(regs.CHANNELS) if (mk := faults_mod.alias_mask(card.faults, ch))}
+    replay = []
+    for sl, ranges in zip(m.slices, stores):
+        for lo, hi in ranges:
+            logical = np.arange(sl.sid * size + lo, sl.sid * size + hi, dtype=np.int64)
+            chan, pos = _channel_bytes(logical, chash)
+            for ch, mask in masks.items():
+                on = chan == ch
+                if on.any():
+                    cells = pos[on] & ~np.int64(mask)
+                    last = cells.size - 1 - np.unique(cells[::-1], return_index=True)[1]    # within a store the later byte wins
+                    replay.append((ch, mask, cells[last], mem[logical[on][last]]))
+    touched = []
+    for ch, mask, cells, data in replay:
+        for s in faults_mod.alias_class(mask):
+            at = _logical_bytes(ch, cells | np.int64(s), chash)
+            mem[at] = data
+            touched.append((int(at.min()), int(at.max()) + 1))
+    for lo, hi in touched:            # the simulator's cached weights of the copies are stale
+        for sl, log in zip(m.slices, logs):
+            a, b = max(lo, sl.sid * size), min(hi, (sl.sid + 1) * size)
+            if a < b:
+                log.note(a - sl.sid * size, b - sl.sid * size)
 
 
 def vpu_lane_fault(card: "SimCard"):
@@ -157,7 +238,7 @@ class CardRun:
         from ..isa import decode_program
         card = self.card
         try:
-            m, seen = machine_for(card, self.trace)
+            m, seen, logs = machine_for(card, self.trace)
             note_host_writes(card, m, seen)
             m.load(decode_program(self.words), self.args)
             m.max_steps = 1 << 62
@@ -165,14 +246,14 @@ class CardRun:
             if m.timing is not None:
                 for sc in m.timing.slices:
                     sc.groups.clear()
-            self._run(m, seen)
+            self._run(m, seen, logs)
         except UsageError as e:
             timed_out = getattr(e, "kind", None) == "waitw-timeout"
             card.finish(self.gen, regs.ST_ERROR | (regs.ST_WAIT_TO if timed_out else 0), e.message)
         except Exception as e:      # the card must report, never take the host process down
             card.finish(self.gen, regs.ST_ERROR | regs.ST_AXI_ERR, f"simulated core failed: {type(e).__name__}: {e}")
 
-    def _run(self, m, seen: np.ndarray) -> None:
+    def _run(self, m, seen: np.ndarray, logs: "list[StoreLog] | None") -> None:
         from ..isasim import HALTED, POLLING
         card = self.card
         last = m.counters()
@@ -185,8 +266,10 @@ class CardRun:
                 while time.monotonic() < t_end:
                     note_host_writes(card, m, seen)
                     since = [sl.dram.clock for sl in m.slices]
+                    for log in logs or ():
+                        log.take()               # host writes reached their cells' addresses at DMA time
                     state = m.run_for(STEP_BATCH)
-                    pins_on_engine_stores(card, m, since)
+                    engine_stores_through_pins(card, m, since, logs)
                     if state == HALTED:
                         break
                     if state == POLLING:
