@@ -110,19 +110,19 @@ def test_stuck_dq_forces_exactly_one_bit_lane(addr, bit, val):
     assert np.array_equal(F.apply_stuck_dq(F.parse("stuck_dq:ch=1,bit=70,val=1"), 1, addr, data.copy()), data)
 
 
-def test_address_alias_segments_and_indices_agree_with_per_byte_mapping():
+def test_address_alias_segments_and_classes_agree_with_per_byte_mapping():
     fs = F.parse("addr_alias:ch=0,bit=6;addr_alias:ch=0,bit=9")
     addr, n = 1000, 1500
     per_byte = np.array([(a & ~((1 << 6) | (1 << 9))) for a in range(addr, addr + n)])
-    idx = F.alias_indices(fs, 0, addr, n)
-    assert np.array_equal(idx, per_byte)
+    assert F.alias_mask(fs, 0) == 0x240 and F.alias_mask(fs, 1) == 0
+    assert sorted(F.alias_class(0x240)) == [0, 0x40, 0x200, 0x240] and F.alias_class(0) == [0]
     rebuilt = np.empty(n, np.int64)
     pieces = F.alias_segments(fs, 0, addr, n)
     for pos, cell, length in pieces:
         rebuilt[pos:pos + length] = cell + np.arange(length)
     assert np.array_equal(rebuilt, per_byte)
     assert sum(p[2] for p in pieces) == n
-    assert F.alias_segments(fs, 1, addr, n) == [(0, addr, n)] and F.alias_indices(fs, 1, addr, n) is None
+    assert F.alias_segments(fs, 1, addr, n) == [(0, addr, n)]
     assert F.alias_address(fs, 0, 0x2C0) == 0x080
 
 

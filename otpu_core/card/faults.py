@@ -247,19 +247,6 @@ def alias_segments(faults: FaultSet, ch: int, addr: int, n: int) -> list[tuple[i
     return pieces
 
 
-def alias_indices(faults: FaultSet, ch: int, addr: int, n: int) -> np.ndarray | None:
-    """Cell address of every byte of [addr, addr+n) for fancy indexing; None when nothing aliases.
-
-    Use this instead of `alias_segments` when the lowest aliased bit is small and the range long.
-    """
-    mask = 0
-    for f in faults.on_channel("addr_alias", ch):
-        mask |= 1 << int(f.params["bit"])
-    if not mask:
-        return None
-    return np.arange(addr, addr + n, dtype=np.int64) & ~np.int64(mask)
-
-
 def alias_mask(faults: FaultSet, ch: int) -> int:
     """The channel's aliased address lines as one bit mask (0: none)."""
     mask = 0
