@@ -29,6 +29,7 @@ FILE_BYTES = 1 << 20
 HEADER_BYTES = 4096
 SLOT_BYTES = (FILE_BYTES - HEADER_BYTES) // len(PARTS)
 _SEQ = 0                       # header word 0; word 1 + i is the generation of PARTS[i]
+_M64 = (1 << 64) - 1
 
 
 class PeriphStore:
@@ -84,6 +85,19 @@ class PeriphStore:
             self._stored[i], self._seen[i] = blob, gens[i]
         self._seen_seq = seq
         return bool(blobs)
+
+    def reset(self) -> None:
+        """Power-on (the caller holds the card lock): every part empty, here and in the file,
+        whatever the file held before (a card saved by an older layout included)."""
+        self.words[_SEQ] = (self.words[_SEQ] | 1) & _M64         # odd: being written
+        for i in range(len(PARTS)):
+            self._write_slot(i, b"")
+            self.words[1 + i] = (self.words[1 + i] + 1) & _M64
+            self._stored[i], self._seen[i] = b"", self.words[1 + i]
+        for part in self.state.values():
+            part.clear()
+        self.words[_SEQ] = (self.words[_SEQ] + 1) & _M64
+        self._seen_seq = self.words[_SEQ]
 
     @property
     def seen(self) -> int:

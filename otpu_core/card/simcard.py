@@ -171,9 +171,7 @@ class SimCard:
         self.bar[regs.off("STATUS") // 4] = regs.ST_WR_IDLE
         self.trace[:] = 0
         self.onchip[:] = 0                           # TMEM and ACT RAM lose their contents
-        self.periph.sync()
-        for part in self.periph_state.values():      # no state: the peripherals power on afresh
-            part.clear()
+        self.periph.reset()                          # no state: the peripherals power on afresh
         self._build_periphs()
         self.periph.store()                          # what they did at power-on (the PHY calibrated)
 
