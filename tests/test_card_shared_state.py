@@ -86,3 +86,24 @@ def test_whole_transactions_alternate_and_pointers_persist_across_processes(two)
         ina = mine[1].read(INA226_ADDR, 0xFE, 2) if ask_peer else peers[1](f"m.read({INA226_ADDR}, 0xFE, 2)")
         assert (lm73, ina) == (b"\x01\x90", b"\x54\x49")
     assert peers[0](f"m.read({LM73_ADDR}, 1, 1)") == mine[0].read(LM73_ADDR, 1, 1) == b"\x40"
+
+
+def test_a_card_saved_by_another_layout_powers_on_cleanly(tmp_path):
+    import numpy as np
+    SimCard("sim-old", "sim-small", directory=tmp_path).close()
+    periph = tmp_path / "sim-old.periph"
+    raw = bytearray(periph.read_bytes())
+    raw[:16] = b"\x0b\x00\x00\x00{\"x\": 1}Z"        # what the JSON layout wrote: an odd length word first
+    periph.write_bytes(bytes(raw))
+    bar = np.memmap(tmp_path / "sim-old.bar0", np.uint32, "r+")
+    bar[0x20000 // 4] = 12345                          # the hidden layout word of another version
+    bar.flush()
+    del bar
+    card = SimCard("sim-old", "sim-small", directory=tmp_path)
+    try:
+        assert card.reg_read(regs.off("STATUS")) & (regs.ST_CALIB0 | regs.ST_CALIB1) == regs.ST_CALIB0 | regs.ST_CALIB1
+        base = regs.I2C_BASE
+        m = BitBangMaster(lambda o: card.reg_read(base + o), lambda o, v: card.reg_write(base + o, v), 0)
+        assert m.read(LM73_ADDR, 7, 2) == b"\x01\x90"
+    finally:
+        card.close()
