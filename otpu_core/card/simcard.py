@@ -672,9 +672,6 @@ def peripheral_class(name: str):
         return None
 
 
-def importable(name: str) -> bool: return peripheral_class(name) is not None
-
-
 def check_simulable(target) -> Any:
     """The target, if the simulated card can model its board: two DRAM channels of at most 2 GiB
     (the AXI map picks the channel by address bit 31, STATUS has two CALIB bits and the
