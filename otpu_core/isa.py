@@ -5,7 +5,7 @@ slots ra [11:8], rb [15:12], rc [19:16], rd [23:20] and 8 flag bits [31:24]; w1.
 immediates. Each opcode's layout is one `Layout` table entry (a list of `Field`s), so encoding,
 decoding, reserved-bit checks, register-relative address resolution and the assembler all read
 the same description. The public card's encoding (shared/reference/isa.md section 2) is kept bit
-for bit; the project's extensions (seed weight formats WF=3/4, the WAITC wait entry) are defined
+for bit; the project's extensions (seed weight formats WF=3/4, the QACT SUB flag, the WAITC wait entry) are defined
 here and documented in docs/isa.md.
 """
 from __future__ import annotations
@@ -36,7 +36,9 @@ STREAM_DESC_FIXED = 5    # descriptor words before the scalar ops
 STREAM_DESC_AREA = 64    # TMEM words the compiler reserves at the top when Config.STREAM
 MXU_FIFO_CHUNKS = 1024   # board MXU chunk FIFO
 BOARD_IMEM_INSTRS = 4096
-NSUB = 4                 # 4-bit formats: sub-blocks of D/4 elements per D-block
+NSUB = 4                 # sub-blocks of D/4 elements per D-block (4-bit weights, QACT SUB offsets)
+SUB_EXP_BITS = 3         # QACT SUB: bits of one sub-block offset e
+SUB_EXP_MAX = 7          # QACT SUB: the cap E of e; MM shifts a sub-block's partial by E - e
 MASK32 = 0xFFFFFFFF
 
 
@@ -89,6 +91,7 @@ F_UNIT, F_ACC, F_RMAX, F_ASCALE, F_PAIR = 0x01, 0x02, 0x04, 0x08, 0x40   # MM
 WF_SHIFT = 4                                     # MM WF[1:0] = flags[5:4]; WF[2] = flags[7] (project)
 WF_HI_FLAG = 0x80
 F_ROW, F_CSCALE, F_RSCALE, F_DUP = 0x01, 0x02, 0x04, 0x08     # QACT (QST: ROW, HALF)
+F_SUB = 0x10                                     # QACT (project): per-sub-block offsets, needs ROW
 F_HALF = 0x02                                    # QST
 F_DSCALAR, F_DONE = 0x01, 0x02                   # VOP OUTER
 
@@ -260,7 +263,8 @@ LAYOUTS: dict[Op, Layout] = {lay.op: lay for lay in (
                          _flag("ascale", F_ASCALE), _flag("pair", F_PAIR))),
     Layout(Op.QACT, "qact", (_rel("src", 1, "ra"), _w("rows", 2, 0, 8), _w("ab", 2, 8, 8), _w("kb", 2, 16, 16),
                              _w("srs", 3), _w("cscale_addr", 4), _w("rscale_addr", 5), _flag("row", F_ROW),
-                             _flag("cscale", F_CSCALE), _flag("rscale", F_RSCALE), _flag("dup", F_DUP))),
+                             _flag("cscale", F_CSCALE), _flag("rscale", F_RSCALE), _flag("dup", F_DUP),
+                             _flag("sub", F_SUB))),
     Layout(Op.QST, "qst", (_rel("src", 1, "ra"), _rel("dst", 2, "rb"), _rel("sdst", 3, "rc"),
                            _w("rows", 4, 0, 16), _w("kb", 4, 16, 16), _w("srs", 5), _w("drs", 6), _w("es", 7),
                            _flag("row", F_ROW), _flag("half", F_HALF))),
