@@ -13,12 +13,16 @@ Formats (byte layouts and worked examples in docs/formats.md):
   weight = E2M1 value * m_b * 2^(E - 127). 4 + 32/D bits.
 - nvfp4 (reference quantiser only, no MM path): E2M1 with an E4M3 scale per D/8 elements under a
   per-tensor fp32 scale. 4 + 8/(D/8) bits.
+- activations with sub-block offsets (QACT SUB, project extension): int8 codes, one fp32 scale per
+  row and a 3-bit power-of-two offset e per D/4 sub-block (value = q * s * 2^-e), kept in ACT RAM
+  as one 16-bit side word per (row, block).
 
 Public API: ``quantize(w, wf, d, search=True) -> PackedWeights``; ``PackedWeights`` (rows, scales,
 rs, srs, kb, ``dequantize()``, ``bits_per_weight``); ``decode(wf, d, kb, rows, scales, unit)``
 -> ``Decoded`` (what ``mxu`` multiplies); ``row_bytes``, ``scale_read_bytes``,
 ``scale_row_bytes``, ``bits_per_weight``; ``quantize_nvfp4`` -> ``Nvfp4``; helpers ``bf16_rne``,
-``e2m1_codes``, ``e4m3_encode``/``E4M3_VALUES``, ``pack_nibbles``/``unpack_nibbles``; tables
+``e2m1_codes``, ``e4m3_encode``/``E4M3_VALUES``, ``pack_nibbles``/``unpack_nibbles``;
+``quantize_suboffsets``, ``pack_suboffsets``/``unpack_suboffsets``, ``act_values`` (QACT SUB); tables
 ``DEC_INT4``, ``DEC_FP4``; ``WeightFormatError`` for side data the MXU cannot use.
 """
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import fp32 as F
-from .isa import NSUB, WF_4BIT, WF_E2M1, WF_FP4X6, WF_INT4, WF_INT8, WF_INT8X, WF_NAMES, WF_SEED
+from .isa import NSUB, SUB_EXP_BITS, SUB_EXP_MAX, WF_4BIT, WF_E2M1, WF_FP4X6, WF_INT4, WF_INT8, WF_INT8X, WF_NAMES, WF_SEED
 
 DEC_INT4 = np.array([0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1], np.int8)
 # E2M1 codes decoded to twice their value, so every weight is an integer
@@ -421,6 +425,59 @@ def quantize(w, wf: int, d: int, search: bool = True) -> PackedWeights:
     else:
         rows, scales = _quantize_public4(x, wf, d, search)
     return PackedWeights(wf, d, w.shape[0], w.shape[1], rows, scales)
+
+
+# --- activations with sub-block offsets (QACT SUB, project extension) -------------------------
+
+SUB_MARK = 0x8000                     # ACT side word bit 15: the (row, block) carries offsets
+_SUB_FIELD = (1 << SUB_EXP_BITS) - 1
+# fp32 bits of 127 * 2^-e for e = 1..E: a sub-block gets offset e when its scaled amax is at most this
+_SUB_FITS = np.array([127.0 * 2.0 ** -e for e in range(1, SUB_EXP_MAX + 1)], np.float32)
+
+
+def quantize_suboffsets(x, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """QACT SUB: rows of fp32 bits [rows, kb*d] -> (int8 codes [rows, kb*d], row scale bits [rows],
+    offsets uint8 [rows, kb*NSUB]).
+
+    amax, s and inv are the public row quantiser's (fp32.quantize over the whole row). Per D/4
+    sub-block b: t = mul(amax_b, inv) with amax_b its largest |x| bits; e_b = the largest e in
+    0..E with t <= 127 * 2^-e, and 0 when t is 0 or NaN (a sub-block of zeros gains nothing);
+    codes q = q8(mul(x, mul(inv, 2^e_b))). With every e_b = 0 the codes are the public ROW
+    quantiser's."""
+    x = F.ftz(np.asarray(x, np.uint32))
+    rows, k = x.shape
+    amax = np.max(x & np.uint32(0x7FFFFFFF), axis=1, keepdims=True)
+    zero = amax == 0
+    s = np.where(zero, np.uint32(0), F.mul(amax, np.uint32(F.INV127)))
+    inv = np.where(zero, np.uint32(0), F.mul(np.uint32(0x42FE0000), F.recip(amax)))
+    sub = x.reshape(rows, k // (d // NSUB), d // NSUB)
+    t = F.to_float(F.mul(np.max(sub & np.uint32(0x7FFFFFFF), axis=2), inv))
+    with np.errstate(invalid="ignore"):
+        e = np.where(t == 0, 0, (t[:, :, None] <= _SUB_FITS).sum(axis=2)).astype(np.uint8)
+    inv_b = F.mul(inv, ((127 + e.astype(np.uint32)) << np.uint32(23)))
+    q = F.q8(F.mul(sub, inv_b[:, :, None])).reshape(rows, k)
+    return q, s[:, 0], e
+
+
+def pack_suboffsets(e: np.ndarray) -> np.ndarray:
+    """Offsets uint8 [rows, kb*NSUB] -> ACT side words uint16 [rows, kb]: e of sub-block j of a
+    block in bits [3j+2:3j], SUB_MARK set."""
+    rows = e.shape[0]
+    fields = e.reshape(rows, -1, NSUB).astype(np.uint16) << (SUB_EXP_BITS * np.arange(NSUB, dtype=np.uint16))
+    return (np.bitwise_or.reduce(fields, axis=2) | np.uint16(SUB_MARK)).astype(np.uint16)
+
+
+def unpack_suboffsets(words: np.ndarray) -> np.ndarray:
+    """ACT side words uint16 [...] -> offsets uint8 [..., NSUB] (0 where SUB_MARK is clear)."""
+    w = np.asarray(words, np.uint16)[..., None] >> (SUB_EXP_BITS * np.arange(NSUB, dtype=np.uint16))
+    return (w & np.uint16(_SUB_FIELD)).astype(np.uint8)
+
+
+def act_values(q: np.ndarray, s: np.ndarray, e: np.ndarray, d: int) -> np.ndarray:
+    """float64 values of QACT SUB output: q * s_row * 2^-e_b."""
+    rows, k = q.shape
+    unit = F.to_float(s).astype(np.float64)[:, None] * np.exp2(-e.astype(np.float64))
+    return (q.astype(np.float64).reshape(rows, -1, d // NSUB) * unit[:, :, None]).reshape(rows, k)
 
 
 # --- nvfp4 (reference quantiser only) ---------------------------------------------------------

@@ -1,6 +1,7 @@
 """Matrix-side semantics: MM (streamed weights x stationary ACT rows), QACT and QST.
 
-The field checks, operand fetch and epilogue addressing of reference/isa.md 3.5-3.6 live here;
+The field checks, operand fetch and epilogue addressing of reference/isa.md 3.5-3.6 (and of the
+project's QACT SUB sub-block offsets, docs/formats.md 4) live here;
 the MM arithmetic (public per-block fp32 terms with the 4-partial tree, the seed's exact integer
 accumulation) and the decoded-weight cache are `otpu_core.mxu`'s, weight decoding is
 `otpu_core.formats`', and quantisation is `fp32.quantize`.
@@ -30,7 +31,8 @@ def _quantize(x: np.ndarray, kb: int, d: int, row_mode: bool) -> tuple[np.ndarra
 
 
 def qact(sl, ins: Instr, w: list[int]) -> None:
-    """TMEM fp32 rows -> ACT RAM int8 with one scale per (row, block)."""
+    """TMEM fp32 rows -> ACT RAM int8 with one scale per (row, block); with SUB (and ROW) also a
+    power-of-two offset per D/4 sub-block in the block's side word (docs/formats.md 4)."""
     f, cfg = ins.fields, sl.cfg
     rows, ab, kb, srs = f["rows"], f["ab"], f["kb"], f["srs"]
     dup = ins.has(isa.F_DUP)
@@ -45,17 +47,24 @@ def qact(sl, ins: Instr, w: list[int]) -> None:
         raise Fault("shape", f"QACT rows={rows} exceeds the ACT RAM's {cfg.act_rows} rows")
     if ab + kb > cfg.ACT_BLOCKS:
         raise Fault("out-of-range", f"QACT blocks [{ab}, {ab + kb}) exceed ACT_BLOCKS={cfg.ACT_BLOCKS}")
+    if ins.has(isa.F_SUB) and not ins.has(isa.F_ROW):
+        raise Fault("shape", "QACT SUB (sub-block offsets) needs ROW mode: one scale per row")
     x = _quant_source(sl, w[1], rows, kb, srs, "QACT source")
     if ins.has(isa.F_RSCALE):
         x = fp32.mul(x, sl.tmem.read(f["rscale_addr"], rows, "QACT rscale")[:, None])
     if ins.has(isa.F_CSCALE):
         x = fp32.mul(x, sl.tmem.read(f["cscale_addr"], kb * cfg.D, "QACT cscale")[None, :])
-    q, s = _quantize(x, kb, cfg.D, ins.has(isa.F_ROW))
     d = cfg.D
+    if ins.has(isa.F_SUB):
+        q, s, e = formats.quantize_suboffsets(x, d)
+        s, side = np.repeat(s[:, None], kb, axis=1), formats.pack_suboffsets(e)
+    else:
+        (q, s), side = _quantize(x, kb, d, ins.has(isa.F_ROW)), 0
     act = sl.act
     for base in ((0, rows) if dup else (0,)):
         act.q[base: base + rows, ab * d: (ab + kb) * d] = q
         act.scale[base: base + rows, ab: ab + kb] = s
+        act.sub[base: base + rows, ab: ab + kb] = side
 
 
 def qst(sl, ins: Instr, w: list[int]) -> None:
@@ -155,7 +164,7 @@ def mm(sl, ins: Instr, w: list[int]) -> None:
     weights = _weights(sl, ins, sa, 0 if ins.has(isa.F_ASCALE) else ssa, row_bytes)
     try:
         acc = mxu.mm(sl.act.q[:rows_act, ab * d:(ab + kb) * d], sl.act.scale[:rows_act, ab:ab + kb], weights,
-                     pair=ins.has(isa.F_PAIR))
+                     pair=ins.has(isa.F_PAIR), act_sub=sl.act.sub[:rows_act, ab:ab + kb])
     except mxu.MxuError as e:
         raise Fault("shape", f"MM: {e}") from None
     prev = tm.t[idx] if ins.has(isa.F_ACC) else None

@@ -1,4 +1,5 @@
-"""The memories of one slice: DRAM (bytes, with write generations), TMEM (words), ACT RAM.
+"""The memories of one slice: DRAM (bytes, with write generations), TMEM (words), ACT RAM
+(int8 codes, scales and sub-block offset words).
 
 DRAM is a numpy uint8 buffer the caller may supply (the simulated card passes an np.memmap of
 a sparse file, so 4 GiB costs only the pages touched); every access is checked and raises a
@@ -150,9 +151,12 @@ class Tmem:
 
 
 class ActRam:
-    """ACT RAM: act_rows x ACT_BLOCKS*D int8 with one fp32 scale per (row, block)."""
+    """ACT RAM: act_rows x ACT_BLOCKS*D int8 with one fp32 scale per (row, block) and one 16-bit
+    side word per (row, block) holding the QACT SUB sub-block offsets (formats.pack_suboffsets;
+    0 when the block was written without SUB)."""
 
     def __init__(self, rows: int, blocks: int, d: int):
         self.rows, self.blocks, self.d = rows, blocks, d
         self.q = np.zeros((rows, blocks * d), np.int8)
         self.scale = np.zeros((rows, blocks), np.uint32)
+        self.sub = np.zeros((rows, blocks), np.uint16)
