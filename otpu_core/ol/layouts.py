@@ -5,8 +5,9 @@
   (`srs` bytes apart; None = UNIT), in weight format `wf`. A matrix stored as column parts is a
   list of QTensors, one per part.
 - `Tile`: fp32 in TMEM; base in words, shape (n,) or (rows, cols), row stride `rs` words.
-- `Stationary`: int8 rows in ACT RAM with their per-row scales, as QACT wrote them: row chunks
-  of at most act_rows rows, each holding one or more block ranges (`qranges`).
+- `Stationary`: int8 rows in ACT RAM with their scales (per block, or per row with `row`) and,
+  with `suboffsets`, a power-of-two offset per D/4 sub-block, as QACT wrote them: row chunks of
+  at most act_rows rows, each holding one or more block ranges (`qranges`).
 - `Bcast`: a 1-D tile seen per row (`v[:, None]`) or per column (`v[None, :]`); no storage.
 
 Changing layout is always one instruction (load, store, quantize, dot, a VOP).
@@ -322,7 +323,8 @@ class Chunk:
 
 @dataclass(eq=False)
 class Stationary:
-    """int8 activations in ACT RAM with their scales: shape (M, K), K = KB*D."""
+    """int8 activations in ACT RAM with their scales and (with `suboffsets`) sub-block offsets:
+    shape (M, K), K = KB*D."""
     M: int
     KB: int
     D: int
@@ -330,6 +332,7 @@ class Stationary:
     dup: bool = False
     owner: object = None      # keeps the ACT RAM blocks alive while any view lives
     row: bool = False         # one scale per row (QACT ROW), as the seed weight formats need
+    suboffsets: bool = False  # QACT SUB also wrote a power-of-two offset per D/4 sub-block (implies row)
 
     @property
     def K(self) -> int: return self.KB * self.D
@@ -349,7 +352,7 @@ class Stationary:
                 if lo < hi:
                     qr.append(QRange(lo - kb0, q.ab + lo - q.kb0, hi - lo, q.token))
             chunks.append(Chunk(ch.r0, ch.rows, qr))
-        return Stationary(self.M, kb, self.D, chunks, self.dup, self.owner or self, self.row)
+        return Stationary(self.M, kb, self.D, chunks, self.dup, self.owner or self, self.row, self.suboffsets)
 
 
 from . import vector  # noqa: E402  (operators above dispatch to the VOP lowering)

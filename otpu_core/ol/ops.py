@@ -114,13 +114,16 @@ class _ActHold:
 
 
 def quantize(x: Tile, *, row: bool = False, dup: bool = False, cscale: Tile | None = None,
-             rscale: Tile | None = None) -> Stationary:
+             rscale: Tile | None = None, suboffsets: bool = False) -> Stationary:
     """QACT a (rows, K) tile into ACT RAM (K a multiple of D): one QACT per chunk of act_rows rows
     (MCOLS/2 with `dup`, which also writes each row's copy for MM PAIR) and per ACT block range.
-    `row` quantises each whole row with one scale (ROW mode, for the seed weight formats)."""
+    `row` quantises each whole row with one scale (ROW mode, for the seed weight formats);
+    `suboffsets` (implies `row`) adds a power-of-two offset per D/4 sub-block (QACT ROW + SUB),
+    which only the seed weight formats can multiply."""
     unnamed = _unnamed(sys.getrefcount(x))
     b = current()
     cfg = b.cfg
+    row = row or suboffsets
     if not isinstance(x, Tile):
         raise CompileError(f"quantize needs a tile, not {type(x).__name__}")
     if x.cols % cfg.D:
@@ -158,20 +161,22 @@ def quantize(x: Tile, *, row: bool = False, dup: bool = False, cscale: Tile | No
                         {"rows": rows, "ab": ab, "kb": n, "srs": src.drs if src.rows > 1 else src.cols,
                          "cscale_addr": cs + kb0 * cfg.D if cs is not None else 0,
                          "rscale_addr": (rs + r0) if rs is not None else 0,
-                         "row": row, "cscale": cs is not None, "rscale": rs is not None, "dup": dup},
+                         "row": row, "cscale": cs is not None, "rscale": rs is not None, "dup": dup,
+                         "sub": suboffsets},
                         reads, [Access(ACT, Affine(ab), n)]))
             chunk.qranges.append(QRange(kb0, ab, n, token))
             kb0 += n
         chunks.append(chunk)
-    return Stationary(src.rows, kb, cfg.D, chunks, dup=dup, owner=hold, row=row)
+    return Stationary(src.rows, kb, cfg.D, chunks, dup=dup, owner=hold, row=row, suboffsets=suboffsets)
 
 
 def quantize_for(x: Tile, w: QTensor) -> Stationary:
-    """quantize x the way weight w wants it: ROW mode for the seed formats, DUP (for MM PAIR)
-    for a 4-bit weight when the target has PAIR and the rows fit half the MXU columns."""
+    """quantize x the way weight w wants it: one scale per row with sub-block offsets for the
+    seed formats (their exact path uses the offsets), DUP (for MM PAIR) for a 4-bit weight when
+    the target has PAIR and the rows fit half the MXU columns."""
     cfg = current().cfg
     dup = cfg.PAIR and w.four_bit and 2 * x.rows <= cfg.MCOLS and _pair_aligned(w)
-    return quantize(x, row=w.wf in WF_SEED, dup=dup)
+    return quantize(x, suboffsets=w.wf in WF_SEED, dup=dup)
 
 
 def _pair_aligned(w: QTensor) -> bool:
@@ -207,7 +212,10 @@ def dot(a, w: QTensor, *, out: Tile | None = None, acc: Tile | None = None, rowm
         raise CompileError("dot needs a quantized activation (or a tile)")
     if w.wf in WF_SEED and not a.row:
         raise CompileError("the seed weight formats (int8x, fp4x6) need activations quantized with one scale "
-                           "per row: quantize(x, row=True)")
+                           "per row: quantize(x, row=True) or quantize(x, suboffsets=True)")
+    if w.wf not in WF_SEED and a.suboffsets:
+        raise CompileError("activations quantized with sub-block offsets (suboffsets=True) multiply only the "
+                           "seed weight formats (int8x, fp4x6); quantize without suboffsets for this weight")
     if w.kb != a.KB:
         raise CompileError(f"shape mismatch in dot: activation of shape {a.shape} and weight of shape {w.shape}")
     _check_held(a)
