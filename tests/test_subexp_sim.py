@@ -110,6 +110,23 @@ def test_qact_sub_codes_offsets_and_scales_equal_the_float64_model():
     assert act.sub[:4, 0].max() == 0 and act.sub[:4, 5].max() == 0      # blocks QACT did not write
 
 
+def test_qact_sub_applies_rscale_and_cscale_first():
+    rng = np.random.default_rng(3)
+    x = outlier_rows(rng, 2, 2 * D)
+    r = np.float32([0.5, 3.0])
+    c = rng.uniform(0.5, 2, 2 * D).astype(np.float32)
+    m = Machine("sim-small")
+    m.write_tmem(0, x)
+    m.write_tmem(500, r)
+    m.write_tmem(600, c)
+    m.load([isa.qact(src=0, rows=2, ab=0, kb=2, srs=2 * D, rscale_addr=500, cscale_addr=600, rscale=1, cscale=1,
+                     row=1, sub=1), isa.halt()])
+    m.run()
+    q, s, e = qact_sub_model(f32(f32(x * r[:, None]) * c[None, :]))
+    assert np.array_equal(m.slice.act.q[:2, :2 * D].astype(np.int64), q)
+    assert np.array_equal(formats.unpack_suboffsets(m.slice.act.sub[:2, :2]).reshape(2, -1), e)
+
+
 def test_public_qact_clears_offsets_and_uniform_rows_quantise_as_row_mode():
     rng = np.random.default_rng(2)
     x = np.sign(rng.standard_normal((2, 2 * D))).astype(np.float32)          # every sub-block at the row max
@@ -123,6 +140,9 @@ def test_public_qact_clears_offsets_and_uniform_rows_quantise_as_row_mode():
     assert np.array_equal(q_sub, m2.slice.act.q[:2, D:3 * D])
     assert np.array_equal(y_sub, y_row)                                       # bit-identical results
     assert m2.slice.act.sub.max() == 0
+    m.load([qrow, isa.halt()])                                                # over the SUB rows
+    m.run()
+    assert m.slice.act.sub.max() == 0
 
 
 @pytest.mark.parametrize("wf", [isa.WF_INT8X, isa.WF_FP4X6])
