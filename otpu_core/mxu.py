@@ -11,9 +11,11 @@ Both numerics of docs/formats.md (section 2, "MM numerics"):
   wrapped, and i2f(acc) * 2^-Emax in the epilogue; public formats refuse such activations.
 Every int8 x int8 block dot is below 2^24, so float32 BLAS matmuls over [kb, rows, D] x
 [kb, D, n] return them exactly; the seed's shifted sums stay below 2^53 and are summed in float64
-(with offsets: sub-block dots from one matmul over the rows spread per sub-block, summed in int64).
+(with offsets: the shifts folded into the codes where one float32 matmul per block stays exact,
+per-sub-block dots elsewhere; weight-shifted block sums added in float64 chunks, then int64).
 
-Public API: ``block_dots(act_q, weights)``, ``sub_dots(act_q, weights)``,
+Public API: ``block_dots(act_q, weights)``, ``sub_dots(act_q, w)``,
+``shifted_block_dots(act_q, shift, weights)``,
 ``mm(act_q, act_scale, weights, pair=False, act_sub=None)`` ->
 uint32 [M, n] (before ACC/ASCALE), ``epilogue(acc, prev=None, alpha=None)``, ``WeightCache``
 (``get(key, wf, d, kb, rows, scales, unit)``; key by DRAM identity, address, shape and write
@@ -32,7 +34,8 @@ from .isa import NSUB, SUB_EXP_MAX, WF_FP4X6, WF_INT8X
 
 DEFAULT_CACHE_MB = 4096
 ACC_HALF = 1 << 47          # the seed's 48-bit column-end accumulator: [-2^47, 2^47)
-# blocks whose shifted sums float64 adds exactly: 64 x 4 x 32 x 127 x 756 x 2^(16+7) < 2^53 at D = 128
+# blocks whose weight-shifted sums float64 adds exactly: with offsets a block's sum is below
+# 2^24 x 2^7 (one matmul) or 4 x 2^22 x 2^7 (sub-block dots), times 2^16, and 64 of them stay below 2^53
 EXACT_BLOCKS = 64
 WEIGHT_MAX = {WF_INT8X: 127, WF_FP4X6: 63 * 12}      # the largest |integer weight| of a seed format
 
