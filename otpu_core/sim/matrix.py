@@ -4,7 +4,7 @@ The field checks, operand fetch and epilogue addressing of reference/isa.md 3.5-
 project's QACT SUB sub-block offsets, docs/formats.md 4) live here;
 the MM arithmetic (public per-block fp32 terms with the 4-partial tree, the seed's exact integer
 accumulation) and the decoded-weight cache are `otpu_core.mxu`'s, weight decoding is
-`otpu_core.formats`', and quantisation is `fp32.quantize`.
+`otpu_core.formats`', and quantisation is `fp32.quantize` (`formats.quantize_suboffsets` with SUB).
 """
 from __future__ import annotations
 
