@@ -13,7 +13,7 @@ from rich.table import Table
 
 from . import __version__, plugins
 from .console import print_error, print_json, stdout
-from .errors import EXIT_USAGE, OtpuError
+from .errors import EXIT_USAGE, OtpuError, UsageError
 
 try:  # typer >= 0.16 vendors click; older releases use the click package
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
@@ -21,8 +21,12 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click.exceptions import ClickException, NoArgsIsHelpError
 
 
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
+
 def run_app(app: typer.Typer, prog_name: str, args: list[str] | None = None) -> int:
     """Run a Typer app; returns the exit code instead of raising."""
+    app.info.context_settings = {**(app.info.context_settings or {}), **HELP_OPTIONS}
     try:
         rv = app(args=args, prog_name=prog_name, standalone_mode=False)
     except typer.Exit as e:
@@ -41,6 +45,13 @@ def run_app(app: typer.Typer, prog_name: str, args: list[str] | None = None) -> 
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except OSError as e:
+        # A file the user named could not be read or written; commands check what they can up
+        # front, this keeps the rest from reaching the user as a traceback.
+        if e.filename is None:
+            raise
+        print_error(UsageError(f"{e.filename}: {e.strerror or e}"), prog_name)
+        return EXIT_USAGE
     return rv if isinstance(rv, int) else 0
 
 
@@ -72,7 +83,6 @@ def _plugins_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON
 
 def build_app() -> typer.Typer:
     app = typer.Typer(name="otpu", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
-                      context_settings={"help_option_names": ["-h", "--help"]},
                       help="openTPU tools: bring up, calibrate, watch, debug and run models on openTPU cards.")
 
     @app.callback()

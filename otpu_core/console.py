@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from .errors import OtpuError
 
@@ -15,7 +16,8 @@ PIPE_WIDTH = 160  # tables written to a pipe or file are not squeezed to 80 colu
 
 def _console(file) -> Console:
     width = None if file.isatty() else PIPE_WIDTH
-    return Console(file=file, highlight=False, soft_wrap=True, width=width)
+    # emoji off: ":abc:" in user data (e.g. "tmem:abc:2") must print as typed
+    return Console(file=file, highlight=False, soft_wrap=True, width=width, emoji=False)
 
 
 def stdout() -> Console:
@@ -45,7 +47,8 @@ def _jsonable(o: Any) -> Any:
 def print_error(err: OtpuError | str, prog: str = "otpu") -> None:
     con = stderr()
     message = err.message if isinstance(err, OtpuError) else err
-    con.print(f"[bold red]{prog}: error:[/] {message}", markup=True, highlight=False)
+    # The message is data (paths, specs, "[arch]"): never parsed as markup.
+    con.print(Text.assemble((f"{prog}: error:", "bold red"), " ", message))
     hint = getattr(err, "hint", None)
     if hint:
         con.print(f"  hint: {hint}", markup=False)

@@ -89,6 +89,7 @@ SCHEMA: dict[str, dict[str, tuple[type, tuple, bool]]] = {
     },
 }
 TOP_KEYS = {"name": str, "description": str}
+TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,8 @@ def resolve(name_or_path: str | os.PathLike | None = None) -> Path:
     spec = str(name_or_path if name_or_path is not None else os.environ.get("OTPU_TARGET") or DEFAULT_TARGET)
     path = Path(spec)
     if spec.endswith(".toml") or os.sep in spec:
+        if path.is_dir():
+            raise TargetError(f"target file {spec} is a directory, not a .toml file")
         if not path.is_file():
             raise TargetError(f"target file {spec} does not exist")
         return path
@@ -201,8 +204,10 @@ def load(name_or_path: str | os.PathLike | None = None) -> Target:
     path = resolve(name_or_path)
     try:
         doc = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise TargetError(f"{path}: not valid TOML: {e}") from None
+    except OSError as e:
+        raise TargetError(f"{path}: cannot read: {e.strerror}") from None
     return parse(doc, path)
 
 
@@ -236,13 +241,13 @@ def parse(doc: dict[str, Any], path: Path) -> Target:
         for key, (typ, (check, allowed), required) in schema.items():
             if key not in table:
                 if required:
-                    raise TargetError(f"{path}: [{layer}] missing key '{key}' ({typ.__name__}, {allowed})")
+                    raise TargetError(f"{path}: [{layer}] missing key '{key}' ({TYPE_NAMES[typ]}, {allowed})")
                 continue
             value = table[key]
             if typ is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if type(value) is not typ:
-                raise fail(layer, key, value, f"a {typ.__name__} ({allowed})")
+                raise fail(layer, key, value, f"{TYPE_NAMES[typ]} ({allowed})")
             if not check(value):
                 raise fail(layer, key, value, allowed)
             values[key] = value

@@ -50,3 +50,42 @@ def test_run_app_maps_errors_to_exit_codes(capsys):
     assert run_app(app, "t", ["busy"]) == 3
     assert "held by PID 7" in capsys.readouterr().err
     assert run_app(app, "t", ["checks"]) == 1
+
+
+def test_error_text_is_printed_as_typed_not_as_markup(capsys):
+    app = typer.Typer()
+
+    @app.command()
+    def go():
+        raise UsageError("/tmp/x[/b].toml: [arch] D = 48 at tmem:abc:2")
+
+    assert run_app(app, "t", []) == 2
+    assert "t: error: /tmp/x[/b].toml: [arch] D = 48 at tmem:abc:2" in capsys.readouterr().err
+
+
+def test_unwritable_output_path_is_a_usage_error(tmp_path, capsys):
+    app = typer.Typer()
+
+    @app.command()
+    def go():
+        (tmp_path / "missing" / "out.json").write_text("x")
+
+    assert run_app(app, "t", []) == 2
+    err = capsys.readouterr().err
+    assert "out.json: No such file or directory" in err and "Traceback" not in err
+
+
+def test_dash_h_is_help_on_every_tool():
+    for script in ("otpu_selftest.cli", "otpu_diag.cli", "otpu_smi.cli", "otpu_tt.cli"):
+        r = subprocess.run([sys.executable, "-c", f"import sys; sys.argv[0] = 'x'; from {script} import main; main()", "-h"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "Usage:" in r.stdout, (script, r.stderr)
+
+
+def test_target_errors_show_the_layer_to_the_user(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[arch]\nDD = 1\n")
+    r = _otpu("target", "show", str(bad))
+    assert r.returncode == 2 and "[arch] unknown key 'DD'" in r.stderr
+    r = _otpu("target", "show", str(tmp_path))
+    assert r.returncode == 2 and "is a directory" in r.stderr
