@@ -80,7 +80,8 @@ def test_qact_block_quantisation_against_float64():
     assert np.abs(q - qm).max() <= 1 and (q != qm).mean() < 0.01       # rounding ties may differ by one code
     assert np.abs(s / sm - 1).max() < 2 ** -22
     err, cos = report((q * s[..., None]).ravel(), x.ravel())
-    assert cos > 0.9999
+    step = np.repeat(s, D, axis=-1).ravel()          # one code step per element's block
+    assert np.all(np.abs((q * s[..., None]).ravel() - x.ravel()) <= 0.5 * step * (1 + 1e-6)) and cos > 0.9999, (err, cos)
 
 
 def test_qact_row_mode_rscale_cscale_and_dup():

@@ -36,7 +36,8 @@ def test_int8_random_shapes(m, k, n, seed, chunk):
     scale = np.abs(same).max() + 1e-30
     assert err <= 1e-5 * scale * np.sqrt(k) and cos > 0.9999999, (err, cos)
     plain = R.matmul(a, Wd)
-    assert R.cosine(got, plain) > 0.999
+    err, cos = R.max_abs(got, plain), R.cosine(got, plain)
+    assert err <= 0.05 * np.abs(plain).max() + 1e-6 and cos > 0.999, (err, cos)   # activation quantisation only
 
 
 def seed_quantized_matmul(a, Wd):

@@ -89,4 +89,5 @@ def test_rmsnorm_quantized_is_one_rssq_and_one_fused_qact():
     assert len(qacts) == 1 and qacts[0]["cscale"] and qacts[0]["rscale"]
     got = img.read(out, img.run(prog))
     ref = R.matmul(R.rmsnorm(x, w), img.dequantized(wq))
-    assert R.cosine(got, ref) > 0.999
+    err, cos = R.max_abs(got, ref), R.cosine(got, ref)
+    assert err <= 0.02 * np.abs(ref).max() and cos > 0.999, (err, cos)   # int8 activations: ~1/127 per term
