@@ -80,7 +80,8 @@ def test_full_query_is_nested(capsys):
 
 
 def test_missing_card_exit_3(capsys):
-    assert run_app(smi_cli.app, "otpu-smi", ["--dev", "/dev/xdma9"]) == 3
+    assert run_app(smi_cli.app, "otpu-smi", ["--dev", "/dev/xdma9"]) == 3     # absent: a device error, not usage
+    assert "no device node /dev/xdma9_user" in capsys.readouterr().out
 
 
 def test_rates_bars_and_sparklines():
@@ -293,3 +294,22 @@ def test_a_card_whose_link_is_down_shows_why_and_exits_3(capsys):
     assert run_app(smi_cli.app, "otpu-smi", ["--dev", "sim:down", "--dev", "sim:s", "--target", "sim-small"]) == 3
     out = capsys.readouterr().out
     assert "cannot open" in out and "PCIe link is down" in out and "CFG_HASH match" in out   # the other card is shown
+
+
+@pytest.mark.parametrize("devs,env,text", [
+    (["foo:1"], {}, "unknown device 'foo:1'"),
+    (["tt:0"], {}, "tt:0 is a Tenstorrent Blackhole card, not an openTPU card"),
+    (["sim:s", "foo:1"], {}, "unknown device 'foo:1'"),
+    (["sim:f"], {"OTPU_SIM_FAULTS": "bogus"}, "unknown fault kind 'bogus'")])
+def test_usage_errors_exit_2_not_3(devs, env, text, capsys, monkeypatch):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    args = [a for d in devs for a in ("--dev", d)]
+    assert run_app(smi_cli.app, "otpu-smi", [*args, "--target", "sim-small"]) == 2
+    out = capsys.readouterr()
+    assert text in out.err and out.out == ""      # an error, not a table row saying "cannot open"
+
+
+def test_dash_h_prints_help(capsys):
+    assert run_app(smi_cli.app, "otpu-smi", ["-h"]) == 0
+    assert "Usage: otpu-smi" in capsys.readouterr().out

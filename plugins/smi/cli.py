@@ -20,7 +20,7 @@ from otpu_core import cliopts, devspec, smi_fields
 from otpu_core.cli import tool_main
 from otpu_core.console import print_json, stdout
 from otpu_core.checks import device_kind
-from otpu_core.errors import EXIT_DEVICE, DeviceBusy, DeviceError, OtpuError, UsageError
+from otpu_core.errors import EXIT_DEVICE, DeviceBusy, DeviceError, UsageError
 
 from .render import History, query_lines, screen
 from .sample import Sampler
@@ -39,14 +39,22 @@ def _formats(text: str) -> tuple[bool, bool]:
 
 
 def _open(devs: list[str], target: str | None, power_json) -> tuple[list[Sampler], list[dict]]:
+    """A Sampler per card; a card that is absent or unreadable becomes an error row (exit 3 at the
+    end, the other cards still shown). A usage error (unknown --dev kind, bad --target or fault
+    spec) ends the run at once with exit 2."""
     samplers, errors = [], []
-    for dev in devs:
-        try:
-            samplers.append(Sampler(dev, target, power_json))
-        except DeviceBusy:
-            raise
-        except OtpuError as e:
-            errors.append({"device": dev, "ok": False, "error": e.message})
+    try:
+        for dev in devs:
+            try:
+                samplers.append(Sampler(dev, target, power_json))
+            except DeviceBusy:
+                raise
+            except DeviceError as e:
+                errors.append({"device": dev, "ok": False, "error": e.message})
+    except BaseException:
+        for s in samplers:
+            s.close()
+        raise
     return samplers, errors
 
 
