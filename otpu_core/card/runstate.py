@@ -29,14 +29,21 @@ from ..errors import DeviceBusy, UsageError
 
 
 def run_dir() -> Path:
-    """The run directory, created on first use."""
+    """The run directory, created on first use; a UsageError naming the variable that chose it
+    when it is a file or cannot be created."""
     if os.environ.get("OTPU_RUN_DIR"):
-        path = Path(os.environ["OTPU_RUN_DIR"])
+        path, source = Path(os.environ["OTPU_RUN_DIR"]), "OTPU_RUN_DIR"
     elif os.environ.get("XDG_RUNTIME_DIR"):
-        path = Path(os.environ["XDG_RUNTIME_DIR"]) / "otpu"
+        path, source = Path(os.environ["XDG_RUNTIME_DIR"]) / "otpu", "XDG_RUNTIME_DIR"
     else:
-        path = Path(tempfile.gettempdir()) / f"otpu-{os.getuid()}"
-    path.mkdir(parents=True, exist_ok=True)
+        path, source = Path(tempfile.gettempdir()) / f"otpu-{os.getuid()}", "the temporary directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        problem = ("it is a file, not a directory" if path.exists() and not path.is_dir()
+                   else e.strerror or str(e))
+        raise UsageError(f"run directory {path} (from {source}) cannot be used: {problem}",
+                         hint="point OTPU_RUN_DIR at a directory you can create and write") from None
     return path
 
 
@@ -78,6 +85,28 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def process_start(pid: int) -> int | None:
+    """When a process started (clock ticks since boot, /proc/PID/stat field 22), None if unknown.
+    With the pid it names one process for good: a recycled pid has a later start."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    try:
+        return int(stat[stat.rindex(b")") + 2:].split()[19])    # fields after the command name start at field 3
+    except (ValueError, IndexError):
+        return None
+
+
+def owner_alive(pid: int, start: int) -> bool:
+    """Is the process that recorded (pid, its process_start) still running? A start of 0 means
+    it was unknown when recorded: the pid alone decides."""
+    if not pid_alive(pid):
+        return False
+    now = process_start(pid)
+    return not start or now is None or now == start
 
 
 # Device lock ---------------------------------------------------------------------------------

@@ -43,13 +43,16 @@ from . import regs
 from .dram import Dram
 from .engine import onchip_bytes
 from .periphstore import PeriphStore
-from .runstate import open_shared, pid_alive, run_dir
+from .runstate import open_shared, owner_alive, pid_alive, process_start, run_dir
+
+DMA_SLOTS = 8                 # in-flight transfers per direction the engine model tracks (the transport has one)
 
 # Hidden state: 64-bit words at BAR0 0x20000 (a window the host's map shows as unmapped).
 HIDDEN_BASE = 0x20000
 _HIDDEN_NAMES = (
     "LAYOUT", "POWER_GEN", "UPTIME_BASE", "IDLE_T0_NS", "RUNNER", "SNAPS", "PREV_CTRL", "IMEM_N",
-    "LAPPED", "SLIP", "WEDGED", "SUBBEAT_BEAT", "SUBBEAT_COUNT", "H2C_BUSY", "C2H_BUSY", "H2C_PID", "C2H_PID",
+    "LAPPED", "SLIP", "WEDGED", "SUBBEAT_BEAT", "SUBBEAT_COUNT",
+    *(f"{d}_{field}{i}" for d in ("H2C", "C2H") for i in range(DMA_SLOTS) for field in ("PID", "BORN", "T0_")),
     "DMA_SLOW", "DMA_OVERSIZE", "DMA_LINK_NS", "DMA_CALLS", "TRACE_POS",
     *(f"LIVE_{n}" for n in regs.COUNTER_NAMES),
 )
@@ -503,19 +506,53 @@ class SimCard:
             self._runner.join(timeout)
 
     # -- DMA (one XDMA call each) ------------------------------------------------------------------
-    def _dma_begin(self, direction: str, axi: int, n: int, host: int) -> int:
-        """Account one call and apply the engine's hazards; returns the AXI address it lands at."""
+    # Each call in flight holds a slot per direction: the owner's pid, its process start (so a
+    # recycled pid is not taken for the owner) and the call's start time. A slot whose owner has
+    # died is finished: the driver completes or aborts a dead process's transfer, so it cannot
+    # overlap a later one. Only a transfer of a live process counts as an overlap.
+    def _slot(self, direction: str, i: int) -> tuple[int, int, int]:
+        return tuple(H[f"{direction.upper()}_{field}{i}"] for field in ("PID", "BORN", "T0_"))
+
+    def _live_transfers(self, direction: str) -> int:
+        """Transfers of this direction in flight now, reaping those whose process died (card lock held)."""
+        live = 0
+        for i in range(DMA_SLOTS):
+            pid, born, t0 = self._slot(direction, i)
+            if not self.hidden[pid]:
+                continue
+            if owner_alive(int(self.hidden[pid]), int(self.hidden[born])):
+                live += 1
+            else:
+                self.hidden[[pid, born, t0]] = 0
+        return live
+
+    def _open_transfer(self, direction: str) -> tuple[int, int]:
+        """Mark a transfer of this process in flight (card lock held); returns its (slot, start ns)."""
+        self._live_transfers(direction)
+        for i in range(DMA_SLOTS):
+            pid, born, t0 = self._slot(direction, i)
+            if not self.hidden[pid]:
+                start = time.time_ns()
+                self.hidden[[pid, born, t0]] = (os.getpid(), _own_start(), start)
+                return i, start
+        raise OSError(errno.EAGAIN, f"{DMA_SLOTS} {direction} transfers already in flight")
+
+    def _close_transfer(self, direction: str, mark: tuple[int, int]) -> None:
+        with self._locked():
+            pid, born, t0 = self._slot(direction, mark[0])
+            if self.hidden[pid] == os.getpid() and self.hidden[t0] == mark[1]:   # not reaped by a power cycle
+                self.hidden[[pid, born, t0]] = 0
+
+    def _dma_begin(self, direction: str, axi: int, n: int, host: int) -> tuple[int, tuple[int, int]]:
+        """Account one call, apply the engine's hazards and mark it in flight; returns the AXI
+        address it lands at and its in-flight mark (for `_close_transfer`)."""
         if self.faults.faults and self.faults.has("link_down"):
             raise OSError(errno.EIO, "PCIe link down")
         with self._locked():
             h = self.hidden
             h[H["DMA_CALLS"]] += 1
-            other = "C2H" if direction == "h2c" else "H2C"
-            if h[H[f"{other}_BUSY"]] and not pid_alive(int(h[H[f"{other}_PID"]])):
-                h[H[f"{other}_BUSY"]] = 0      # its process died mid-transfer: the engine finished it
-            if h[H[f"{other}_BUSY"]]:
+            if self._live_transfers("c2h" if direction == "h2c" else "h2c"):
                 h[H["SLIP"]] = SLIP_BYTES
-            self._mark_busy(direction)
             placed = regs.write_placed(host, axi) if direction == "h2c" else regs.read_placed(host, axi)
             if n > regs.DMA_CHUNK:
                 h[H["DMA_OVERSIZE"]] += 1
@@ -524,10 +561,9 @@ class SimCard:
             rate = (H2C_RATE if placed else H2C_SLOW_RATE) if direction == "h2c" else (C2H_RATE if placed else C2H_SLOW_RATE)
             h[H["DMA_LINK_NS"]] += DMA_CALL_NS + int(n / rate * 1e9)
             if direction == "c2h":
-                return axi
+                return axi, self._open_transfer(direction)
             if h[H["WEDGED"]] or h[H["SUBBEAT_COUNT"]] >= 2:
                 h[H["WEDGED"]] = 1
-                h[H["H2C_BUSY"]] -= 1
                 raise OSError(errno.ETIMEDOUT, "H2C engine busy")
             if axi % regs.BEAT and n < regs.BEAT:
                 beat = axi // regs.BEAT + 1
@@ -535,52 +571,77 @@ class SimCard:
                 h[H["SUBBEAT_BEAT"]] = beat
             if n > regs.RUN_H2C and self.hidden[H["RUNNER"]]:
                 h[H["LAPPED"]] = 1
-            return axi + int(h[H["SLIP"]]) + (regs.XDMA_LAP_BYTES if h[H["LAPPED"]] else 0)
+            land = axi + int(h[H["SLIP"]]) + (regs.XDMA_LAP_BYTES if h[H["LAPPED"]] else 0)
+            return land, self._open_transfer(direction)
 
-    def _mark_busy(self, direction: str) -> None:
-        self.hidden[H[f"{direction.upper()}_BUSY"]] += 1
-        self.hidden[H[f"{direction.upper()}_PID"]] = os.getpid()
+    def _axi_spans(self, axi: int, n: int) -> tuple[list[tuple[int, int, int, int]], int | None]:
+        """[axi, axi+n) through the AXI map: (channel, channel offset, position in the call, length)
+        of each part that reaches DRAM, and the first address that decodes to no memory (None if
+        every byte does). Channel windows start at 0 and 2 GiB; a channel holds `channel_bytes`."""
+        spans, hole, pos = [], None, 0
+        while pos < n:
+            ch, off = regs.axi_channel(axi + pos)
+            if ch < self.dram.channels and off < self.channel_bytes:
+                length = min(n - pos, self.channel_bytes - off)
+                spans.append((ch, off, pos, length))
+            else:
+                length = min(n - pos, regs.CH_AXI_SPAN - off)
+                hole = axi + pos if hole is None else hole
+            pos += length
+        return spans, hole
 
-    def _dma_end(self, direction: str) -> None:
-        with self._locked():
-            self.hidden[H["H2C_BUSY" if direction == "h2c" else "C2H_BUSY"]] -= 1
+    def _decode_error(self, what: str, axi: int, land: int, hole: int) -> OSError:
+        """An AXI DECERR, as the XDMA driver reports it (EIO); the bytes that reached DRAM stay."""
+        shift = land - axi
+        why = (f"; this card's H2C engine lands every write {shift} bytes past its address (a slip or lap "
+               "stays until reset: `otpu sim reset`)" if shift else "")
+        return OSError(errno.EIO, f"{what} at AXI 0x{hole:x} decoded to no DRAM (AXI DECERR){why}")
 
     def h2c(self, axi: int, buf) -> None:
         """One host->card XDMA call of `buf` at an AXI address. What lands is what the pins carry:
         garbled on byte lanes out of their write window, stuck DQ bits forced, and stored at
         every address of its aliased cell (`faults.alias_class`)."""
         src = np.frombuffer(buf, dtype=np.uint8)
-        land = self._dma_begin("h2c", axi, src.size, src.__array_interface__["data"][0])
+        land, mark = self._dma_begin("h2c", axi, src.size, src.__array_interface__["data"][0])
         try:
-            ch, off = regs.axi_channel(land)
-            n = min(src.size, max(0, self.channel_bytes - off))
-            src = self.pins_write(ch, off, src[:n])
-            spans = [self.dram.write_channel(ch, cell | s, src[pos:pos + length])
-                     for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, n)
-                     for s in faults_mod.alias_class(faults_mod.alias_mask(self.faults, ch))]
-            with self._locked():
-                for lo, hi in spans:
-                    self.dram.touch(lo, hi)
+            parts, hole = self._axi_spans(land, src.size)
+            for ch, off, pos, n in parts:
+                self._store(ch, off, src[pos:pos + n])
+            if hole is not None:
+                raise self._decode_error("host->card write", axi, land, hole)
         finally:
-            self._dma_end("h2c")
+            self._close_transfer("h2c", mark)
+
+    def _store(self, ch: int, off: int, data: np.ndarray) -> None:
+        """Host data at a channel offset as the pins store it (lane and stuck-bit faults, every
+        address of an aliased cell)."""
+        data = self.pins_write(ch, off, data)
+        spans = [self.dram.write_channel(ch, cell | s, data[pos:pos + length])
+                 for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, data.size)
+                 for s in faults_mod.alias_class(faults_mod.alias_mask(self.faults, ch))]
+        with self._locked():
+            for lo, hi in spans:
+                self.dram.touch(lo, hi)
 
     def c2h(self, axi: int, buf) -> None:
         """One card->host XDMA call into `buf` from an AXI address (stuck DQ bits forced, lanes
         out of their read window garbled)."""
         dst = np.frombuffer(buf, dtype=np.uint8)
-        self._dma_begin("c2h", axi, dst.size, dst.__array_interface__["data"][0])
+        _, mark = self._dma_begin("c2h", axi, dst.size, dst.__array_interface__["data"][0])
         try:
-            ch, off = regs.axi_channel(axi)
-            if off + dst.size > self.channel_bytes:
-                raise OSError(errno.EFAULT, f"AXI 0x{axi:x}+{dst.size} is past channel {ch}'s memory")
-            self.dram.read_channel(ch, off, dst.size, dst)
-            if self.faults:
-                faults_mod.apply_stuck_dq(self.faults, ch, off, dst)
-            read_bad = self.lane_faults()[ch][1]
-            if read_bad:
-                faults_mod.garble_read(dst, off, read_bad, faults_mod.lane_salt(self.serial, write=False))
+            parts, hole = self._axi_spans(axi, dst.size)
+            for ch, off, pos, n in parts:
+                part = dst[pos:pos + n]
+                self.dram.read_channel(ch, off, n, part)
+                if self.faults:
+                    faults_mod.apply_stuck_dq(self.faults, ch, off, part)
+                read_bad = self.lane_faults()[ch][1]
+                if read_bad:
+                    faults_mod.garble_read(part, off, read_bad, faults_mod.lane_salt(self.serial, write=False))
+            if hole is not None:
+                raise self._decode_error("card->host read", axi, axi, hole)
         finally:
-            self._dma_end("c2h")
+            self._close_transfer("c2h", mark)
 
     def pins_write(self, ch: int, off, data: np.ndarray) -> np.ndarray:
         """What bytes written at channel offset `off` (or at the per-byte offsets of an array)
@@ -623,13 +684,13 @@ class SimCard:
 
     @contextmanager
     def dma_in_flight(self, direction: str):
-        """Hold a transfer open (another process's DMA, seen from here): for hazard tests."""
+        """Hold a transfer of this process open, outside the DMA lock: for hazard tests."""
         with self._locked():
-            self._mark_busy(direction)
+            mark = self._open_transfer(direction)
         try:
             yield
         finally:
-            self._dma_end(direction)
+            self._close_transfer(direction, mark)
 
     # -- PCIe --------------------------------------------------------------------------------------
     def link(self) -> dict:
@@ -651,6 +712,15 @@ class SimCard:
 
 
 CTRL_WORDS = regs.WINDOW_BYTES // 4
+
+
+@functools.lru_cache(maxsize=4)
+def _start_of(pid: int) -> int: return process_start(pid) or 0
+
+
+def _own_start() -> int:
+    """This process's start (clock ticks since boot; 0 if unknown), for its in-flight marks."""
+    return _start_of(os.getpid())
 
 # Peripheral windows: (module name, BAR0 base, size). Classes come from the module of that name.
 WINDOWS = (("litedram", regs.LITEDRAM_BASE, regs.LITEDRAM_BYTES), ("thermal", regs.XADC_BASE, regs.XADC_BYTES))
