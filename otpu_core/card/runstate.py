@@ -40,8 +40,9 @@ def run_dir() -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        problem = ("it is a file, not a directory" if path.exists() and not path.is_dir()
-                   else e.strerror or str(e))
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        problem = ("it is a file, not a directory" if blocker == path
+                   else f"{blocker} is a file, not a directory" if blocker is not None else e.strerror or str(e))
         raise UsageError(f"run directory {path} (from {source}) cannot be used: {problem}",
                          hint="point OTPU_RUN_DIR at a directory you can create and write") from None
     return path
