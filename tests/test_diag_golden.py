@@ -93,4 +93,23 @@ def test_a_blackhole_card_runs_its_plugins_checks(capsys, tmp_path):
     assert run_app(cli.app, "otpu-diag", ["--dev", "tt:sim", "--json", str(report)]) == 0
     doc = json.loads(report.read_text())
     assert doc["target"] is None and {r["section"] for r in doc["rows"]} == {"tt"}
-    assert capsys.readouterr().out.startswith("openTPU diagnostics on tt:sim, --mem quick")
+    assert capsys.readouterr().out.splitlines()[0] == "Tenstorrent Blackhole diagnostics on tt:sim"   # no --mem
+
+
+@pytest.mark.parametrize("where", ["dir", "missing"])
+def test_a_bad_json_path_is_refused_before_anything_runs(where, tmp_path, capsys):
+    path = tmp_path if where == "dir" else tmp_path / "nonexist" / "x.json"
+    text = "is a directory" if where == "dir" else f"directory {tmp_path / 'nonexist'} does not exist"
+    assert diag("--json", str(path)) == 2
+    out = capsys.readouterr()
+    assert f"--json {path}: {text}" in out.err and "Traceback" not in out.err
+    assert out.out == ""            # refused up front: no header, no rows, the card not opened
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (writes fail with ENOSPC)")
+def test_a_json_file_that_cannot_be_written_at_the_end_goes_to_stdout(capsys):
+    assert diag("--only", "regs", "--json", "/dev/full") == 2      # passes the up-front check, fails to write
+    out = capsys.readouterr()
+    assert "--json /dev/full: could not be written (No space left on device); it is printed above instead" in out.err
+    doc = json.loads(out.out[out.out.index("\n{") + 1:])       # the report, after the human-readable rows
+    assert doc["tool"] == "otpu-diag" and doc["summary"]["regs"]["PASS"] == 5

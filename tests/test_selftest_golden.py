@@ -73,3 +73,8 @@ def test_a_blackhole_card_runs_its_plugins_stages(capsys):
     assert run_app(cli.app, "otpu-selftest", ["--dev", "tt:sim", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["target"] is None and [s["stage"] for s in doc["stages"]] == ["tt"] and doc["result"] == "ALL PASS"
+
+
+def test_a_blackhole_card_is_named_in_the_header(capsys):
+    assert run_app(cli.app, "otpu-selftest", ["--dev", "tt:sim"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "Tenstorrent Blackhole self-test on tt:sim"

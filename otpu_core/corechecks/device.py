@@ -13,6 +13,8 @@ from ..checks import CheckContext
 from ..target import Target
 from ..target import load as load_target
 
+CARD_KINDS = {"otpu": "openTPU", "tt": "Tenstorrent Blackhole"}
+
 
 def target(ctx: CheckContext) -> Target:
     if "target" not in ctx.cache:
@@ -57,6 +59,11 @@ def begin(ctx: CheckContext) -> str:
         return ctx.dev
     ctx.dev = transport(ctx).dev
     return f"{ctx.dev} (target {target(ctx).name})"
+
+
+def card_kind(ctx: CheckContext) -> str:
+    """What kind of card the run is on, as the tools' headers name it."""
+    return CARD_KINDS.get(ctx.device_kind, ctx.device_kind)
 
 
 def target_name(ctx: CheckContext) -> str | None:

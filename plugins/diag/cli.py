@@ -14,6 +14,7 @@ from otpu_core.corechecks import names as N
 from otpu_core.corechecks.progress import CheckProgress
 from otpu_core.corechecks.registry import collect
 from otpu_core.errors import EXIT_CHECKS_FAILED, UsageError
+from otpu_core.outpath import check_writable, write_or_show
 
 from .diagnosis import diagnose
 from .report import RowPrinter, document, print_summary
@@ -66,6 +67,10 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
     """Diagnose a card."""
     if mem not in ("quick", "full"):
         raise UsageError(f"--mem {mem}: must be quick or full")
+    if json_file is not None:
+        check_writable(json_file, "--json")
+    if power_json is not None and not power_json.is_file():
+        raise UsageError(f"--power-json {power_json}: no such file")
     registry = _registry(mem, soak)
     kind = checks.device_kind(dev or "")
     sections = _sections(only, list(dict.fromkeys([*SECTIONS, *registry.sections(kind)])) if kind == "otpu"
@@ -77,7 +82,7 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
     printer = RowPrinter(con)
     try:
         on = device.begin(ctx)
-        con.print(f"openTPU diagnostics on {on}, --mem {mem}")
+        con.print(f"{device.card_kind(ctx)} diagnostics on {on}" + (f", --mem {mem}" if kind == "otpu" else ""))
         with progress:
             rows = checks.run_all(registry, ctx, sections, on_row=printer)
     finally:
@@ -85,8 +90,8 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
     hints = diagnose(rows)
     print_summary(con, rows, hints)
     if json_file is not None:
-        json_file.write_text(json.dumps(document(ctx.dev, device.target_name(ctx), rows, hints), indent=2,
-                                        default=str) + "\n")
+        write_or_show(json_file, json.dumps(document(ctx.dev, device.target_name(ctx), rows, hints), indent=2,
+                                            default=str) + "\n", "--json")
     if any(r.status == checks.Status.FAIL for r in rows):
         raise typer.Exit(EXIT_CHECKS_FAILED)
 

@@ -55,7 +55,7 @@ def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: 
     try:
         on = device.begin(ctx)
         if not json_out:
-            con.print(f"openTPU self-test on {on}")
+            con.print(f"{device.card_kind(ctx)} self-test on {on}")
         with progress:
             rows, stopped = checks.run_stages(registry, ctx, stages, on_row=on_row)
     finally:
