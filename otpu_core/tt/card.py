@@ -25,7 +25,8 @@ from .device import BlackholeDevice, DeviceGone
 from .faults import Fault
 from .kmd import KmdDevice, present_minors
 from .noc import LinkLost, Noc, NocHung
-from .simdev import SimDevice
+from .simchip import SimChip
+from .simdev import SimDevice, power_cycle, sim_dir
 
 RESET_READY_TIMEOUT = 60.0
 RESET_LOCK_INDEX = 63        # LOCK_CTL index for "a tool is resetting this card" (0-15 are ETH by convention)
@@ -36,9 +37,8 @@ def default_spec() -> str:
     return f"tt:{minors[0]}" if minors else "tt:sim"
 
 
-def open_device(spec: str | None = None, faults: list[Fault] | None = None) -> BlackholeDevice:
-    """The device a `--dev` spec names. Missing card: DeviceError (exit 3)."""
-    spec = spec or os.environ.get("OTPU_TT_DEV") or default_spec()
+def parse_spec(spec: str) -> tuple[str, str | int]:
+    """("sim", NAME) for tt:sim[:NAME], ("kmd", N) for tt:N; anything else is a UsageError."""
     parts = spec.split(":")
     if parts[0] != "tt" or len(parts) < 2 or not parts[1]:
         raise UsageError(f"'{spec}' is not a Blackhole device spec", hint="use tt:0 (first card), tt:sim or tt:sim:NAME")
@@ -46,14 +46,45 @@ def open_device(spec: str | None = None, faults: list[Fault] | None = None) -> B
         name = parts[2] if len(parts) > 2 and parts[2] else "0"
         if not name.replace("-", "").replace("_", "").isalnum():
             raise UsageError(f"simulated card name '{name}' must be letters, digits, - or _")
-        return SimDevice(name, faults=faults, spec=spec)
-    if faults:
-        raise UsageError("--fault only applies to a simulated card (tt:sim)")
+        return "sim", name
     try:
-        minor = int(parts[1])
+        return "kmd", int(parts[1])
     except ValueError:
         raise UsageError(f"'{spec}': expected tt:<number> or tt:sim[:NAME]") from None
-    return KmdDevice(minor, spec=spec)
+
+
+def open_device(spec: str | None = None, faults: list[Fault] | None = None) -> BlackholeDevice:
+    """The device a `--dev` spec names. Missing card: DeviceError (exit 3)."""
+    spec = spec or os.environ.get("OTPU_TT_DEV") or default_spec()
+    kind, which = parse_spec(spec)
+    if kind == "sim":
+        return SimDevice(which, faults=faults, spec=spec)
+    if faults:
+        raise UsageError("--fault only applies to a simulated card (tt:sim)")
+    return KmdDevice(which, spec=spec)
+
+
+def lock_name(bdf: str) -> str:
+    """The lock file of the card at PCI address `bdf` (minor numbers move across resets; addresses do not)."""
+    return "tt-" + bdf.replace(":", "_")
+
+
+def power_cycle_sim(spec: str) -> str:
+    """Power a simulated card off and on (`otpu-tt sim reset`); returns its name.
+
+    A real card is a UsageError: software cannot pull its power."""
+    kind, name = parse_spec(spec)
+    if kind != "sim":
+        raise UsageError(f"`otpu-tt sim reset` powers off simulated cards; {spec} is a real card",
+                         hint="a real card needs the host power-cycled; `otpu-tt core recover --all --yes` "
+                              "runs the resets software can do")
+    chip = SimChip(sim_dir(name), name)
+    try:
+        with DeviceLock(lock_name(chip.bdf)):       # not while a tool is resetting it
+            power_cycle(chip)
+    finally:
+        chip.close()
+    return name
 
 
 class Card:
@@ -103,7 +134,18 @@ class Card:
 
     @property
     def lock_name(self) -> str:
-        return "tt-" + self.info.bdf.replace(":", "_")
+        return lock_name(self.info.bdf)
+
+    def fault_note(self) -> str | None:
+        """What to tell the user when fault specs were not applied because the card already had them."""
+        repeated = self.dev.repeated_faults if isinstance(self.dev, SimDevice) else []
+        if not repeated:
+            return None
+        names = ", ".join(f"'{f}'" for f in repeated)
+        it = "them" if len(repeated) > 1 else "it"
+        return (f"fault{'s' if len(repeated) > 1 else ''} {names} not applied: {self.spec} was given {it} before "
+                f"(a fault spec is applied once in a card's life, even if recovered since); to start over, "
+                f"`otpu-tt sim reset --dev {self.spec}` powers the card off, clearing its state and faults")
 
     def close(self) -> None:
         if self.noc is not None:

@@ -187,6 +187,25 @@ class SimChip:
         W[H_NEEDS_INIT] = 1
         self._hang_reason("")
 
+    def power_cycle(self) -> None:
+        """Power off and on: every memory, register, hang, lock and fault record gone.
+
+        What stays is what is fused or printed on the board: name, serial, ASIC id, PCI
+        address, harvested columns. Firmware returns to the current bundle (an `old_fw` fault
+        is forgotten with the others). Descriptors from before are disowned.
+        """
+        W = self.W
+        for k in (H_LINK_LOST, H_NEEDS_SBR, H_NOC_HUNG, H_NEEDS_INIT, H_FW_BUNDLE):
+            W[k] = 0
+        self._state[H_LOCKS * 4:(H_LOCKS + 64) * 4] = bytes(4 * 64)
+        W[H_GEN] += 1
+        W[H_EPOCH] += 1
+        W[H_MAGIC] = 0
+        self._power_on_reset()
+        self._hang_reason("")
+        self.identity["applied_faults"] = []
+        self.save_identity()
+
     def secondary_bus_reset(self) -> None:
         if not self.W[H_LINK_LOST]:
             self.W[H_NEEDS_SBR] = 0
@@ -725,16 +744,20 @@ class SimChip:
         W[r + T_SOFT] = K.RISC_ALL
 
     # ---- faults ------------------------------------------------------------------------------
-    def inject(self, faults: list[Fault]) -> None:
-        """Apply each fault spec once in this chip's life (the record survives resets)."""
+    def inject(self, faults: list[Fault]) -> list[Fault]:
+        """Apply each fault spec once in this chip's life (the record survives resets, so a
+        recovered fault stays recovered when the next process opens with the same spec).
+        Returns the specs that were not applied because the chip already had them; only
+        `power_cycle` forgets the record."""
         applied = self.identity.setdefault("applied_faults", [])
+        repeated = [f for f in faults if str(f) in applied]
         new = [f for f in faults if str(f) not in applied]
-        if not new:
-            return
         for f in new:
             self._inject_one(f)
             applied.append(str(f))
-        self.save_identity()
+        if new:
+            self.save_identity()
+        return repeated
 
     def _inject_one(self, f: Fault) -> None:
         W = self.W

@@ -18,7 +18,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..card.runstate import pid_alive, run_dir
+from ..card.runstate import pid_alive, process_command, run_dir
+from ..errors import DeviceBusy
 from . import consts as K
 from . import ioctl as I
 from .device import BlackholeDevice, DeviceGone
@@ -38,6 +39,54 @@ def sim_dir(name: str) -> Path:
 def existing_sims() -> list[str]:
     return sorted(p.name[len(DIR_PREFIX):] for p in run_dir().glob(f"{DIR_PREFIX}*") if (p / "identity.json").exists())
 
+
+def release_locks(chip: SimChip, token: int) -> None:
+    """Drop every LOCK_CTL lock the descriptor `token` holds (the driver does this at close)."""
+    W = chip.W
+    for i in range(I.LOCK_COUNT):
+        if W[H_LOCKS + i] == token:
+            W[H_LOCKS + i] = 0
+
+
+@contextmanager
+def descriptor_table(chip: SimChip):
+    """The chip's table of open descriptors (token -> pid, cleanup), pruned of dead processes."""
+    path = chip.dir / "fds.json"
+    with open(chip.dir / "fds.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fds = json.loads(path.read_text())
+        except (OSError, ValueError):
+            fds = {}
+        dead = [t for t, e in fds.items() if not pid_alive(e["pid"])]
+        for t in dead:
+            # What the driver did when that process died: its cleanup write, its locks,
+            # and power-down if it was the last user.
+            cleanup = fds.pop(t).get("cleanup")
+            if cleanup:
+                x, y, addr, data = cleanup
+                chip.write32(chip.resolve(x, y), addr, data & 0xFFFFFFFF)
+            release_locks(chip, int(t))
+            if not fds:
+                chip.power_down()
+        yield fds
+        tmp = path.with_name(f".fds.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(fds))
+        os.replace(tmp, path)
+
+
+def power_cycle(chip: SimChip) -> None:
+    """Power a simulated card off and on: memories, registers, hangs, locks and faults all gone.
+
+    Refused (DeviceBusy) while a process has the card open: pulling the power under a live user
+    is not something a tool should do to it.
+    """
+    with descriptor_table(chip) as fds:
+        users = sorted({e["pid"] for e in fds.values()})
+        if users:
+            who = ", ".join(f"PID {pid} ({process_command(pid)})" for pid in users)
+            raise DeviceBusy(f"tt:sim:{chip.name} is open in {who}", hint="stop them first, then power the card off")
+        chip.power_cycle()
 
 class SimWindow:
     """A mapping of one TLB window (or BAR0 page) of the simulated chip."""
@@ -117,57 +166,25 @@ class SimDevice(BlackholeDevice):
         self.closed = False
         self._tlbs: dict[int, list] = {}
         self._mapped: dict[int, int] = {}
-        with self._fds() as fds:
+        with descriptor_table(self.chip) as fds:
             self.token = self.chip.new_token()
             if not fds:
                 self.chip.power_up()        # a legacy client: every domain on
             fds[str(self.token)] = {"pid": os.getpid(), "cleanup": None}
         self._gen = self.chip.W[H_GEN]
-        self.chip.inject(parse_faults(os.environ.get(FAULTS_ENV)) + list(faults or []))
-
-    # ---- descriptor bookkeeping --------------------------------------------------------------
-    @contextmanager
-    def _fds(self):
-        """The table of open descriptors (token -> pid, cleanup), pruned of dead processes."""
-        path = self.chip.dir / "fds.json"
-        with open(self.chip.dir / "fds.lock", "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                fds = json.loads(path.read_text())
-            except (OSError, ValueError):
-                fds = {}
-            dead = [t for t, e in fds.items() if not pid_alive(e["pid"])]
-            for t in dead:
-                # What the driver did when that process died: its cleanup write, its locks,
-                # and power-down if it was the last user.
-                cleanup = fds.pop(t).get("cleanup")
-                if cleanup:
-                    x, y, addr, data = cleanup
-                    self.chip.write32(self.chip.resolve(x, y), addr, data & 0xFFFFFFFF)
-                self._release_locks(int(t))
-                if not fds:
-                    self.chip.power_down()
-            yield fds
-            tmp = path.with_name(f".fds.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(fds))
-            os.replace(tmp, path)
-
-    def _release_locks(self, token: int) -> None:
-        W = self.chip.W
-        for i in range(I.LOCK_COUNT):
-            if W[H_LOCKS + i] == token:
-                W[H_LOCKS + i] = 0
+        # Specs this card had already been given: not applied again (see `SimChip.inject`).
+        self.repeated_faults = self.chip.inject(parse_faults(os.environ.get(FAULTS_ENV)) + list(faults or []))
 
     def close(self) -> None:
         if self.closed:
             return
-        with self._fds() as fds:
+        with descriptor_table(self.chip) as fds:
             entry = fds.pop(str(self.token), None) or {}
             cleanup = entry.get("cleanup")
             if cleanup and self._gen == self.chip.W[H_GEN]:
                 x, y, addr, data = cleanup
                 self.chip.write32(self.chip.resolve(x, y), addr, data & 0xFFFFFFFF)
-            self._release_locks(self.token)
+            release_locks(self.chip, self.token)
             if not fds:
                 self.chip.power_down()
         self.closed = True
@@ -204,7 +221,7 @@ class SimDevice(BlackholeDevice):
                 "power1_input": str(v[T["TDP"]] * 1_000_000), "fan1_input": str(v[T["FAN_RPM"]])}
 
     def pids(self) -> list[int]:
-        with self._fds() as fds:
+        with descriptor_table(self.chip) as fds:
             return [e["pid"] for e in fds.values()]
 
     # ---- mmap ------------------------------------------------------------------------------
@@ -336,7 +353,7 @@ class SimDevice(BlackholeDevice):
         slot = H_LOCKS + index
         if flags in (I.LOCK_ACQUIRE, I.LOCK_ACQUIRE_BLOCKING):
             while True:
-                with self._fds():           # prunes locks of dead processes
+                with descriptor_table(self.chip):           # prunes locks of dead processes
                     if W[slot] in (0, self.token):
                         W[slot] = self.token
                         s.out.value = 1
@@ -358,7 +375,7 @@ class SimDevice(BlackholeDevice):
         s = I.SetNocCleanup.from_buffer(buf)
         if s.argsz != C.sizeof(I.SetNocCleanup) or s.addr & 3 or s.x > 64 or s.y > 64:
             raise OSError(errno.EINVAL, "bad SET_NOC_CLEANUP arguments")
-        with self._fds() as fds:
+        with descriptor_table(self.chip) as fds:
             fds[str(self.token)]["cleanup"] = [s.x, s.y, s.addr, s.data] if s.enabled else None
 
     def _set_power_state(self, buf: bytearray) -> None:
