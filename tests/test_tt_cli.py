@@ -1,8 +1,8 @@
 """otpu-tt and ft_tt_core from the command line: output, JSON, exit codes, errors without tracebacks."""
 import json
+import os
 import subprocess
 import sys
-
 
 from otpu_core.cli import run_app
 from otpu_tt.cli import app, core_app
@@ -151,3 +151,83 @@ def test_live_smi_survives_a_reset_by_someone_else(capsys, monkeypatch):
     monkeypatch.setattr(Card, "reopen", lambda self, *a: (reopened.append(self.spec), real_reopen(self, *a))[1])
     code, out, err = run(["smi", "--dev", "tt:sim:lr", "-l", "1"], capsys)
     assert code == 0 and reopened == ["tt:sim:lr"] and "AICLK" in out and err == ""
+
+
+def test_issue_scenario_repeated_fault_note_and_starting_over(capsys):
+    args = ["core", "recover", "--all", "--yes", "--settle", "0", "--json", "--dev", "tt:sim:r"]
+    code, out, err = run(args + ["--fault", "noc_stuck:x=1,y=2"], capsys)
+    assert code == 0 and json.loads(out)["fixed_at_rung"] == 3 and "note" not in err
+    code, out, err = run(args + ["--fault", "noc_stuck:x=1,y=2;old_fw"], capsys)
+    assert code == 0 and json.loads(out)["steps"] == []
+    assert "note:" in err and "'noc_stuck:x=1,y=2' not applied" in err and "otpu-tt sim reset --dev tt:sim:r" in err
+    code, out, _ = run(["sim", "reset", "--dev", "tt:sim:r"], capsys)
+    assert code == 0 and "tt:sim:r: powered off and on" in out
+    code, out, err = run(args + ["--fault", "noc_stuck:x=1,y=2"], capsys)
+    report = json.loads(out)
+    assert code == 0 and report["fixed_at_rung"] == 3 and "note" not in err      # old_fw went with the power
+    assert report["steps"][-1]["result"] == "fixed"
+
+
+def test_sim_reset_clears_link_lost_and_refuses_a_real_card(capsys):
+    code, _, err = run(["smi", "--dev", "tt:sim:lost", "--fault", "link_lost"], capsys)
+    assert code == 3 and "link" in err
+    code, _, _ = run(["sim", "reset", "--dev", "tt:sim:lost"], capsys)
+    assert code == 0
+    code, out, _ = run(["core", "status", "--dev", "tt:sim:lost", "--json"], capsys)
+    assert code == 0 and json.loads(out)["healthy"] and len(json.loads(out)["cores"]) == 120
+    code, _, err = run(["sim", "reset", "--dev", "tt:0"], capsys)
+    assert code == 2 and "simulated cards; tt:0 is a real card" in err
+
+
+def test_chip_hung_and_link_lost_have_their_own_glyphs(capsys):
+    from rich.console import Console
+    from otpu_core.tt.card import Card
+    from otpu_core.tt.probe import CoreState
+    from otpu_tt.views import STATE_STYLE, core_grid
+    glyphs = [g for g, _ in STATE_STYLE.values()]
+    assert len(set(glyphs)) == len(glyphs) and "-" not in glyphs          # '-' is harvested
+    with Card("tt:sim:gl") as card:
+        tiles = card.tiles
+    for state in ("chip hung", "link lost"):
+        con = Console(width=120, record=True, file=open(os.devnull, "w"))
+        con.print(core_grid(tiles, [CoreState(t, state) for t in tiles.tensix]))
+        text = con.export_text()
+        glyph = STATE_STYLE[state][0]
+        assert f"{glyph} {state}" in text                                     # the legend names it
+        row = next([c.strip() for c in line.split("│")][1:-1] for line in text.splitlines() if line.startswith("│  2 "))
+        assert row[1:] == [glyph] * 12 + ["-", "-"]                           # row 2: 12 live columns, 2 harvested
+
+
+def test_smi_and_diag_name_harvested_columns_the_same_way(capsys):
+    code, out, _ = run(["smi", "--dev", "tt:sim:hv", "--json"], capsys)
+    b = json.loads(out)["device_info"][0]["board_info"]
+    label = (f"harvested translated x {', '.join(map(str, b['harvested_x']))} "
+             f"(NOC0 x {', '.join(map(str, b['harvested_noc0_x']))})")
+    assert b["harvested_x"] == [15, 16] and b["harvested_noc0_x"] != b["harvested_x"]
+    code, out, _ = run(["smi", "--dev", "tt:sim:hv"], capsys)
+    assert code == 0 and label in out
+    from otpu_core import checks
+    from otpu_core.checks import CheckContext, Registry
+    from otpu_tt.checks import TELEMETRY, add_checks
+    reg = Registry()
+    add_checks(reg)
+    ctx = CheckContext(dev="tt:sim:hv", options={})
+    try:
+        rows = {r.name: r for r in checks.run_all(reg, ctx, always=())}
+    finally:
+        ctx.cache["tt.card"].close()
+    assert label in rows[TELEMETRY].message
+
+
+def test_recover_plan_shows_power_cycle_as_an_answer_not_an_action(capsys):
+    code, out, _ = run(["core", "recover", "3,4", "--dev", "tt:sim:pl", "--fault", "noc_stuck:x=3,y=4", "--json"], capsys)
+    report = json.loads(out)
+    assert code == 2 and [r["rung"] for r in report["needs_yes"]] == [3, 4, 5, 6] and report["then_power_cycle"]
+    code, out, _ = run(["core", "recover", "3,4", "--dev", "tt:sim:pl2", "--fault", "noc_stuck:x=3,y=4"], capsys)
+    plan, _, after = out.partition("would run next (needs --yes)")[2].partition("if those do not help")
+    assert code == 2 and "6 pcie-sbr" in plan and "power-cycle" not in plan
+    assert "7 power-cycle" in after and "not an action" in after
+    code, out, _ = run(["core", "recover", "3,4", "--max-rung", "5", "--json", "--dev", "tt:sim:pl3",
+                        "--fault", "noc_stuck:x=3,y=4"], capsys)
+    report = json.loads(out)
+    assert [r["rung"] for r in report["needs_yes"]] == [3, 4, 5] and not report["then_power_cycle"]

@@ -50,7 +50,8 @@ def test_lost_link_ends_with_the_honest_answer():
 def test_rungs_from_3_need_yes():
     _, report = recover("noc_stuck:x=3,y=4", yes=False)
     assert [s.rung for s in report.steps] == [1, 2]
-    assert [r.number for r in report.needs_yes] == [3, 4, 5, 6, 7] and not report.recovered
+    assert [r.number for r in report.needs_yes] == [3, 4, 5, 6] and not report.recovered
+    assert report.then_power_cycle                        # rung 7 is the answer after them, not a --yes action
 
 
 def test_max_rung_stops_the_climb():

@@ -129,6 +129,13 @@ class TileMap:
                 "translated_to_noc0_x": {str(k): v for k, v in sorted(self.to_noc0_x.items())}}
 
 
+def harvest_label(translated_x: list[int], noc0_x: list[int]) -> str:
+    """The harvested columns, translated first (the coordinates every command takes), NOC0 after."""
+    def xs(v: list[int]) -> str:
+        return ", ".join(map(str, v)) or "none"
+    return f"harvested translated x {xs(translated_x)} (NOC0 x {xs(noc0_x)})"
+
+
 def parse_xy(text: str) -> tuple[int, int]:
     """`X,Y` from the command line."""
     try:

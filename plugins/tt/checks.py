@@ -10,6 +10,7 @@ import time
 from otpu_core.checks import Check, CheckContext, Result, Status
 from otpu_core.tt import consts as K
 from otpu_core.tt.card import Card
+from otpu_core.tt.coords import harvest_label
 from otpu_core.tt.faults import parse as parse_faults
 from otpu_core.tt.probe import probe_many
 
@@ -28,7 +29,9 @@ def card_of(ctx: CheckContext) -> Card:
 def check_device(ctx: CheckContext) -> Result:
     card = card_of(ctx)
     i = card.info
-    return Result(Status.PASS, f"{card.spec}: Blackhole {i.vendor_id:04x}:{i.device_id:04x} at {i.bdf}",
+    note = card.fault_note()
+    return Result(Status.PASS, f"{card.spec}: Blackhole {i.vendor_id:04x}:{i.device_id:04x} at {i.bdf}"
+                  + (f"; note: {note}" if note else ""),
                   {"node": card.dev.path, "bdf": i.bdf, "subsystem": f"{i.subsystem_vendor_id:04x}:{i.subsystem_id:04x}"})
 
 
@@ -60,12 +63,13 @@ def check_telemetry(ctx: CheckContext) -> Result:
     hb = K.TAGS["TIMER_HEARTBEAT"]
     cols = second.get(K.TAGS["ENABLED_TENSIX_COL"], 0) & 0x3FFF
     data = {"table_version": f"{card.telemetry.version:#x}", "tags": len(second), "heartbeat": [first.get(hb), second.get(hb)],
-            "tensix_enabled": bin(cols).count("1") * len(K.TENSIX_ROWS), "harvested_x": card.tiles.harvested_x}
+            "tensix_enabled": bin(cols).count("1") * len(K.TENSIX_ROWS), "harvested_x": card.tiles.harvested_x,
+            "harvested_noc0_x": card.tiles.harvested_noc0_x}
     if first.get(hb) == second.get(hb):
         return Result(Status.FAIL, f"ARC heartbeat stuck at {second.get(hb)} over {1.5 * period:.2f} s", data,
                       hint="ARC firmware is not running: `otpu-tt core recover --all --yes` (ASIC reset)")
-    return Result(Status.PASS, f"heartbeat advancing, {len(second)} tags, {data['tensix_enabled']} Tensix enabled "
-                  f"(harvested x {', '.join(map(str, card.tiles.harvested_x))})", data)
+    return Result(Status.PASS, f"heartbeat advancing, {len(second)} tags, {data['tensix_enabled']} Tensix enabled; "
+                  + harvest_label(card.tiles.harvested_x, card.tiles.harvested_noc0_x), data)
 
 
 def check_cores(ctx: CheckContext) -> Result:

@@ -6,12 +6,13 @@ from contextlib import contextmanager
 
 import typer
 from rich.live import Live
+from rich.text import Text
 
 from otpu_core.cli import tool_main
-from otpu_core.console import print_json, stdout
+from otpu_core.console import print_json, stderr, stdout
 from otpu_core.errors import EXIT_CHECKS_FAILED, EXIT_USAGE, DeviceError, UsageError
 from otpu_core.tt import faults as tt_faults
-from otpu_core.tt.card import Card
+from otpu_core.tt.card import Card, power_cycle_sim
 from otpu_core.tt.coords import parse_xy
 from otpu_core.tt.kmd import present_minors
 from otpu_core.tt.probe import probe_many
@@ -25,6 +26,9 @@ app = typer.Typer(name="tt", no_args_is_help=True, add_completion=False, rich_ma
 core_app = typer.Typer(name="core", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                        help="Per-Tensix status, safe probe and the recovery ladder.")
 app.add_typer(core_app, name="core")
+sim_app = typer.Typer(name="sim", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                      help="Simulated Blackhole cards (tt:sim[:NAME]).")
+app.add_typer(sim_app, name="sim")
 
 DEV_HELP = "Card: tt:0 (first real card), tt:sim or tt:sim:NAME (simulated). Default: first /dev/tenstorrent node, else tt:sim."
 FAULT_HELP = f"Inject faults into a simulated card (also ${tt_faults.ENV}): " + "; ".join(tt_faults.KINDS)
@@ -48,6 +52,9 @@ def opened(dev: str | None, fault: str | None = None, need_noc: bool = True):
     card = None
     try:
         card = Card(dev, tt_faults.parse(fault))
+        note = card.fault_note()
+        if note:
+            stderr().print(Text.assemble(("note:", "bold yellow"), " ", note))
         if need_noc:
             card.require()
         yield card
@@ -157,7 +164,8 @@ def probe_cmd(xy: str = typer.Argument(..., metavar="X,Y", help="Translated coor
 
 
 RECOVER_HELP = ("Climb the recovery ladder, lowest rung first, probing after each and climbing only while the core "
-                "stays bad; rungs 3 and up need --yes (without it: print what would run, exit 2). Rungs: "
+                "stays bad; rungs 3 to 6 need --yes (without it: print what would run, exit 2); rung 7 is the answer "
+                "'needs a power cycle', not an action. Rungs: "
                 + "; ".join(f"{r.number} {r.name}" for r in RUNGS) + ". Exit 0 recovered, 1 still bad.")
 
 
@@ -165,7 +173,7 @@ RECOVER_HELP = ("Climb the recovery ladder, lowest rung first, probing after eac
 def recover_cmd(xy: str = typer.Argument(None, metavar="[X,Y]", help="The core to recover (translated)."),
                 all_cores: bool = typer.Option(False, "--all", help="Every Tensix that probes bad."),
                 max_rung: int = typer.Option(TOP_RUNG, "--max-rung", min=1, max=TOP_RUNG, help="Climb no higher than this rung."),
-                yes: bool = typer.Option(False, "--yes", "-y", help="Allow rungs 3 and up (tile, Tensix, ASIC, PCIe resets)."),
+                yes: bool = typer.Option(False, "--yes", "-y", help="Allow rungs 3 to 6 (tile, Tensix, ASIC, PCIe resets)."),
                 settle: float = typer.Option(2.0, "--settle", min=0.0, help="Seconds to wait after an ASIC reset before looking for the card."),
                 dev: str = dev_option(), fault: str = fault_option(),
                 json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -192,6 +200,16 @@ def recover_cmd(xy: str = typer.Argument(None, metavar="[X,Y]", help="The core t
         raise typer.Exit(EXIT_USAGE)
     if not report.recovered:
         raise typer.Exit(EXIT_CHECKS_FAILED)
+
+
+# ---- sim -------------------------------------------------------------------------------------
+
+@sim_app.command("reset")
+def sim_reset_cmd(dev: str = typer.Option("tt:sim", "--dev", "-d", help="A simulated card: tt:sim or tt:sim:NAME.")) -> None:
+    """Power a simulated card off and on: L1, DRAM, registers, hangs (even a lost link), locks and the
+    record of applied faults are cleared, so `--fault` specs apply again. Refused while a process has it open."""
+    name = power_cycle_sim(dev)
+    stdout().print(f"tt:sim:{name}: powered off and on (state and faults cleared)", markup=False)
 
 
 def main() -> None:

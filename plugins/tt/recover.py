@@ -7,10 +7,11 @@
   4 tensix-reset  all-Tensix reset through ARC (FORCE_AICLK 250, 0xAF, REINIT 0x20, RISCs held)
   5 asic-reset    ASIC reset under the advisory lock, find the card by PCI address, POST_RESET
   6 pcie-sbr      PCIe secondary bus reset, then the ASIC reset of rung 5
-  7 power-cycle   the honest answer: nothing software can do
+  7 power-cycle   the honest answer: nothing software can do (not an action the tool takes)
 
-Rungs 3 and up touch more than the core (or need ARC and a quiet card) and run only with
-`yes=True`; without it the ladder stops and reports what it would do.
+Rungs 3 to 6 touch more than the core (or need ARC and a quiet card) and run only with
+`yes=True`; without it the ladder stops and reports what it would do, and that rung 7 comes
+after them as an answer, not as something `--yes` would run.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ RUNGS = (
     Rung(4, "tensix-reset", "all-Tensix reset through ARC (0x33 250 MHz, 0xAF, 0x20, RISCs held)", True, True),
     Rung(5, "asic-reset", "ASIC reset under the advisory lock, find the card by PCI address, POST_RESET", True, True),
     Rung(6, "pcie-sbr", "PCIe secondary bus reset, then ASIC reset and POST_RESET", True, True),
-    Rung(7, "power-cycle", "nothing software can do: the host needs a power cycle", True, True),
+    Rung(7, "power-cycle", "nothing software can do: the host needs a power cycle", False, True),
 )
 TOP_RUNG = RUNGS[-1].number
 
@@ -71,6 +72,7 @@ class Report:
     after: list[CoreState] = field(default_factory=list)
     fixed_at: int | None = None
     needs_yes: list[Rung] = field(default_factory=list)
+    then_power_cycle: bool = False      # the plan that stopped for --yes would end at rung 7
 
     @property
     def recovered(self) -> bool: return all(s.healthy for s in self.after)
@@ -79,7 +81,8 @@ class Report:
         return {"recovered": self.recovered, "fixed_at_rung": self.fixed_at,
                 "before": [s.as_dict() for s in self.before], "steps": [s.as_dict() for s in self.steps],
                 "after": [s.as_dict() for s in self.after],
-                "needs_yes": [{"rung": r.number, "name": r.name, "action": r.action} for r in self.needs_yes]}
+                "needs_yes": [{"rung": r.number, "name": r.name, "action": r.action} for r in self.needs_yes],
+                "then_power_cycle": self.then_power_cycle}
 
 
 class Ladder:
@@ -114,7 +117,8 @@ class Ladder:
             if rung.number > self.max_rung:
                 break
             if rung.needs_yes and not self.yes:
-                report.needs_yes = [r for r in RUNGS if rung.number <= r.number <= self.max_rung]
+                report.needs_yes = [r for r in RUNGS if rung.number <= r.number <= self.max_rung and r.needs_yes]
+                report.then_power_cycle = self.max_rung >= TOP_RUNG
                 break
             targets = [_name(s.tile) for s in bad]
             self.say(f"rung {rung.number} ({rung.name}) on {', '.join(targets) if len(targets) < 6 else f'{len(targets)} cores'}")

@@ -6,15 +6,15 @@ from rich.table import Table
 from rich.text import Text
 
 from otpu_core.tt import consts as K
-from otpu_core.tt.coords import TileMap
+from otpu_core.tt.coords import TileMap, harvest_label
 from otpu_core.tt.probe import CoreState
 
-from .recover import Report
+from .recover import RUNGS, Report
 
 STATE_STYLE = {
     "in reset": (".", "dim"), "idle": ("o", "green"), "resident": ("R", "bold green"), "running": (">", "cyan"),
     "hung": ("H", "bold yellow"), "wedged": ("W", "bold red"), "unresponsive": ("X", "bold red"),
-    "chip hung": ("!", "bold red"), "link lost": ("!", "bold red"),
+    "chip hung": ("!", "bold red"), "link lost": ("L", "bold magenta"),
 }
 SPINNER = ("●∙∙", "∙●∙", "∙∙●", "∙●∙")
 
@@ -54,7 +54,7 @@ def smi(snap: dict) -> Group:
         else:
             dram = Text(f"trained, {b['dram_speed']}", style="green") if b["dram_status"] else Text("NOT trained", style="bold red")
         grid.add_row("throttling", throttled, "DRAM", dram)
-        grid.add_row("PCIe", pcie, "Tensix", f"{_na(b['tensix_enabled'])} enabled (harvested NOC0 x {', '.join(map(str, b['harvested_noc0_x']))})")
+        grid.add_row("PCIe", pcie, "Tensix", f"{_na(b['tensix_enabled'])} enabled, " + harvest_label(b["harvested_x"], b["harvested_noc0_x"]))
         parts.append(grid)
         procs = Table(title="processes", title_justify="left")
         for col in ("PID", "user", "device", "command"):
@@ -142,6 +142,10 @@ def recover_view(report: Report) -> Group:
         for r in report.needs_yes:
             would.add_row(f"{r.number} {r.name}", r.action)
         parts.append(would)
+        if report.then_power_cycle:
+            last = RUNGS[-1]
+            parts.append(Text(f"if those do not help: {last.number} {last.name}, the honest answer, not an action "
+                              f"this tool takes ({last.action})", style="dim"))
     if not report.recovered and not report.needs_yes:
         bad = [s for s in report.after if not s.healthy]
         parts.append(Text(f"still bad: {', '.join(f'{s.tile.x},{s.tile.y} ({s.state})' for s in bad[:8])}"
@@ -150,5 +154,4 @@ def recover_view(report: Report) -> Group:
 
 
 def _action(n: int) -> str:
-    from .recover import RUNGS
     return next(r.action for r in RUNGS if r.number == n)
