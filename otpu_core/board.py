@@ -56,6 +56,7 @@ class CardInfo:
     calibrated: tuple[bool, bool]
     running: bool
     link: dict[str, Any]
+    faults: tuple[str, ...] = ()     # injected into the card (a simulated card's fault spec tokens)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -119,7 +120,7 @@ class Board:
         ident = rd(regs.off("ID"))
         if ident == regs.LINK_DOWN:
             raise DeviceError(f"{self.t.dev}: every register reads 0xFFFFFFFF: the PCIe link is down",
-                              hint="check `lspci -vv` for the card's link state; reseat or power-cycle the host")
+                              hint=self._with_faults("check `lspci -vv` for the card's link state; reseat or power-cycle the host"))
         if ident != regs.ID_OTPU:
             raise DeviceError(f"{self.t.dev}: no openTPU on the card (ID register 0x{ident:08x}, want 0x{regs.ID_OTPU:08x})",
                               hint="is the openTPU bitstream loaded?")
@@ -147,7 +148,12 @@ class Board:
         calibrated = (bool(status & regs.ST_CALIB0), bool(status & regs.ST_CALIB1))
         return CardInfo(self.t.dev, ident, d, mcols, lanes, regmap, caps, core_khz, build_id, cfg_hash, temp_c, ddr_mts,
                         act_rows, status, calibrated, bool(status & regs.ST_RUN and not status & regs.ST_HALTED),
-                        self.t.link())
+                        self.t.link(), self.t.injected_faults())
+
+    def _with_faults(self, hint: str | None) -> str | None:
+        """A failure hint, followed by the card's note on its injected faults when it has any."""
+        note = self.t.fault_note()
+        return f"{hint}. {note}" if hint and note else hint or note or None
 
     def check_config(self) -> None:
         """Refuse a card built for another target than `self.target` (CFG_HASH, else VERSION)."""
@@ -369,7 +375,8 @@ class Board:
         w(regs.off("CTRL"), regs.CTRL_LOAD)
         self.t.poll(regs.off("STATUS"), regs.ST_LOADING, 0, timeout=10)
         if self.status() & regs.ST_AXI_ERR:
-            raise DeviceError(f"loading {image.size // 32} instructions from 0x{addr:x} failed (AXI error)")
+            raise DeviceError(f"loading {image.size // 32} instructions from 0x{addr:x} failed (AXI error)",
+                              hint=self._with_faults(None))
 
     def set_args(self, args: Sequence[int]) -> None:
         """Run arguments ARG0..ARG7 (R8..R15 at each run start); only changed ones are written."""
@@ -408,7 +415,7 @@ class Board:
         except DeviceError:
             self._stop()
             raise DeviceError(f"{self.t.dev}: the program did not halt within {timeout:g}s; the run was stopped",
-                              hint="a loop that never ends, a WAITW nobody answers, or a hung sequencer") from None
+                              hint=self._with_faults("a loop that never ends, a WAITW nobody answers, or a hung sequencer")) from None
         settle = time.monotonic() + WR_SETTLE
         while not self.status() & regs.ST_WR_IDLE and time.monotonic() < settle:
             pass
@@ -423,11 +430,14 @@ class Board:
         if st & regs.ST_ERROR:
             detail = self.t.last_error()
             if st & regs.ST_WAIT_TO:
-                raise DeviceError(f"{self.t.dev}: a WAITW timed out" + (f": {detail}" if detail else ""))
-            raise UsageError(f"{self.t.dev}: the card stopped on an illegal instruction" + (f": {detail}" if detail else ""))
+                raise DeviceError(f"{self.t.dev}: a WAITW timed out" + (f": {detail}" if detail else ""),
+                                  hint=self._with_faults(None))
+            raise UsageError(f"{self.t.dev}: the card stopped on an illegal instruction" + (f": {detail}" if detail else ""),
+                             hint=self._with_faults(None))
         if st & regs.ST_AXI_ERR:
             detail = self.t.last_error()
-            raise DeviceError(f"{self.t.dev}: the memory path reported an error (AXI_ERR)" + (f": {detail}" if detail else ""))
+            raise DeviceError(f"{self.t.dev}: the memory path reported an error (AXI_ERR)" + (f": {detail}" if detail else ""),
+                              hint=self._with_faults(None))
         if self.t.devname is not None:
             update_status(self.t.devname, last_cycles=stats.cycles, last_run=time.time(),
                           core_khz=self.info.core_khz)

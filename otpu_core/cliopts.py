@@ -21,4 +21,6 @@ NoCheck = Annotated[bool, typer.Option(
     "--no-check", help="Do not refuse a card whose CFG_HASH differs from the target's.")]
 Fault = Annotated[Optional[str], typer.Option(
     "--fault", envvar="OTPU_SIM_FAULTS", show_envvar=True,
-    help="Simulated card only: faults to inject, e.g. 'stuck_dq:ch=1,bit=44,val=0;hot:c=95'.")]
+    help="Simulated card only: faults to inject, e.g. 'stuck_dq:ch=1,bit=44,val=0;hot:c=95'. They replace "
+         "the card's faults (a power cycle: DRAM and calibration are lost) and stay until `otpu sim reset`; "
+         "'' clears them; omitted, the card keeps its faults.")]

@@ -1,6 +1,7 @@
 """Board: opening by --dev, identification and the CFG_HASH check, locks, runs, bad input, two processes."""
 import contextlib
 import json
+import re
 import io
 import os
 import subprocess
@@ -341,3 +342,42 @@ def test_card_run_command(tmp_path):
     assert code == 2 and "illegal instruction" in out and "pc 0" in out
     code, out = otpu("card", "run", str(good), "--dev", "sim", "--target", "sim-small", "--arg", "9=1")
     assert code == 2 and "N must be 0..7" in out
+
+
+def test_injected_faults_are_shown_and_named_in_failure_hints(tmp_path):
+    prog = tmp_path / "halt.s"
+    prog.write_text("halt\n")
+    sim = ("--dev", "sim:h2", "--target", "sim-small")
+    code, out = otpu("card", "run", str(prog), *sim, "--fault", "hang", "--timeout", "0.3")
+    assert code == 3 and "did not halt" in out
+    code, out = otpu("card", "info", *sim, "--json")            # no --fault: the card keeps its faults
+    assert code == 0 and json.loads(out)["faults"] == ["hang"]
+    code, out = otpu("card", "info", *sim)
+    assert re.search(r"injected faults\s*│\s*hang", out)
+    code, out = otpu("card", "run", str(prog), *sim, "--timeout", "0.3")
+    assert code == 3 and "sim:h2 has injected faults: hang" in out and "otpu sim reset --dev sim:h2" in out
+    code, out = otpu("sim", "reset", *sim)
+    assert code == 0
+    code, out = otpu("card", "run", str(prog), *sim, "--json")
+    assert code == 0 and json.loads(out)["instructions"] == 1
+    code, out = otpu("card", "info", *sim, "--json")
+    assert json.loads(out)["faults"] == []
+
+
+def test_fault_option_replaces_the_cards_faults_and_empty_clears_them():
+    with Board.open("sim:f", "sim-small", faults="hot:c=95;hang") as b:
+        assert b.info.faults == ("hot:c=95", "hang")
+    with Board.open("sim:f", "sim-small", faults="vpu_lane:lane=1,bit=2") as b:
+        assert b.info.faults == ("vpu_lane:lane=1,bit=2",)
+        assert "vpu_lane:lane=1,bit=2" in b._with_faults("base hint") and b._with_faults("base hint").startswith("base hint. ")
+    with Board.open("sim:f", "sim-small", faults="") as b:
+        assert b.info.faults == () and b._with_faults("base hint") == "base hint" and b._with_faults(None) is None
+
+
+def test_a_healthy_card_times_out_without_a_fault_note():
+    with Board.open("sim:ok", "sim-small") as b:
+        b.load_program(0x80000, prepare(LONG.format(n=10_000_000)).image)
+        b.start()
+        with pytest.raises(DeviceError) as e:
+            b.wait(timeout=0.2)
+        assert "injected" not in e.value.hint

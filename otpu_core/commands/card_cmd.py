@@ -104,6 +104,7 @@ def info_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, no_chec
                  ("calibrated", ", ".join(f"ch{c} {'yes' if ok else 'no'}" for c, ok in enumerate(info.calibrated))),
                  ("temperature", f"{info.temp_c:.2f} C" if info.temp_c is not None else "n/a"),
                  ("running", "yes" if info.running else "no"),
+                 ("injected faults", "; ".join(info.faults) or "none"),
                  ("capabilities", " ".join(caps)),
                  ("trace", f"{info.caps.get('trace_depth', 0)} records, P/Q window {info.caps.get('pq_window', 0)} cycles"),
                  ("PCIe", f"{link.get('vendor') or 0:04x}:{link.get('device') or 0:04x} {link.get('speed') or 'link down'}"

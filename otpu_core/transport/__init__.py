@@ -102,6 +102,14 @@ class Transport:
         """PCIe facts: vendor, device, speed, width (None where unknown)."""
         return {"vendor": None, "device": None, "speed": None, "width": None}
 
+    def injected_faults(self) -> tuple[str, ...]:
+        """Faults injected into the card, one spec token each (none on a real card)."""
+        return ()
+
+    def fault_note(self) -> str:
+        """One sentence naming the injected faults and how to clear them, for failure hints ("" if none)."""
+        return ""
+
     # -- registers -------------------------------------------------------------------------------
     def reg_read(self, off: int) -> int:
         self._check_reg(off)
@@ -271,11 +279,14 @@ class Transport:
 
     def _dma_error(self, what: str, axi: int, n: int, e: OSError) -> DeviceError:
         ch, off = regs.axi_channel(axi)
+        note = self.fault_note()
         if e.errno == errno.ETIMEDOUT:
             return DeviceError(f"{self.dev}: {what} DMA of {n} bytes at channel {ch} offset 0x{off:x} timed out "
                                "(the card's write path is wedged)",
-                               hint="reload the bitstream (simulated card: `otpu sim reset`); reads and registers still work")
-        return DeviceError(f"{self.dev}: {what} DMA of {n} bytes at channel {ch} offset 0x{off:x} failed: {e.strerror or e}")
+                               hint="reload the bitstream (simulated card: `otpu sim reset`); reads and registers still work"
+                               + (f". {note}" if note else ""))
+        return DeviceError(f"{self.dev}: {what} DMA of {n} bytes at channel {ch} offset 0x{off:x} failed: {e.strerror or e}",
+                           hint=note or None)
 
     # -- lifetime ---------------------------------------------------------------------------------
     def close(self) -> None:

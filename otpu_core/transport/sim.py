@@ -42,6 +42,14 @@ class SimTransport(Transport):
 
     def last_error(self) -> str: return self.card.last_error()
 
+    def injected_faults(self) -> tuple[str, ...]: return tuple(str(f) for f in self.card.faults)
+
+    def fault_note(self) -> str:
+        if not self.card.faults:
+            return ""
+        return (f"{self.dev} has injected faults: {self.card.faults} "
+                f"(they stay until `otpu sim reset --dev {self.dev}` clears them)")
+
     def _close(self) -> None:
         if self._own_card:
             self.card.close()
