@@ -65,3 +65,18 @@ def test_errors_exit_2_without_traceback(tmp_path, capsys):
     assert r.exit_code == 2 and "no kernel function" in r.output
     r = _run(["-k", "scale", "--arg", "factor"], tmp_path, capsys)
     assert r.exit_code == 2 and "NAME=INTEGER" in r.output
+
+
+def test_output_paths_are_checked_before_the_kernel_file_is_loaded(tmp_path, capsys):
+    marker = tmp_path / "imported"
+    f = tmp_path / "k.py"
+    f.write_text(f"open({str(marker)!r}, 'w').close()\n" + KERNELS)
+    for option in ("-o", "--asm"):
+        for path, text in ((tmp_path, "is a directory"),
+                           (tmp_path / "nonexist" / "k.bin", f"directory {tmp_path / 'nonexist'} does not exist")):
+            code = run_app(build_app(), "otpu", ["ol", "compile", str(f), "-k", "scale", "-t", "sim-small", option,
+                                                 str(path)])
+            err = capsys.readouterr().err
+            name = "--output" if option == "-o" else "--asm"
+            assert code == 2 and f"{name} {path}: {text}" in err and "Traceback" not in err
+    assert not marker.exists()            # refused before the user's file was imported or anything compiled

@@ -21,6 +21,7 @@ from .. import asm, target as target_mod
 from ..console import print_json, stdout
 from ..errors import OtpuError, UsageError
 from ..hookspecs import hookimpl
+from ..outpath import check_writable, write_or_show
 from ..ol.cache import cached_compile
 from ..ol.program import compile_kernel
 
@@ -80,6 +81,9 @@ def compile_cmd(file: Path = typer.Argument(..., help="Python file defining the 
                 listing: Path = typer.Option(None, "--asm", help="Write the assembly listing (with wait entries) here."),
                 json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Compile KERNEL from FILE for a target and print instructions, TMEM, peephole savings and WAITC."""
+    for path, option in ((output, "--output"), (listing, "--asm")):
+        if path is not None:
+            check_writable(path, option)
     module = _load_module(file)
     fn = getattr(module, kernel, None)
     if not callable(fn):
@@ -91,9 +95,9 @@ def compile_cmd(file: Path = typer.Argument(..., help="Python file defining the 
     compile_fn = cached_compile if cache else compile_kernel
     prog = _user_call(file, compile_fn, fn, t, peepholes=not no_peepholes, **kwargs)
     if output is not None:
-        output.write_bytes(prog.image(with_waits=waits))
+        write_or_show(output, prog.image(with_waits=waits), "--output")
     if listing is not None:
-        listing.write_text(asm.disassemble(prog.instrs, prog.waits))
+        write_or_show(listing, asm.disassemble(prog.instrs, prog.waits), "--asm")
     s = prog.stats
     report = {"kernel": kernel, "target": t.name, "arch_hash": f"0x{t.arch_hash():08x}", "instructions": s.instrs,
               "imem_instructions": t.config().imem_instrs, "tmem_peak_words": s.tmem_peak,

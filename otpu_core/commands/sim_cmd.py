@@ -18,6 +18,7 @@ from .. import isa, tracefmt
 from ..console import print_json, stderr, stdout
 from ..errors import UsageError
 from ..hookspecs import hookimpl
+from ..outpath import check_writable, write_or_show
 from ..target import load as load_target
 from ..timing import BUSY_OF, FREE_COUNTERS, RUN_COUNTERS
 
@@ -114,20 +115,28 @@ def _run_with_progress(m) -> None:
 
 
 def summary(m, sid: int = 0) -> dict:
-    c = m.counters(sid)
+    """The golden machine's report of slice `sid` after a run."""
+    return _report(m.counters(sid), m.target, sid)
+
+
+def _report(c: dict[str, int], t, sid: int = 0) -> dict:
+    """Cycles, instructions, unit utilisation and counters from a run's counters (machine or card)."""
     cycles = max(c["CYCLES"], 1)
-    hz = m.target.core_hz
-    return {"slice": sid, "cycles": c["CYCLES"], "instructions": c["ICOUNT"], "seconds_at_core_clock": c["CYCLES"] / hz,
-            "core_mhz": m.target.platform["core_mhz"],
-            "utilisation": {UNIT_LABELS[k]: c[k] / cycles for k in BUSY_OF.values()},
+    return {"slice": sid, "cycles": c["CYCLES"], "instructions": c["ICOUNT"],
+            "seconds_at_core_clock": c["CYCLES"] / t.core_hz, "core_mhz": t.platform["core_mhz"],
+            "utilisation": {UNIT_LABELS[k]: c[k] / cycles for k in BUSY_OF.values() if k in c},
             "dram_bytes": 64 * (c["DRAM_RD"] + c["DRAM_WR"]),
-            "counters": {k: c[k] for k in RUN_COUNTERS + FREE_COUNTERS}}
+            "counters": {k: c[k] for k in RUN_COUNTERS + FREE_COUNTERS if k in c}}
 
 
 @app.command("run")
 def run_cmd(program: Path = typer.Argument(..., help="Program: assembly text (.s/.asm) or a binary image."),
             target: str = typer.Option(None, "--target", "-t", envvar="OTPU_TARGET",
                                        help="Target name or .toml (default ypcb-00338)."),
+            dev: str = typer.Option(None, "--dev", help="Run on this card instead of a private golden machine: "
+                                    "sim or sim:NAME (a simulated card other tools such as otpu-smi see), or "
+                                    "/dev/xdmaN. --dram and --dump dram go by DMA; regs and tmem cannot be "
+                                    "dumped from a card."),
             dram: list[str] = typer.Option([], "--dram", help="FILE@ADDR: load a file into DRAM (every slice); repeatable."),
             arg: list[str] = typer.Option([], "--arg", help="N=VALUE: run argument ARGn (R8+n); repeatable."),
             dump: list[str] = typer.Option([], "--dump", help="regs | tmem:ADDR:N | dram:ADDR:N after the run; repeatable."),
@@ -135,29 +144,113 @@ def run_cmd(program: Path = typer.Argument(..., help="Program: assembly text (.s
             json_out: bool = typer.Option(False, "--json", help="Print JSON."),
             trace: Path = typer.Option(None, "--trace", help="Write the slice's 64-bit trace records to this file."),
             max_steps: int = typer.Option(10_000_000, "--max-steps", help="Stop with an error after this many instructions."),
+            timeout: float = typer.Option(600.0, "--timeout", min=0.1, help="With --dev: seconds to wait for HALT."),
             waits: bool = typer.Option(False, "--waits", help="The binary image is followed by its WAITC wait table "
                                        "(SEQ_WC targets schedule by it).")) -> None:
-    """Run a program on the golden simulator and report cycles, instructions and unit utilisation."""
-    from ..isasim import Machine
+    """Run a program on the golden simulator (or with --dev on a card) and report cycles, instructions and
+    unit utilisation."""
     prog, table = read_program(program, waits)
+    if not prog:
+        raise UsageError(f"{program}: program has no instructions", hint="a program ends with halt")
     dumps = [parse_dump(d) for d in dump]
     loads = [parse_dram(d) for d in dram]
     args = parse_args(arg)
-    m = Machine(load_target(target), trace=trace is not None, max_steps=max_steps)
+    if trace is not None:
+        check_writable(trace, "--trace")
+    if dev is not None:
+        _refuse_on_card(dev, dumps, sid, waits)
+        result, records = _run_on_card(dev, target, prog, loads, args, dumps, trace is not None, timeout)
+    else:
+        result, records = _run_on_machine(target, prog, table, loads, args, dumps, sid, trace is not None, max_steps)
+    if trace is not None:
+        write_or_show(trace, np.asarray(records, dtype="<u8").tobytes(), "--trace")
+    if json_out:
+        print_json(result)
+        return
+    _print_summary(result, trace)
+
+
+def _run_on_machine(target, prog, table, loads, args, dumps, sid, want_trace: bool, max_steps: int):
+    from ..isasim import Machine
+    m = Machine(load_target(target), trace=want_trace, max_steps=max_steps)
     if not 0 <= sid < m.cfg.S:
         raise UsageError(f"--slice {sid}: the target has {m.cfg.S} slice(s)")
     for path, addr in loads:
         m.write_dram(addr, np.fromfile(path, np.uint8))
     m.load(prog, args, waits=table)
     _run_with_progress(m)
-    if trace is not None:
-        tracefmt.write(trace, m.trace_records(sid))
     result = summary(m, sid)
     result["dumps"] = [_dump(m, k, a, n, sid) for k, a, n in dumps]
-    if json_out:
-        print_json(result)
+    return result, (m.trace_records(sid) if want_trace else None)
+
+
+def _refuse_on_card(dev: str, dumps, sid: int, waits: bool) -> None:
+    """What a card cannot do, refused before it is opened."""
+    for kind, _, _ in dumps:
+        if kind != "dram":
+            raise UsageError(f"--dump {kind}: a card's {'registers' if kind == 'regs' else 'TMEM'} cannot be read "
+                             f"from the host (--dev {dev})", hint="run without --dev to dump it from the golden simulator")
+    if sid != 0:
+        raise UsageError(f"--slice {sid}: with --dev the card's run is reported as a whole (use --slice 0)")
+    if waits:
+        raise UsageError(f"--waits: a card's IMEM takes instructions only, not a WAITC table (--dev {dev})",
+                         hint="run the image without its table, or without --dev")
+
+
+def _run_on_card(dev: str, target, prog, loads, args, dumps, want_trace: bool, timeout: float):
+    """Load, run and read back through the Board, so the run is on the card for every tool to see."""
+    from ..board import Board, BoardBackend, prepare
+    image = prepare(prog).image
+    with Board.open(dev, target) as board:
+        prog_at = BoardBackend(board).prog_at      # the program area at the top of DRAM (scrubbed if ECC)
+        for path, addr in loads:
+            size = path.stat().st_size
+            if addr < prog_at + image.size and addr + size > prog_at:
+                raise UsageError(f"--dram {path}@0x{addr:x}: {size} bytes overlap the program area at 0x{prog_at:x}")
+            board.write(addr, np.fromfile(path, np.uint8))
+        board.load_program(prog_at, image)
+        board.set_args(args)
+        before = board.snapshot()
+        t0 = time.monotonic()
+        board.start("first" if want_trace else None)
+        _wait_with_progress(board, t0 + timeout)
+        stats = board.wait(max(0.1, t0 + timeout - time.monotonic()))
+        after = board.snapshot()
+        counters = {"CYCLES": stats.cycles, "ICOUNT": stats.instructions, "B_RD": stats.b_reads,
+                    "B_WR": stats.b_writes, "A_RD": stats.a_reads, "SW_WR": stats.a_writes, "B_STALL": stats.b_stall}
+        if before and after:
+            counters.update({k: after[k] - before[k] for k in FREE_COUNTERS if k in after and k in before})
+        counters.setdefault("DRAM_RD", 0)
+        counters.setdefault("DRAM_WR", 0)
+        result = _report(counters, board.target)
+        result["device"] = board.t.dev
+        result["dumps"] = [{"kind": "dram", "slice": 0, "addr": a, "bytes": board.read(a, n).tobytes().hex()}
+                           for _, a, n in dumps]
+        records = None
+        if want_trace:
+            tr = stats.trace
+            records = tr["records"]
+            result["trace"] = {"records": int(tr["count"]), "kept": int(len(records)), "lost": int(tr["lost"])}
+    return result, records
+
+
+def _wait_with_progress(board, deadline: float) -> None:
+    """Return once the card halted or the deadline passed; a spinner on stderr after two seconds."""
+    from ..card import regs
+    t0 = time.monotonic()
+
+    def waiting() -> bool:
+        return not board.status() & regs.ST_HALTED and time.monotonic() < deadline
+
+    while waiting() and time.monotonic() - t0 < PROGRESS_AFTER_S:
+        time.sleep(0.01)
+    if not waiting():
         return
-    _print_summary(result, trace)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=stderr(), transient=True) as bar:
+        task = bar.add_task("running", total=None)
+        while waiting():
+            bar.update(task, description=f"running on {board.t.dev}: {time.monotonic() - t0:.0f} s")
+            time.sleep(0.1)
 
 
 def _table(title: str, columns: tuple[str, str], rows) -> Table:
