@@ -180,18 +180,19 @@ class Board:
     # -- registers ---------------------------------------------------------------------------------
     def reg(self, name: str) -> int:
         """A control register by name (a 64-bit counter reads low then high word)."""
-        r = self._reg(name)
+        r = self.register(name)
         lo = self.t.reg_read(r.offset)
         return lo | (self.t.reg_read(r.offset + 4) << 32) if r.size == 8 else lo
 
     def set_reg(self, name: str, value: int) -> None:
-        r = self._reg(name)
+        r = self.register(name)
         if r.access is regs.Access.RO:
             raise UsageError(f"register {name} is read-only")
         self.t.reg_write(r.offset, value)
 
     @staticmethod
-    def _reg(name: str) -> regs.Reg:
+    def register(name: str) -> regs.Reg:
+        """The register-map entry of a control register name (any case); a UsageError naming it if none."""
         try:
             return regs.BY_NAME[name.upper()]
         except KeyError:

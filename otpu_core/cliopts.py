@@ -15,7 +15,7 @@ Dev = Annotated[Optional[str], typer.Option(
     help="Card: /dev/xdmaN (a real card), sim or sim:NAME (a simulated card). "
          "Default: the first /dev/xdma*_user, else sim.")]
 TargetName = Annotated[Optional[str], typer.Option(
-    "--target", envvar="OTPU_TARGET", show_envvar=True,
+    "--target", "-t", envvar="OTPU_TARGET", show_envvar=True,
     help="Target the card must be built for (name or .toml path; default ypcb-00338).")]
 NoCheck = Annotated[bool, typer.Option(
     "--no-check", help="Do not refuse a card whose CFG_HASH differs from the target's.")]

@@ -381,3 +381,18 @@ def test_a_healthy_card_times_out_without_a_fault_note():
         with pytest.raises(DeviceError) as e:
             b.wait(timeout=0.2)
         assert "injected" not in e.value.hint
+
+
+def test_card_reg_json_and_the_short_target_option():
+    code, out = otpu("card", "reg", "scratch", "0x55", "--dev", "sim", "-t", "sim-small", "--json")
+    assert code == 0 and json.loads(out) == {"name": "SCRATCH", "offset": 0x38, "value": 0x55, "written": 0x55}
+    code, out = otpu("card", "reg", "UPTIME", "--dev", "sim", "-t", "sim-small", "--json")
+    got = json.loads(out)
+    assert code == 0 and got["offset"] == 0x100 and got["value"] > 0 and "written" not in got
+    code, out = otpu("card", "reg", "NOPE", "--dev", "sim", "-t", "sim-small", "--json")
+    assert code == 2 and "no register named 'NOPE'" in out
+    code, out = otpu("card", "info", "--dev", "sim", "-t", "ypcb-00338")       # the card is sim-small: refused
+    assert code == 2 and "CFG_HASH" in out
+    for command in ("info", "regs", "reg", "run"):
+        code, out = otpu("card", command, "--help")
+        assert code == 0 and "-t, --target" in out, command

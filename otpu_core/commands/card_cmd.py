@@ -135,15 +135,24 @@ def regs_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: 
 @app.command("reg")
 def reg_cmd(name: str = typer.Argument(..., help="Register name, e.g. SCRATCH."),
             value: str = typer.Argument(None, help="Value to write (decimal or 0x hex); omit to read."),
-            dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.Fault = None) -> None:
-    """Read or write one control register by name (takes the device lock to write)."""
+            dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.Fault = None,
+            json_out: bool = typer.Option(False, "--json", help="Print JSON: name, offset, value (after a write: its read-back).")) -> None:
+    """Read or write one control register by name (takes the device lock to write; a counter is latched by SNAP first)."""
     with Board.open(dev, target, check=False, faults=fault, lock=value is not None) as board:
         if value is not None:
             try:
-                board.set_reg(name, int(value, 0))
+                number = int(value, 0)
             except ValueError:
                 raise UsageError(f"'{value}' is not an integer") from None
-        print(f"{name.upper()} = 0x{board.reg(name):08x}")
+            board.set_reg(name, number)
+        reg = board.register(name)
+        if reg.size == 8:
+            board.set_reg("SNAP", 1)             # counters read their shadows: latch them first
+        read = board.reg(reg.name)
+    if json_out:
+        print_json({"name": reg.name, "offset": reg.offset, "value": read, **({"written": number} if value is not None else {})})
+        return
+    stdout().print(f"{reg.name} = 0x{read:0{2 * reg.size}x}")
 
 
 @app.command("run")
