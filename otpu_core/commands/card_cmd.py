@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .. import cliopts
@@ -11,7 +15,7 @@ from .. import target as target_mod
 from ..board import Board
 from ..card import regs
 from ..card.runstate import DeviceLock, read_status, run_dir
-from ..console import print_json, stdout
+from ..console import print_json, stderr, stdout
 from ..devspec import TransportSpec, available
 from ..errors import UsageError
 from ..hookspecs import hookimpl
@@ -182,12 +186,46 @@ def run_cmd(program: str = typer.Argument(..., help="Program: assembly (.s) or a
             raise UsageError(f"--arg {item!r}: N must be 0..{regs.ARG_COUNT - 1}")
         args[index] = number
     with Board.open(dev, target, check=not no_check, faults=fault) as board:
-        stats = BoardBackend(board).run(prog, args=args, timeout=timeout)
+        backend = BoardBackend(board)
+        backend.start(prog, args=args)
+        stats = wait_showing_cycles(backend, board, timeout, stderr())
     if json_out:
         print_json(stats.as_dict())
         return
     stdout().print(f"{prog.instructions} instructions loaded, {stats.instructions} retired in {stats.cycles} cycles "
                    f"({stats.seconds * 1000:.1f} ms wall); port B reads {stats.b_reads}, writes {stats.b_writes}")
+
+
+SHOW_AFTER = 2.0        # seconds a run goes on before `card run` shows its progress
+
+
+def wait_showing_cycles(backend, board: Board, timeout: float, console: Console, after: float = SHOW_AFTER):
+    """`backend.wait(timeout)`; on a terminal, a run still going after `after` seconds gets a
+    spinner with the cycles the card has counted so far (CYCLES) and the wall time."""
+    if not console.is_terminal:
+        return backend.wait(timeout)
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def show() -> None:
+        if done.wait(max(0.0, after - (time.monotonic() - t0))):
+            return
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("running", total=None)
+            while True:
+                lo, hi = board.t.reg_read_many([regs.off("CYCLES_LO"), regs.off("CYCLES_HI")])
+                progress.update(task, description=f"{board.t.dev}: running, {lo | hi << 32:,} cycles")
+                if done.wait(0.1):
+                    return
+
+    shower = threading.Thread(target=show, name="otpu-run-progress", daemon=True)
+    shower.start()
+    try:
+        return backend.wait(timeout)
+    finally:
+        done.set()
+        shower.join()
 
 
 def _hex(v: int | None) -> str: return "n/a" if v is None else f"0x{v:08x}"
