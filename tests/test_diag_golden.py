@@ -58,7 +58,8 @@ def test_quick_run_has_no_march_or_soak(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,text", [(("--mem", "huge"), "--mem huge: must be quick or full"),
-                                       (("--only", "mem,gpu"), "--only: unknown section gpu")])
+                                       (("--only", "mem,gpu"), "--only: unknown section gpu"),
+                                       (("--power-json", "/nonexist/p.json"), "--power-json /nonexist/p.json: no such")])
 def test_bad_options_exit_2(args, text, capsys):
     assert diag(*args) == 2
     assert text in capsys.readouterr().err

@@ -313,3 +313,8 @@ def test_usage_errors_exit_2_not_3(devs, env, text, capsys, monkeypatch):
 def test_dash_h_prints_help(capsys):
     assert run_app(smi_cli.app, "otpu-smi", ["-h"]) == 0
     assert "Usage: otpu-smi" in capsys.readouterr().out
+
+
+def test_a_missing_power_report_is_a_usage_error(tmp_path, capsys):
+    assert smi("--power-json", str(tmp_path / "none.json")) == 2      # not silently the board's estimate
+    assert f"--power-json {tmp_path / 'none.json'}: no such file" in capsys.readouterr().err

@@ -90,6 +90,8 @@ def smi(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DEV"
     except smi_fields.QueryError as e:
         raise UsageError(str(e), hint="otpu-smi --help-query lists the fields") from None
     header, units = _formats(fmt)
+    if power_json is not None and not power_json.is_file():
+        raise UsageError(f"--power-json {power_json}: no such file")
     devs = list(dev or []) or [d["dev"] for d in devspec.available() if device_kind(d["dev"]) == "otpu"]
     if not devs:
         raise DeviceError("no openTPU card found (no /dev/xdma*_user, no simulated card)",
