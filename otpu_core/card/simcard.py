@@ -14,9 +14,11 @@ step, TRACE_HI reads advance TRACE_ADDR, CTRL LOAD/RUN/CLEAR drive the engine (t
 simulator, run on a thread of the process that set RUN, in time slices so another process sees
 the counters move). DMA (`h2c`/`c2h`, one XDMA call each) models the XDMA engine's hazards:
 a call over RUN_H2C while a program runs lands 8 KiB off and leaves the engine so until reset;
-an h2c overlapping a c2h slips later host->card data by 64 bytes for good; a third write after
-two unaligned sub-beat writes to one beat wedges the write path (ETIMEDOUT). Badly placed host
-buffers and oversized calls are counted and cost modelled link time.
+an h2c overlapping a c2h of a live process slips later host->card data by 64 bytes for good
+(each call in flight is marked with its owner's pid and process start: a killed process's
+transfer is finished, not an overlap); a third write after two unaligned sub-beat writes to one
+beat wedges the write path (ETIMEDOUT); bytes that decode to no DRAM fail the call with EIO
+(AXI DECERR). Badly placed host buffers and oversized calls are counted and cost modelled link time.
 """
 from __future__ import annotations
 
