@@ -106,14 +106,14 @@ def test_a_run_on_the_simulated_card_matches_the_golden_machine(tmp_path, capsys
     assert card["utilisation"]["DMA"] == machine["utilisation"]["DMA"] > 0
     assert [e["pc"] for e in card["records"] if e["type"] == "D"] == [0, 1, 2]      # HALT has no D record
     assert card["records"] == machine["records"]
-    assert card["trace"]["lost"] == 0
+    assert card["trace"]["records"] == len(tracefmt.read(tmp_path / "card.trace")) and not card["trace"]["full"]
 
 
 def test_smi_in_another_process_sees_a_sim_run_on_the_card(tmp_path):
     from otpu_smi import cli as smi_cli
     src = _program(tmp_path, "loop body=@e count=300000\nnop\nnop\nnop\nnop\ne:\nhalt\n", "long.s")
     runner = subprocess.Popen([sys.executable, "-m", "otpu_core", "sim", "run", str(src), "-t", "sim-small",
-                               "--dev", "sim:x", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               "--dev", "sim:x", "--json", "--trace", str(tmp_path / "long.trace")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen, states = [], []
     deadline = time.monotonic() + 120
     try:
@@ -134,6 +134,8 @@ def test_smi_in_another_process_sees_a_sim_run_on_the_card(tmp_path):
         if runner.poll() is None:
             runner.kill()
     assert runner.returncode == 0, err
-    assert json.loads(out)["cycles"] >= 1_200_000
+    report = json.loads(out)
+    assert report["cycles"] >= 1_200_000
+    assert report["trace"] == {"records": 4096, "depth": 4096, "full": True, "dropped": 0}   # sim-small TRACE_DEPTH
     assert any(u > 0 for u in seen), seen
     assert ("running", str(runner.pid)) in states     # the card's run-state names the sim run's process

@@ -2,7 +2,9 @@
 
 This is how a user, or an external checker, pokes the machine: load DRAM images and arguments,
 run a program (assembly text or a binary image), dump registers, TMEM or DRAM, and get the
-timing model's cycles, counters and trace records. Other modules may add commands to `app`.
+timing model's cycles, counters and trace records. `run --dev` does the same on a card through
+the Board (DMA in and out, the card's counters and trace), so other tools see the run.
+Other modules may add commands to `app`.
 """
 from __future__ import annotations
 
@@ -230,7 +232,9 @@ def _run_on_card(dev: str, target, prog, loads, args, dumps, want_trace: bool, t
         if want_trace:
             tr = stats.trace
             records = tr["records"]
-            result["trace"] = {"records": int(tr["count"]), "kept": int(len(records)), "lost": int(tr["lost"])}
+            # kept from the start, the recording stops when the buffer is full: later records are not there
+            result["trace"] = {"records": int(len(records)), "depth": int(tr["depth"]),
+                               "full": int(tr["count"]) >= int(tr["depth"]), "dropped": int(tr["drop"])}
     return result, records
 
 
@@ -284,7 +288,10 @@ def _print_summary(result: dict, trace: Path | None) -> None:
             for off in range(0, len(raw), 16):
                 con.print(f"  {d['addr'] + off:08x}  " + " ".join(f"{b:02x}" for b in raw[off:off + 16]), markup=False)
     if trace is not None:
-        con.print(f"trace records written to {trace}")
+        kept = result.get("trace")
+        note = (f" (the card's trace buffer filled at {kept['depth']:,} records: later ones are not in the file)"
+                if kept and kept["full"] else "")
+        con.print(f"trace records written to {trace}{note}", markup=False)
 
 
 @app.command("info")

@@ -19,7 +19,7 @@ STAGES = ("link", "config", "calib", "scrub", "regs", "i2c", "addr", "pattern", 
 
 HELP = ("Staged bring-up of an openTPU card: link, config, calib, scrub, regs, i2c, addr, pattern, "
         "bandwidth, kernel, vops, stream (and model with --model). Stops at the first failure and "
-        "prints its hint. Exit 0 all pass, 1 a stage failed, 3 card busy or absent.")
+        "prints its hint. Exit 0 all pass, 1 a stage failed, 2 bad options, 3 card busy or absent.")
 
 app = typer.Typer(name="selftest", add_completion=False, rich_markup_mode=None)
 
