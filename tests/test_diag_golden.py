@@ -114,3 +114,8 @@ def test_a_json_file_that_cannot_be_written_at_the_end_goes_to_stdout(capsys):
     assert "--json /dev/full: could not be written (No space left on device); it is printed above instead" in out.err
     doc = json.loads(out.out[out.out.index("\n{") + 1:])       # the report, after the human-readable rows
     assert doc["tool"] == "otpu-diag" and doc["summary"]["regs"]["PASS"] == 5
+
+
+def test_dash_h_prints_help(capsys):
+    assert run_app(cli.app, "otpu-diag", ["-h"]) == 0
+    assert "Usage: otpu-diag" in capsys.readouterr().out

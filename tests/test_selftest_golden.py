@@ -78,3 +78,9 @@ def test_a_blackhole_card_runs_its_plugins_stages(capsys):
 def test_a_blackhole_card_is_named_in_the_header(capsys):
     assert run_app(cli.app, "otpu-selftest", ["--dev", "tt:sim"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "Tenstorrent Blackhole self-test on tt:sim"
+
+
+def test_dash_h_prints_help(capsys):
+    assert run_app(cli.app, "otpu-selftest", ["-h"]) == 0
+    out = capsys.readouterr().out
+    assert "Usage: otpu-selftest" in out and "2 bad options" in out

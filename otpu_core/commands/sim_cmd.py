@@ -145,7 +145,7 @@ def run_cmd(program: Path = typer.Argument(..., help="Program: assembly text (.s
             sid: int = typer.Option(0, "--slice", help="Slice to dump and report."),
             json_out: bool = typer.Option(False, "--json", help="Print JSON."),
             trace: Path = typer.Option(None, "--trace", help="Write the slice's 64-bit trace records to this file."),
-            max_steps: int = typer.Option(10_000_000, "--max-steps", help="Stop with an error after this many instructions."),
+            max_steps: int = typer.Option(10_000_000, "--max-steps", help="Stop with an error after this many instructions (golden machine; a card has --timeout)."),
             timeout: float = typer.Option(600.0, "--timeout", min=0.1, help="With --dev: seconds to wait for HALT."),
             waits: bool = typer.Option(False, "--waits", help="The binary image is followed by its WAITC wait table "
                                        "(SEQ_WC targets schedule by it).")) -> None:
