@@ -159,6 +159,8 @@ def test_issue_scenario_repeated_fault_note_and_starting_over(capsys):
     assert code == 0 and json.loads(out)["fixed_at_rung"] == 3 and "note" not in err
     code, out, err = run(args + ["--fault", "noc_stuck:x=1,y=2;old_fw"], capsys)
     assert code == 0 and json.loads(out)["steps"] == []
+    code, out, _ = run(["core", "recover", "--all", "--dev", "tt:sim:r"], capsys)
+    assert code == 0 and "every core is healthy: nothing to do" in out and "recovery ladder" not in out   # no empty table
     assert "note:" in err and "'noc_stuck:x=1,y=2' not applied" in err and "otpu-tt sim reset --dev tt:sim:r" in err
     code, out, _ = run(["sim", "reset", "--dev", "tt:sim:r"], capsys)
     assert code == 0 and "tt:sim:r: powered off and on" in out

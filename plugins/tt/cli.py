@@ -22,7 +22,7 @@ from . import snapshot, views
 from .recover import RUNGS, TOP_RUNG, Ladder
 
 app = typer.Typer(name="tt", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
-                  help="Tenstorrent Blackhole cards: list, smi, core status / probe / recover.")
+                  help="Tenstorrent Blackhole cards: list, smi, core status / probe / recover, sim reset.")
 core_app = typer.Typer(name="core", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                        help="Per-Tensix status, safe probe and the recovery ladder.")
 app.add_typer(core_app, name="core")

@@ -130,7 +130,7 @@ def recover_view(report: Report) -> Group:
         style = "green" if st.result == "fixed" else ("red" if st.result.startswith(("failed", "still", "needs")) else "yellow")
         cores = ", ".join(st.targets) if len(st.targets) <= 4 else f"{len(st.targets)} cores"
         table.add_row(f"{st.rung} {st.name}", _action(st.rung), cores, Text(st.result, style=style), f"{st.seconds:.3f} s")
-    parts = [table]
+    parts = [table] if report.steps else []
     if report.fixed_at is not None:
         parts.append(Text(f"recovered at rung {report.fixed_at}", style="bold green"))
     elif not report.steps and report.recovered:
