@@ -59,6 +59,9 @@ _HIDDEN_NAMES = (
     *(f"LIVE_{n}" for n in regs.COUNTER_NAMES),
 )
 H = {name: i for i, name in enumerate(_HIDDEN_NAMES)}
+# Per direction, one row per in-flight slot: hidden indices of (owner pid, owner process start, call start ns).
+_SLOTS = {d: tuple(tuple(H[f"{d.upper()}_{field}{i}"] for field in ("PID", "BORN", "T0_")) for i in range(DMA_SLOTS))
+          for d in ("h2c", "c2h")}
 LAYOUT = zlib.crc32(" ".join(_HIDDEN_NAMES).encode())   # a card saved by another layout powers on afresh
 
 # Modelled XDMA link rates (bytes/s) for placed and unplaced host buffers (reference section 2.2).
@@ -110,7 +113,7 @@ class SimCard:
             self.core_hz = self.target.core_hz
             self.bar_path = self.dir / f"{name}.bar0"
             self.bar = _file_array(self.bar_path, regs.BAR0_BYTES // 4, np.uint32)
-            self.hidden = self.bar[HIDDEN_BASE // 4:HIDDEN_BASE // 4 + 2 * len(H)].view(np.uint64)
+            self.hidden = np.asarray(self.bar[HIDDEN_BASE // 4:HIDDEN_BASE // 4 + 2 * len(H)]).view(np.uint64)
             self.dram = Dram(self.dir / f"{name}.dram", self.channel_bytes, self.target.uarch.CHASH,
                              int(plat["channels"]))
             self.imem = _file_array(self.dir / f"{name}.imem", self.cfg.IMEM_WORDS, np.uint32)
@@ -512,38 +515,36 @@ class SimCard:
     # recycled pid is not taken for the owner) and the call's start time. A slot whose owner has
     # died is finished: the driver completes or aborts a dead process's transfer, so it cannot
     # overlap a later one. Only a transfer of a live process counts as an overlap.
-    def _slot(self, direction: str, i: int) -> tuple[int, int, int]:
-        return tuple(H[f"{direction.upper()}_{field}{i}"] for field in ("PID", "BORN", "T0_"))
-
     def _live_transfers(self, direction: str) -> int:
         """Transfers of this direction in flight now, reaping those whose process died (card lock held)."""
+        h = self.hidden
         live = 0
-        for i in range(DMA_SLOTS):
-            pid, born, t0 = self._slot(direction, i)
-            if not self.hidden[pid]:
-                continue
-            if owner_alive(int(self.hidden[pid]), int(self.hidden[born])):
-                live += 1
-            else:
-                self.hidden[[pid, born, t0]] = 0
+        for pid, born, t0 in _SLOTS[direction]:
+            if h[pid]:
+                if owner_alive(int(h[pid]), int(h[born])):
+                    live += 1
+                else:
+                    h[pid] = h[born] = h[t0] = 0
         return live
 
     def _open_transfer(self, direction: str) -> tuple[int, int]:
         """Mark a transfer of this process in flight (card lock held); returns its (slot, start ns)."""
-        self._live_transfers(direction)
-        for i in range(DMA_SLOTS):
-            pid, born, t0 = self._slot(direction, i)
-            if not self.hidden[pid]:
-                start = time.time_ns()
-                self.hidden[[pid, born, t0]] = (os.getpid(), _own_start(), start)
-                return i, start
+        h = self.hidden
+        for attempt in range(2):
+            for i, (pid, born, t0) in enumerate(_SLOTS[direction]):
+                if not h[pid]:
+                    start = time.time_ns()
+                    h[pid], h[born], h[t0] = os.getpid(), _own_start(), start
+                    return i, start
+            self._live_transfers(direction)          # every slot held: free those of dead processes
         raise OSError(errno.EAGAIN, f"{DMA_SLOTS} {direction} transfers already in flight")
 
     def _close_transfer(self, direction: str, mark: tuple[int, int]) -> None:
+        pid, born, t0 = _SLOTS[direction][mark[0]]
         with self._locked():
-            pid, born, t0 = self._slot(direction, mark[0])
-            if self.hidden[pid] == os.getpid() and self.hidden[t0] == mark[1]:   # not reaped by a power cycle
-                self.hidden[[pid, born, t0]] = 0
+            h = self.hidden
+            if h[pid] == os.getpid() and h[t0] == mark[1]:   # not cleared by a power cycle
+                h[pid] = h[born] = h[t0] = 0
 
     def _dma_begin(self, direction: str, axi: int, n: int, host: int) -> tuple[int, tuple[int, int]]:
         """Account one call, apply the engine's hazards and mark it in flight; returns the AXI
