@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+import time
+from typing import Any, Callable
 
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from .errors import OtpuError
@@ -52,3 +54,25 @@ def print_error(err: OtpuError | str, prog: str = "otpu") -> None:
     hint = getattr(err, "hint", None)
     if hint:
         con.print(f"  hint: {hint}", markup=False)
+
+
+SPIN_AFTER = 2.0  # seconds of waiting before a spinner appears
+
+
+def spin_while(busy: Callable[[], bool], describe: Callable[[], str], console: Console,
+               after: float = SPIN_AFTER, poll: float = 0.0) -> None:
+    """Call `busy()` until it returns False (sleeping `poll` s between calls). Past `after`
+    seconds, on a terminal, a transient spinner shows `describe()` and the time elapsed."""
+    t0 = time.monotonic()
+    while busy():
+        if console.is_terminal and time.monotonic() - t0 >= after:
+            break
+        time.sleep(poll)
+    else:
+        return
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(describe(), total=None)
+        while busy():
+            bar.update(task, description=describe())
+            time.sleep(poll)

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import typer
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .. import cliopts
@@ -15,7 +13,7 @@ from .. import target as target_mod
 from ..board import Board
 from ..card import regs
 from ..card.runstate import DeviceLock, read_status, run_dir
-from ..console import print_json, stderr, stdout
+from ..console import SPIN_AFTER, print_json, spin_while, stderr, stdout
 from ..devspec import TransportSpec, available
 from ..errors import UsageError
 from ..hookspecs import hookimpl
@@ -196,36 +194,20 @@ def run_cmd(program: str = typer.Argument(..., help="Program: assembly (.s) or a
                    f"({stats.seconds * 1000:.1f} ms wall); port B reads {stats.b_reads}, writes {stats.b_writes}")
 
 
-SHOW_AFTER = 2.0        # seconds a run goes on before `card run` shows its progress
-
-
-def wait_showing_cycles(backend, board: Board, timeout: float, console: Console, after: float = SHOW_AFTER):
+def wait_showing_cycles(backend, board: Board, timeout: float, console: Console, after: float = SPIN_AFTER):
     """`backend.wait(timeout)`; on a terminal, a run still going after `after` seconds gets a
     spinner with the cycles the card has counted so far (CYCLES) and the wall time."""
-    if not console.is_terminal:
-        return backend.wait(timeout)
-    done = threading.Event()
-    t0 = time.monotonic()
+    deadline = time.monotonic() + timeout
 
-    def show() -> None:
-        if done.wait(max(0.0, after - (time.monotonic() - t0))):
-            return
-        columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("running", total=None)
-            while True:
-                lo, hi = board.t.reg_read_many([regs.off("CYCLES_LO"), regs.off("CYCLES_HI")])
-                progress.update(task, description=f"{board.t.dev}: running, {lo | hi << 32:,} cycles")
-                if done.wait(0.1):
-                    return
+    def running() -> bool:
+        return not board.status() & regs.ST_HALTED and time.monotonic() < deadline
 
-    shower = threading.Thread(target=show, name="otpu-run-progress", daemon=True)
-    shower.start()
-    try:
-        return backend.wait(timeout)
-    finally:
-        done.set()
-        shower.join()
+    def cycles() -> str:
+        lo, hi = board.t.reg_read_many([regs.off("CYCLES_LO"), regs.off("CYCLES_HI")])
+        return f"{board.t.dev}: running, {lo | hi << 32:,} cycles"
+
+    spin_while(running, cycles, console, after, poll=0.02)
+    return backend.wait(max(0.1, deadline - time.monotonic()))
 
 
 def _hex(v: int | None) -> str: return "n/a" if v is None else f"0x{v:08x}"

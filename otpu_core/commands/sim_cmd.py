@@ -8,19 +8,18 @@ Other modules may add commands to `app`.
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 import typer
-from rich.progress import Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
 from .. import isa, tracefmt
-from ..console import print_json, stderr, stdout
+from ..console import print_json, spin_while, stderr, stdout
 from ..errors import UsageError
 from ..hookspecs import hookimpl
 from ..outpath import check_writable, write_or_show
+from .card_cmd import wait_showing_cycles
 from ..target import load as load_target
 from ..timing import BUSY_OF, FREE_COUNTERS, RUN_COUNTERS
 
@@ -28,7 +27,6 @@ app = typer.Typer(name="sim", no_args_is_help=True, add_completion=False,
                   help="The golden ISA simulator: run programs, dump state, read timing and traces.")
 
 UNIT_LABELS = {"DMA_BUSY": "DMA", "MXU_BUSY": "MXU", "QNT_BUSY": "quantiser", "VPU_BUSY": "VPU", "COLL_BUSY": "collective"}
-PROGRESS_AFTER_S = 2.0
 BATCH = 4096
 
 
@@ -106,14 +104,7 @@ def _dump(m, kind: str, addr: int, n: int, sid: int) -> dict:
 
 def _run_with_progress(m) -> None:
     from ..isasim import HALTED
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < PROGRESS_AFTER_S:
-        if m.run_for(BATCH) == HALTED:
-            return
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=stderr(), transient=True) as bar:
-        task = bar.add_task("simulating", total=None)
-        while m.run_for(BATCH) != HALTED:
-            bar.update(task, description=f"simulating: {m.steps:,} instructions")
+    spin_while(lambda: m.run_for(BATCH) != HALTED, lambda: f"simulating: {m.steps:,} instructions", stderr())
 
 
 def summary(m, sid: int = 0) -> dict:
@@ -213,10 +204,8 @@ def _run_on_card(dev: str, target, prog, loads, args, dumps, want_trace: bool, t
         board.load_program(prog_at, image)
         board.set_args(args)
         before = board.snapshot()
-        t0 = time.monotonic()
         board.start("first" if want_trace else None)
-        _wait_with_progress(board, t0 + timeout)
-        stats = board.wait(max(0.1, t0 + timeout - time.monotonic()))
+        stats = wait_showing_cycles(board, board, timeout, stderr())
         after = board.snapshot()
         counters = {"CYCLES": stats.cycles, "ICOUNT": stats.instructions, "B_RD": stats.b_reads,
                     "B_WR": stats.b_writes, "A_RD": stats.a_reads, "SW_WR": stats.a_writes, "B_STALL": stats.b_stall}
@@ -236,25 +225,6 @@ def _run_on_card(dev: str, target, prog, loads, args, dumps, want_trace: bool, t
             result["trace"] = {"records": int(len(records)), "depth": int(tr["depth"]),
                                "full": int(tr["count"]) >= int(tr["depth"]), "dropped": int(tr["drop"])}
     return result, records
-
-
-def _wait_with_progress(board, deadline: float) -> None:
-    """Return once the card halted or the deadline passed; a spinner on stderr after two seconds."""
-    from ..card import regs
-    t0 = time.monotonic()
-
-    def waiting() -> bool:
-        return not board.status() & regs.ST_HALTED and time.monotonic() < deadline
-
-    while waiting() and time.monotonic() - t0 < PROGRESS_AFTER_S:
-        time.sleep(0.01)
-    if not waiting():
-        return
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=stderr(), transient=True) as bar:
-        task = bar.add_task("running", total=None)
-        while waiting():
-            bar.update(task, description=f"running on {board.t.dev}: {time.monotonic() - t0:.0f} s")
-            time.sleep(0.1)
 
 
 def _table(title: str, columns: tuple[str, str], rows) -> Table:
