@@ -13,7 +13,6 @@ Run: python benchmarks/bench_subexp.py [int8x] [fp4x6] [--no-token]
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 

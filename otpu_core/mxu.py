@@ -30,7 +30,7 @@ import numpy as np
 
 from . import fp32 as F
 from .formats import SUB_MARK, Decoded, WeightFormatError, decode, unpack_suboffsets
-from .isa import NSUB, SUB_EXP_MAX, WF_FP4X6, WF_INT8X
+from .isa import NSUB, WF_FP4X6, WF_INT8X
 
 DEFAULT_CACHE_MB = 4096
 ACC_HALF = 1 << 47          # the seed's 48-bit column-end accumulator: [-2^47, 2^47)

@@ -110,7 +110,6 @@ def test_a_run_on_the_simulated_card_matches_the_golden_machine(tmp_path, capsys
 
 
 def test_smi_in_another_process_sees_a_sim_run_on_the_card(tmp_path):
-    from otpu_smi import cli as smi_cli
     src = _program(tmp_path, "loop body=@e count=300000\nnop\nnop\nnop\nnop\ne:\nhalt\n", "long.s")
     runner = subprocess.Popen([sys.executable, "-m", "otpu_core", "sim", "run", str(src), "-t", "sim-small",
                                "--dev", "sim:x", "--json", "--trace", str(tmp_path / "long.trace")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -778,7 +778,7 @@ def longest_run(passes: list[bool], circular: bool = False) -> tuple[int, int]:
     if all(passes):
         return 0, n
     seq = passes + passes if circular else passes
-    best, start, run_start = (0, 0), None, 0
+    best, start = (0, 0), None
     for i, p in enumerate(seq):
         if p and start is None:
             start = i

@@ -285,9 +285,9 @@ class SimDevice(BlackholeDevice):
     def _allocate_tlb(self, buf: bytearray) -> None:
         s = I.AllocateTlb.from_buffer(buf)
         if s.in_.size == K.TLB_2M:
-            ids, first, off = range(TLB_2M_COUNT), 0, lambda i: i * K.TLB_2M
+            ids, off = range(TLB_2M_COUNT), lambda i: i * K.TLB_2M
         elif s.in_.size == K.TLB_4G:
-            ids, first, off = range(TLB_4G_FIRST, TLB_4G_FIRST + TLB_4G_COUNT), TLB_4G_FIRST, \
+            ids, off = range(TLB_4G_FIRST, TLB_4G_FIRST + TLB_4G_COUNT), \
                 lambda i: BAR0_BYTES + (i - TLB_4G_FIRST) * K.TLB_4G
         else:
             raise OSError(errno.EINVAL, "a TLB window is 2 MiB or 4 GiB")
