@@ -18,7 +18,7 @@ def ctx():
 
 def test_bandwidth_measures_both_directions(ctx, monkeypatch):
     t = device.transport(ctx)
-    monkeypatch.setattr(t, "kind", "xdma")
+    monkeypatch.setattr(t, "physical_timing", True)
     ctx.options.update(bw_mib=1, bw_min_gbs=1e-6)   # the simulated link is slow; the arithmetic is what counts
     res = memchecks.bandwidth(ctx, ch=1)
     assert res.status == Status.PASS and res.data["channel"] == 1

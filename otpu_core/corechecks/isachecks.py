@@ -84,7 +84,7 @@ def cycle_counters(ctx: CheckContext) -> Result:
     if runs[1][1] <= runs[0][1]:
         bad.append("CYCLES did not grow with the loop")
     khz = device.info(ctx).core_khz
-    if khz and device.transport(ctx).kind != "sim":
+    if khz and device.transport(ctx).physical_timing:
         for k, cycles, wall, _ in runs:
             dev_s = cycles / (khz * 1e3)
             if not 0.5 * wall < dev_s <= 1.02 * wall and wall > 0.05:

@@ -60,8 +60,8 @@ def march(ctx: CheckContext, ch: int) -> Result:
 
 def bandwidth(ctx: CheckContext, ch: int) -> Result:
     t = device.transport(ctx)
-    if t.kind == "sim":
-        return Result(Status.SKIP, "simulated card: the link rate is modelled, not measured")
+    if not t.physical_timing:
+        return Result(Status.SKIP, f"{t.dev}: the link rate is modelled, not measured")
     mib = int(ctx.options.get("bw_mib", 256))
     n = min(mib << 20, t.channel_bytes)
     buf = np.random.default_rng(ch).integers(0, 256, n, dtype=np.uint8)

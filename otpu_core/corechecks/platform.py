@@ -47,7 +47,7 @@ def pcie_link(ctx: CheckContext) -> Result:
 
 def xdma_driver(ctx: CheckContext) -> Result:
     if not ctx.dev.startswith("/dev/"):
-        return Result(Status.SKIP, "simulated card: no XDMA driver involved")
+        return Result(Status.SKIP, f"{ctx.dev} is not an XDMA device node: no driver to check")
     nodes = [f"{ctx.dev}_{n}" for n in ("user", "h2c_0", "c2h_0")]
     missing = [n for n in nodes if not os.path.exists(n)]
     try:

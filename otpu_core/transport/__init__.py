@@ -71,6 +71,7 @@ class Transport:
     ecc = False                     # DRAM needs a scrub before first reads
     keeps_state = True              # registers keep their values between calls
     threaded = True                 # large transfers may run on a worker thread
+    physical_timing = True          # DMA rates and the core clock run in wall-clock time, so measuring them means something
 
     def __init__(self, dev: str, channel_bytes: int, channels: int = regs.CHANNELS, lock_dir=None):
         self.dev = dev

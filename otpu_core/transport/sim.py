@@ -14,6 +14,7 @@ from . import Transport
 
 class SimTransport(Transport):
     kind = "sim"
+    physical_timing = False         # link rate and core time come from the timing model
 
     def __init__(self, name: str | None = None, target: str | None = None, faults: str | None = None,
                  lock: bool = True, card: SimCard | None = None):
