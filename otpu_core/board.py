@@ -415,7 +415,8 @@ class Board:
                         expect=max(0.0, expect - (time.monotonic() - self._run_t0)))
         except DeviceError:
             self._stop()
-            raise DeviceError(f"{self.t.dev}: the program did not halt within {timeout:g}s; the run was stopped",
+            waited = time.monotonic() - self._run_t0
+            raise DeviceError(f"{self.t.dev}: the program did not halt within {waited:.1f}s; the run was stopped",
                               hint=self._with_faults("a loop that never ends, a WAITW nobody answers, or a hung sequencer")) from None
         settle = time.monotonic() + WR_SETTLE
         while not self.status() & regs.ST_WR_IDLE and time.monotonic() < settle:

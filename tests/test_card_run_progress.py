@@ -45,3 +45,19 @@ def test_nothing_is_shown_off_a_terminal_or_before_the_delay():
     con, out = console(terminal=True)
     run_long(con, after=30.0, n=1000)
     assert "running" not in out.getvalue()
+
+
+def test_a_run_that_never_halts_reports_the_time_it_was_given():
+    import re
+
+    import pytest
+
+    from otpu_core.errors import DeviceError
+    con, _ = console(terminal=False)
+    with Board.open("sim:hung", "sim-small", faults="hang") as board:
+        backend = BoardBackend(board)
+        backend.start(LONG.format(n=10))
+        with pytest.raises(DeviceError) as e:
+            wait_showing_cycles(backend, board, 1.0, con)
+    waited = float(re.search(r"did not halt within ([0-9.]+)s", e.value.message).group(1))
+    assert 1.0 <= waited < 5.0
