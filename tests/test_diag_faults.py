@@ -22,7 +22,7 @@ FAULTS = [
      "channel 1 byte lane 5 errors -> DQ[47:40] pinout / calibration of that lane; only DQ44 (stuck or shorted bit)"),
     ("addr_alias:ch=0,bit=20", "addr", "address bit 20", "channel 0 address bits",
      "channel 0 address bit 20 aliases with offset 0x100000"),
-    ("no_calib:ch=1", "calib", "otpu-memcal", "DDR3 calibration channel 1", "DDR3 channel 1 not calibrated"),
+    ("no_calib:ch=1", "calib", "calibration CPU", "DDR3 calibration channel 1", "DDR3 channel 1 not calibrated"),
     ("hang", "kernel", "the core did not halt", "all-units demo", "every op-check group fails"),
     ("vpu_lane:lane=3,bit=7", "kernel", "VPU lane 3", "vpu: ADD FULL", "wrong words all on VPU lane 3"),
     ("hot:c=95", "config", "heatsink", "die temperature", "die temperature out of range (95.0 C)"),

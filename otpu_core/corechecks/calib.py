@@ -14,8 +14,9 @@ from . import device
 from . import names as N
 
 WAIT_S, POLL_S = 5.0, 0.1
-HINT = ("LiteDRAM builds: `otpu-memcal show`, then `otpu-memcal cal --force`; MIG builds: the DDR pinout and "
-        "clocking; check the memory voltage (STATUS bit5 = channel 0, bit6 = channel 1)")
+HINT = ("LiteDRAM builds: reset the card so its calibration CPU searches the delay windows again (a simulated "
+        "card: `otpu sim reset`); MIG builds: the DDR pinout and clocking; check the memory voltage "
+        "(STATUS bit5 = channel 0, bit6 = channel 1)")
 
 
 def calibrated(ctx: CheckContext, ch: int) -> Result:

@@ -35,8 +35,8 @@ def diagnose(rows: list[Row]) -> list[str]:
         hints.append("PCIe link below Gen1 x8: lane order / GT placement in the build, or a narrower slot")
     for ch in (0, 1):
         if N.calib(ch) in failed_names:
-            hints.append(f"DDR3 channel {ch} not calibrated: LiteDRAM builds: otpu-memcal show / otpu-memcal cal "
-                         "--force; MIG builds: DDR pinout and clocking; check the memory voltage")
+            hints.append(f"DDR3 channel {ch} not calibrated: LiteDRAM builds: reset the card so its calibration CPU "
+                         "runs again; MIG builds: DDR pinout and clocking; check the memory voltage")
 
     lane_hints = _memory_hints(failed)
     hints += lane_hints
