@@ -24,3 +24,6 @@ Fault = Annotated[Optional[str], typer.Option(
     help="Simulated card only: faults to inject, e.g. 'stuck_dq:ch=1,bit=44,val=0;hot:c=95'. They replace "
          "the card's faults (a power cycle: DRAM and calibration are lost) and stay until `otpu sim reset`; "
          "'' clears them; omitted, the card keeps its faults.")]
+ResetFault = Annotated[Optional[str], typer.Option(
+    "--fault", envvar="OTPU_SIM_FAULTS", show_envvar=True,
+    help="Faults the card comes back with, e.g. 'hang' (default: none).")]

@@ -215,7 +215,7 @@ def _hex(v: int | None) -> str: return "n/a" if v is None else f"0x{v:08x}"
 
 # -- otpu sim reset ---------------------------------------------------------------------------------
 
-def reset_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.Fault = None) -> None:
+def reset_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.ResetFault = None) -> None:
     """Power-cycle a simulated card: DRAM, registers, calibration and hazards forgotten.
 
     With --target the card comes back as that target (a new bitstream); with --fault it comes
@@ -228,7 +228,8 @@ def reset_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault:
     with DeviceLock(devname):
         destroy(devname)
         card = open_card(devname, target, fault or "")
-        what = f"{devname}: powered on as {card.target.name}" + (f" with faults {card.faults}" if card.faults else "")
+        what = (f"{devname}: power-cycled, back on as {card.target.name}"
+                + (f" with faults {card.faults}" if card.faults else ""))
         card.close()
     print(what)
 
