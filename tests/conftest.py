@@ -13,3 +13,12 @@ def _isolated_run_dir(tmp_path, monkeypatch):
     for var in ("OTPU_SIM_FAULTS", "OTPU_TT_SIM_FAULTS", "OTPU_TT_DEV", "OTPU_LOCK_WAIT", "OTPU_TRACE_BAR"):
         monkeypatch.delenv(var, raising=False)
     yield
+
+
+@pytest.fixture
+def sim():
+    """A simulated sim-small card's transport (device lock held), closed after the test."""
+    from otpu_core.transport.sim import SimTransport
+    t = SimTransport(target="sim-small")
+    yield t
+    t.close()

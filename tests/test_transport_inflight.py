@@ -30,13 +30,6 @@ buf = bytearray(4096)
 
 
 @pytest.fixture
-def sim():
-    t = SimTransport(target="sim-small")
-    yield t
-    t.close()
-
-
-@pytest.fixture
 def paused():
     """Start a process paused inside a transfer ('h2c' or 'c2h'); returns it once it is in flight."""
     procs = []

@@ -44,13 +44,6 @@ def nodes(tmp_path):
 
 
 @pytest.fixture
-def sim():
-    t = SimTransport(target="sim-small")
-    yield t
-    t.close()
-
-
-@pytest.fixture
 def later(sim):
     """Run a function on a timer thread; every timer is cancelled and joined before `sim` closes."""
     timers = []
