@@ -8,6 +8,7 @@ diagnosis policy (every check whose prerequisites passed, the rest SKIP "needs X
 from __future__ import annotations
 
 import enum
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -139,11 +140,42 @@ class Registry:
         return out
 
 
-def collect(hook) -> Registry:
-    """Ask every plugin for its checks (`hook` is the plugin manager's hook relay)."""
+# Checks of these plugins may be taken over by another plugin adding a check of the same name.
+OVERRIDABLE_PLUGINS = ("otpu_core.corechecks.plugin",)
+
+
+def collect(hook, report=sys.stderr) -> Registry:
+    """Ask every plugin for its checks, one plugin at a time (`hook` is the manager's hook relay).
+
+    A plugin whose `otpu_checks` raises is reported once and left out; the other plugins'
+    checks still run. A plugin adding a check named like one of an overridable (core) plugin
+    replaces it in place, keeping its position in the order; two other plugins adding one name
+    is a conflict: the first is kept and the second reported.
+    """
+    found: dict[str, tuple[Check, str]] = {}
+    for impl in hook.otpu_checks.get_hookimpls():   # in registration order
+        scratch = Registry()
+        try:
+            impl.function(registry=scratch)
+        except Exception as e:
+            _say(report, f"plugin '{impl.plugin_name}' could not add its checks: {type(e).__name__}: {e}")
+            continue
+        for check in scratch:
+            held = found.get(check.name)
+            if held is None or held[1] in OVERRIDABLE_PLUGINS:
+                found[check.name] = (check, impl.plugin_name)
+            elif impl.plugin_name not in OVERRIDABLE_PLUGINS:
+                _say(report, f"plugin '{impl.plugin_name}' adds check '{check.name}', which plugin "
+                             f"'{held[1]}' already provides; keeping the first")
     registry = Registry()
-    hook.otpu_checks(registry=registry)
+    for check, _ in found.values():
+        registry.add(check)
     return registry
+
+
+def _say(report, text: str) -> None:
+    if report is not None:
+        print(f"otpu: {text}", file=report)
 
 
 def run_one(check: Check, ctx: CheckContext) -> Row:

@@ -4,9 +4,8 @@ from __future__ import annotations
 import io
 
 from otpu_core import plugins
-from otpu_core.checks import Check, Result, Status
+from otpu_core.checks import Check, Result, Status, collect
 from otpu_core.corechecks import names as N
-from otpu_core.corechecks.registry import collect
 from otpu_core.hookspecs import hookimpl
 
 
@@ -31,10 +30,10 @@ def _with(*objs):
 
 
 def test_a_plugin_takes_over_a_core_check_in_place():
-    base = [c.name for c in collect(report=None)]
+    base = [c.name for c in collect(plugins.get().hook, report=None)]
     mgr, objs = _with(MemcalLike())
     try:
-        reg = collect(report=None)
+        reg = collect(plugins.get().hook, report=None)
     finally:
         for o in objs:
             mgr.pm.unregister(o)
@@ -46,7 +45,7 @@ def test_broken_and_conflicting_plugins_are_reported():
     mgr, objs = _with(MemcalLike(), MemcalLike(), Broken())
     err = io.StringIO()
     try:
-        reg = collect(report=err)
+        reg = collect(plugins.get().hook, report=err)
     finally:
         for o in objs:
             mgr.pm.unregister(o)

@@ -6,13 +6,12 @@ from pathlib import Path
 
 import typer
 
-from otpu_core import checks, cliopts
+from otpu_core import checks, cliopts, plugins
 from otpu_core.cli import tool_main
 from otpu_core.console import stdout
 from otpu_core.corechecks import device
 from otpu_core.corechecks import names as N
 from otpu_core.corechecks.progress import CheckProgress
-from otpu_core.corechecks.registry import collect
 from otpu_core.errors import EXIT_CHECKS_FAILED, UsageError
 from otpu_core.outpath import check_writable, write_or_show
 
@@ -45,7 +44,7 @@ def _registry(mem: str, soak: int) -> checks.Registry:
         dropped |= {N.march(0), N.march(1)}
     if soak <= 0:
         dropped.add(N.SOAK)
-    full = collect()
+    full = checks.collect(plugins.get().hook)
     reg = checks.Registry()
     for c in full:
         if c.name not in dropped:

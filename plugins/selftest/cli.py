@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import typer
 
-from otpu_core import checks, cliopts
+from otpu_core import checks, cliopts, plugins
 from otpu_core.cli import tool_main
 from otpu_core.console import print_json, stdout
 from otpu_core.corechecks import device
 from otpu_core.corechecks.progress import CheckProgress
-from otpu_core.corechecks.registry import collect
 from otpu_core.errors import EXIT_CHECKS_FAILED, UsageError
 
 from .report import group_stages, stage_text, verdict_text
@@ -33,7 +32,7 @@ def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: 
                                                                      "stage (it passes above 0.5 GB/s)."),
              json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of lines.")) -> None:
     """Bring up a card stage by stage."""
-    registry = collect()
+    registry = checks.collect(plugins.get().hook)
     kind = checks.device_kind(dev or "")
     if kind == "otpu":
         stages = STAGES + (("model",) if model else ())
