@@ -42,9 +42,6 @@ class Plugins:
     @property
     def hook(self): return self.pm.hook
 
-    @property
-    def broken(self) -> list[PluginInfo]: return [i for i in self.infos if i.error]
-
 
 def _hooks_of(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
     return sorted(h.name for h in (pm.get_hookcallers(plugin) or []))
