@@ -234,23 +234,9 @@ def reset_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault:
     print(what)
 
 
-def _sim_group() -> typer.Typer:
-    """The `otpu sim` group of the simulator's plugin, or one of ours while it is absent."""
-    try:
-        from . import sim_cmd
-        return sim_cmd.app
-    except ImportError:
-        return _own_sim
-
-
-_own_sim = typer.Typer(name="sim", no_args_is_help=True, add_completion=False, help="The simulated card.")
-
-
 @hookimpl
 def otpu_commands(app: typer.Typer) -> None:
+    from . import sim_cmd    # `otpu sim reset` joins the simulator's `otpu sim` group
     app.add_typer(globals()["app"], name="card")
-    group = _sim_group()
-    if not any(c.name == "reset" for c in group.registered_commands):
-        group.command("reset")(reset_cmd)
-    if group is _own_sim:
-        app.add_typer(group, name="sim")
+    if not any(c.name == "reset" for c in sim_cmd.app.registered_commands):
+        sim_cmd.app.command("reset")(reset_cmd)
