@@ -24,8 +24,8 @@ def model(op, a_bits, b_bits):
     def val(b):
         v = np.asarray(b, np.uint32).view(np.float32).astype(np.float64)
         return np.where(np.abs(v) < MIN_NORMAL, np.copysign(0.0, v), v)
-    a, b = val(a_bits), val(b_bits)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):   # NaN inputs are part of the model's domain
+        a, b = val(a_bits), val(b_bits)
         r = {"add": a + b, "sub": a - b, "mul": a * b}[op]
         r32 = r.astype(np.float32)
     u = r32.view(np.uint32)
