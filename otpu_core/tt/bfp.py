@@ -66,7 +66,7 @@ def to_faces(tiles: np.ndarray) -> np.ndarray:
     lead = tiles.shape[:-2]
     t = tiles.reshape(*lead, 2, FACE, 2, FACE)
     n = len(lead)
-    return order_tiles(t, (*range(n), n, n + 2, n + 1, n + 3)).reshape(-1, 4, FACE, FACE)
+    return face_order(t, (*range(n), n, n + 2, n + 1, n + 3)).reshape(-1, 4, FACE, FACE)
 
 
 def from_faces(faces: np.ndarray) -> np.ndarray:
@@ -75,7 +75,7 @@ def from_faces(faces: np.ndarray) -> np.ndarray:
     return t.reshape(faces.shape[0], TILE, TILE)
 
 
-def order_tiles(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+def face_order(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """`a` transposed to `axes`, contiguous: the one step that puts values in tile and face order."""
     return np.ascontiguousarray(a.transpose(axes))
 
@@ -110,7 +110,8 @@ def pack_strips(strips: np.ndarray, fmt: TileFormat, transposed: bool) -> np.nda
         code_axes, exp_shape, exp_axes = (0, 3, 4, 1, 5, 2), (S, 2, ct, 2, FACE), (0, 2, 3, 1, 4)
         code_shape = (S, 2, FACE, ct, 2, FACE)
     else:               # bring each face row's 16 columns to axis 1: (strip, 16, row * group)
-        groups = order_tiles(mag.reshape(S, TILE, 2 * ct, FACE), (0, 3, 1, 2)).reshape(S, FACE, TILE * 2 * ct)
+        groups = np.ascontiguousarray(mag.reshape(S, TILE, 2 * ct, FACE).transpose(0, 3, 1, 2))
+        groups = groups.reshape(S, FACE, TILE * 2 * ct)
         code_axes, exp_shape, exp_axes = (0, 4, 2, 5, 3, 1), (S, 2, FACE, ct, 2), (0, 3, 1, 4, 2)
         code_shape = (S, FACE, 2, FACE, ct, 2)
     peak = shared_maxima(groups)
@@ -121,13 +122,13 @@ def pack_strips(strips: np.ndarray, fmt: TileFormat, transposed: bool) -> np.nda
         mag_codes = _magnitudes_fast(groups, exp, fmt.mantissa_bits)
     sign = np.signbit(x)
     if not transposed:
-        sign = order_tiles(sign.reshape(S, TILE, 2 * ct, FACE), (0, 3, 1, 2)).reshape(groups.shape)
+        sign = np.ascontiguousarray(sign.reshape(S, TILE, 2 * ct, FACE).transpose(0, 3, 1, 2)).reshape(groups.shape)
     else:
         sign = sign.reshape(groups.shape)
     codes = mag_codes | ((sign & (mag_codes != 0)).view(np.uint8) << fmt.mantissa_bits)
-    codes = order_tiles(codes.reshape(code_shape), code_axes).reshape(S, ct, TILE_ELEMS)
+    codes = face_order(codes.reshape(code_shape), code_axes).reshape(S, ct, TILE_ELEMS)
     out = np.empty((S, ct, fmt.tile_bytes), np.uint8)
-    out[..., :FACE_ROWS] = order_tiles(exp.astype(np.uint8).reshape(exp_shape), exp_axes).reshape(S, ct, FACE_ROWS)
+    out[..., :FACE_ROWS] = face_order(exp.astype(np.uint8).reshape(exp_shape), exp_axes).reshape(S, ct, FACE_ROWS)
     if fmt is BFP8_B:
         out[..., FACE_ROWS:] = codes
     else:
