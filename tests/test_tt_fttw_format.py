@@ -210,15 +210,26 @@ def test_mutations_turn_the_round_trip_red(tmp_path, monkeypatch, mutation):
     assert all(red), red
 
 
-def test_strip_blocks_and_padding_do_not_change_the_bytes(tmp_path, monkeypatch):
-    """Converting one strip at a time or many at once gives the same file."""
+def test_strip_blocks_and_threads_do_not_change_the_bytes(tmp_path, monkeypatch):
+    """One strip at a time or many at once, one thread or two: the same file."""
     import otpu_core.tt.convert as conv
     rng = np.random.default_rng(5)
-    write_gguf(tmp_path / "s.gguf", {"w.weight": rng.standard_normal((200, 72)).astype(np.float32)})
-    convert(tmp_path / "s.gguf", tmp_path / "big.fttw")
+    write_gguf(tmp_path / "s.gguf", {"w.weight": rng.standard_normal((200, 72)).astype(np.float32),
+                                     "e.weight": rng.standard_normal((96, 64)).astype(np.float16)})
+    convert(tmp_path / "s.gguf", tmp_path / "big.fttw", jobs=1)
     monkeypatch.setattr(conv, "BLOCK_ELEMS", 1)
-    convert(tmp_path / "s.gguf", tmp_path / "one.fttw")
-    assert (tmp_path / "big.fttw").read_bytes() == (tmp_path / "one.fttw").read_bytes()
+    for jobs in (1, 2):
+        convert(tmp_path / "s.gguf", tmp_path / f"one{jobs}.fttw", jobs=jobs)
+        assert (tmp_path / "big.fttw").read_bytes() == (tmp_path / f"one{jobs}.fttw").read_bytes()
+
+
+def test_every_half_value_reads_as_numpy_converts_it():
+    from otpu_core.gguf_source import half_to_float
+    u = np.arange(1 << 16, dtype=np.uint16)
+    want = u.view(np.float16).astype(np.float32)
+    assert np.array_equal(half_to_float(u), want, equal_nan=True)
+    finite = np.isfinite(want)
+    assert np.array_equal(half_to_float(u).view(np.uint32)[finite], want.view(np.uint32)[finite])
 
 
 def test_quantised_sources_are_dequantised_by_gguf(tmp_path):

@@ -23,6 +23,7 @@ block-float encoding: the converter refuses them before they get here.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,31 +105,25 @@ def pack_strips(strips: np.ndarray, fmt: TileFormat, transposed: bool) -> np.nda
         return to_faces(tiles).reshape(S, ct, -1).view(np.uint8)
     if not fmt.block_float:
         raise ValueError(f"no packer for {fmt.name}")
-    mag = np.abs(x)
     if transposed:      # (strip, column half of the tile, 16 rows of a face row, K)
-        groups = mag.reshape(S * 2, FACE, C)
+        groups = x.reshape(S * 2, FACE, C)
         code_axes, exp_shape, exp_axes = (0, 3, 4, 1, 5, 2), (S, 2, ct, 2, FACE), (0, 2, 3, 1, 4)
         code_shape = (S, 2, FACE, ct, 2, FACE)
     else:               # bring each face row's 16 columns to axis 1: (strip, 16, row * group)
-        groups = np.ascontiguousarray(mag.reshape(S, TILE, 2 * ct, FACE).transpose(0, 3, 1, 2))
+        groups = _scratch("groups", (S, FACE, TILE, 2 * ct), np.float32)
+        np.copyto(groups, x.reshape(S, TILE, 2 * ct, FACE).transpose(0, 3, 1, 2))
         groups = groups.reshape(S, FACE, TILE * 2 * ct)
         code_axes, exp_shape, exp_axes = (0, 4, 2, 5, 3, 1), (S, 2, FACE, ct, 2), (0, 3, 1, 4, 2)
         code_shape = (S, FACE, 2, FACE, ct, 2)
-    peak = shared_maxima(groups)
-    exp = (peak.view(np.uint32) >> 23).astype(np.int32)
+    mag = np.abs(groups, out=_scratch("mag", groups.shape, np.float32))
+    exp = shared_maxima(mag).view(np.uint32) >> 23
     if np.any((exp > 0) & (exp < 24)):
-        mag_codes = _magnitudes_exact(groups, exp, fmt.mantissa_bits)
+        codes = _codes_exact(groups, mag, exp.astype(np.int32), fmt.mantissa_bits)
     else:
-        mag_codes = _magnitudes_fast(groups, exp, fmt.mantissa_bits)
-    sign = np.signbit(x)
-    if not transposed:
-        sign = np.ascontiguousarray(sign.reshape(S, TILE, 2 * ct, FACE).transpose(0, 3, 1, 2)).reshape(groups.shape)
-    else:
-        sign = sign.reshape(groups.shape)
-    codes = mag_codes | ((sign & (mag_codes != 0)).view(np.uint8) << fmt.mantissa_bits)
-    codes = face_order(codes.reshape(code_shape), code_axes).reshape(S, ct, TILE_ELEMS)
+        codes = _codes_fast(groups, exp, fmt.mantissa_bits)
     out = np.empty((S, ct, fmt.tile_bytes), np.uint8)
     out[..., :FACE_ROWS] = face_order(exp.astype(np.uint8).reshape(exp_shape), exp_axes).reshape(S, ct, FACE_ROWS)
+    codes = face_order(codes.reshape(code_shape), code_axes).reshape(S, ct, TILE_ELEMS)
     if fmt is BFP8_B:
         out[..., FACE_ROWS:] = codes
     else:
@@ -136,34 +131,60 @@ def pack_strips(strips: np.ndarray, fmt: TileFormat, transposed: bool) -> np.nda
     return out
 
 
-def _magnitudes_fast(groups: np.ndarray, exp: np.ndarray, width: int) -> np.ndarray:
-    """Magnitudes by float arithmetic, exact when every row exponent is 0 or at least 24.
+_SCRATCH = threading.local()
 
-    |x| * 2^(150 - E) is the 24-bit significand shifted right by E - e with the shifted-out bits
-    still there as a fraction (exact: a power-of-two scale, and the result is below 2^24);
-    floor drops them as the integer shift does; then nearest-even to `width` bits. A subnormal
-    element lands below 1 and floors to zero. E = 0 rows hold only zeros and subnormals.
+
+def _scratch(name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A work array of this thread, reused from block to block (a fresh large array costs a page
+    fault per page)."""
+    arrays = _SCRATCH.__dict__
+    a = arrays.get(name)
+    if a is None or a.shape != shape or a.dtype != dtype:
+        a = arrays[name] = np.empty(shape, dtype)
+    return a
+
+
+def _codes_fast(groups: np.ndarray, exp: np.ndarray, width: int) -> np.ndarray:
+    """Sign-magnitude codes by float arithmetic, exact when every row exponent is 0 or at least 24.
+
+    x * 2^(150 - E) is the 24-bit significand shifted right by E - e, the shifted-out bits still
+    there as a fraction (exact: a power-of-two scale, and the result is below 2^24 in size);
+    truncation drops them as the integer shift does; then nearest-even to `width` bits, clamped.
+    A subnormal lands below 1 and truncates to zero; rows with E = 0 hold only zeros and subnormals.
     """
-    scale = np.ldexp(np.float32(1), 150 - np.maximum(exp, 24)).astype(np.float32)[:, None, :]
-    t = np.multiply(groups, scale)
-    np.floor(t, out=t)
+    scale = ((277 - np.maximum(exp, 24)) << 23).astype(np.uint32).view(np.float32)      # 2^(150 - E), normal
+    t = np.multiply(groups, scale[:, None, :], out=_scratch("t", groups.shape, np.float32))
+    np.trunc(t, out=t)
     t *= np.float32(2.0 ** (width - 24))
     np.rint(t, out=t)
-    np.minimum(t, np.float32((1 << width) - 1), out=t)
-    return t.astype(np.uint8)
+    top = np.float32((1 << width) - 1)
+    np.clip(t, -top, top, out=t)
+    q = _scratch("q", groups.shape, np.int8)
+    np.copyto(q, t, casting="unsafe")
+    return _sign_magnitude(q, width)
 
 
-def _magnitudes_exact(groups: np.ndarray, exp: np.ndarray, width: int) -> np.ndarray:
-    """Magnitudes by tt-metal's integer steps (rows whose exponent is below 24 need them)."""
-    bits = groups.view(np.uint32)
+def _codes_exact(groups: np.ndarray, mag: np.ndarray, exp: np.ndarray, width: int) -> np.ndarray:
+    """Sign-magnitude codes by tt-metal's integer steps (rows whose exponent is below 24 need them)."""
+    bits = mag.view(np.uint32)
     own = (bits >> 23).astype(np.int32)
     drop = 24 - width
     shift = np.minimum(exp[:, None, :] - own, 31).astype(np.uint32)
     sig = ((bits & 0x7FFFFF) | 0x800000) >> shift
     sig += ((1 << (drop - 1)) - 1) + ((sig >> drop) & 1)     # nearest, ties to even
-    mag = np.minimum(sig >> drop, (1 << width) - 1).astype(np.uint8)
-    mag[own == 0] = 0                     # zeros and subnormals
-    return mag
+    q = np.minimum(sig >> drop, (1 << width) - 1).astype(np.int8)
+    q[own == 0] = 0                       # zeros and subnormals
+    np.negative(q, out=q, where=np.signbit(groups))
+    return _sign_magnitude(q, width)
+
+
+def _sign_magnitude(q: np.ndarray, width: int) -> np.ndarray:
+    """Signed int8 magnitudes to codes: the sign above `width` magnitude bits (zero has none)."""
+    sign = np.less(q, 0, out=_scratch("neg", q.shape, np.bool_)).view(np.uint8)
+    np.left_shift(sign, width, out=sign)
+    code = np.abs(q, out=_scratch("code", q.shape, np.int8)).view(np.uint8)
+    np.bitwise_or(code, sign, out=code)
+    return code
 
 
 def pack(tiles: np.ndarray, fmt: TileFormat) -> np.ndarray:
