@@ -189,6 +189,8 @@ def test_bad_inputs_to_convert_exit_2_and_write_nothing(tmp_path, model, capsys)
     assert code == 2 and "--default bfp16" in err
     code, _, err = run(["convert", model, tmp_path / "nodir" / "o.fttw"], capsys)
     assert code == 2 and "does not exist" in err
+    code, _, err = run(["convert", model, model], capsys)
+    assert code == 2 and "is the model itself" in err and model.read_bytes()[:4] == b"GGUF"
     assert not out.exists()
 
 

@@ -112,6 +112,8 @@ def convert_cmd(model: Path = typer.Argument(..., metavar="MODEL.gguf", help="Th
     fmt = _format_option(default)
     book = Ledger.load(ledger) if ledger is not None else Ledger()
     check_writable(out, "OUT.fttw")
+    if out.exists() and model.exists() and out.resolve() == model.resolve():
+        raise UsageError(f"OUT.fttw {out} is the model itself; name another file")
     with Meter("convert") as meter:
         result = convert(model, out, book, fmt, progress=meter)
     for i, glob in result.unused_rules:
