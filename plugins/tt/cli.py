@@ -18,17 +18,21 @@ from otpu_core.tt.kmd import present_minors
 from otpu_core.tt.probe import probe_many
 from otpu_core.tt.simdev import existing_sims
 
-from . import snapshot, views
+from . import snapshot, views, weights
 from .recover import RUNGS, TOP_RUNG, Ladder
 
 app = typer.Typer(name="tt", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
-                  help="Tenstorrent Blackhole cards: list, smi, core status / probe / recover, sim reset.")
+                  help="Tenstorrent Blackhole cards: list, smi, core status / probe / recover, sim reset, "
+                       "convert / weights info / weights check / upload.")
 core_app = typer.Typer(name="core", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                        help="Per-Tensix status, safe probe and the recovery ladder.")
 app.add_typer(core_app, name="core")
 sim_app = typer.Typer(name="sim", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                       help="Simulated Blackhole cards (tt:sim[:NAME]).")
 app.add_typer(sim_app, name="sim")
+app.command("convert")(weights.convert_cmd)
+app.command("upload")(weights.upload_cmd)
+app.add_typer(weights.weights_app, name="weights")
 
 DEV_HELP = "Card: tt:0 (first real card), tt:sim or tt:sim:NAME (simulated). Default: first /dev/tenstorrent node, else tt:sim."
 FAULT_HELP = f"Inject faults into a simulated card (also ${tt_faults.ENV}): " + "; ".join(tt_faults.KINDS)
