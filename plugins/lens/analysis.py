@@ -66,7 +66,8 @@ def account(cycles: int, spans: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarr
     """Cycles per category (len(spans) + 1, the last 'none') over [0, cycles): each cycle goes to the
     first category whose intervals cover it."""
     unions = [_union(np.clip(lo, 0, cycles), np.clip(hi, 0, cycles)) for lo, hi in spans]
-    points = np.unique(np.concatenate([np.array([0, cycles], np.int64)] + [a for u in unions for a in u]))
+    points = np.sort(np.concatenate([np.array([0, cycles], np.int64)] + [a for u in unions for a in u]))
+    # repeated points leave empty segments, which count nothing
     seg = np.diff(points)
     left = points[:-1]
     cover = np.stack([_covered(left, s, e) for s, e in unions] + [np.ones(left.size, bool)])

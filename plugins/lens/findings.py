@@ -90,10 +90,10 @@ def _trace_notes(p: dict, say) -> None:
         say("warn", f"The trace ring wrapped: {tr.get('lost', 0):,} of {tr.get('count', 0):,} records were "
                     f"overwritten (depth {tr.get('depth', 0):,}); the profile starts at cycle {begin:,} and "
                     f"{tr.get('orphans', 0):,} records of instructions dispatched before it were dropped.")
-    elif tr.get("lost"):
-        say("warn", f"{tr['lost']:,} records did not fit the {tr.get('depth', 0):,}-record buffer (keep first): "
-                    f"the trace stops at cycle {tr.get('traced_to', 0):,} of {p['cycles']:,}; "
-                    f"{tr.get('open_at_end', 0):,} instructions still running there are closed at that cycle.")
+    elif tr.get("full"):
+        say("warn", f"The trace buffer filled at {tr.get('depth', 0):,} records (keep first): the trace stops at "
+                    f"cycle {tr.get('traced_to', 0):,} of {p['cycles']:,}, later instructions are not in it, and "
+                    f"{tr.get('open_at_end', 0):,} still running there are closed at that cycle.")
     if tr.get("mismatched"):
         say("bad", f"{tr['mismatched']:,} traced instructions name a pc outside the loaded program: the trace is "
                    "not this program's.")

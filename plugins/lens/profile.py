@@ -88,7 +88,9 @@ def _trace_report(cap: Capture, decs: list[Decoded], prog: program_table.Program
                open_at_end=int(sum(int(d.open.sum()) for d in decs)),
                traced_to=max((d.traced_to for d in decs), default=0),
                mismatched=int(sum(int((d.pc >= prog.size).sum()) for d in decs)))
-    rep["complete"] = not (rep.get("wrapped") or rep.get("lost") or rep.get("drop") or rep["orphans"]
+    # kept first, a full buffer stops recording: its count saturates at the depth, the rest is gone
+    rep["full"] = rep.get("keep") == "first" and rep.get("count", 0) >= rep.get("depth", 1 << 62)
+    rep["complete"] = not (rep["full"] or rep.get("wrapped") or rep.get("lost") or rep.get("drop") or rep["orphans"]
                            or rep["open_at_end"] or rep["cut_groups"] or rep["mismatched"])
     return rep
 

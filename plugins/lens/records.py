@@ -26,7 +26,10 @@ from otpu_core.isa import UNIT_OF, Op
 
 M32, M52, M60 = (1 << 32) - 1, (1 << 52) - 1, (1 << 60) - 1
 HEADS = (tf.D, tf.S, tf.G, tf.E, tf.U, tf.P, tf.Q, tf.H)
-MAX_FOLLOW = max(2, len(tf.P_FIELDS), len(tf.Q_FIELDS), len(tf.H_FIELDS))
+IS_HEAD = np.zeros(16, bool)
+IS_HEAD[list(HEADS)] = True
+IS_SLOTTED = np.zeros(16, bool)
+IS_SLOTTED[[tf.D, tf.S, tf.G, tf.E]] = True
 SLOTS = 16                        # the records' slot field is 4 bits wide
 UNIT_BY_OP = np.full(256, -1, np.int8)
 for _op, _unit in UNIT_OF.items():
@@ -89,49 +92,52 @@ def _unwrap(raw: np.ndarray) -> np.ndarray:
 
 
 def _first_per(owner: np.ndarray, values: np.ndarray, n: int, fill: int = -1) -> tuple[np.ndarray, int]:
-    """values[first event of each owner] per owner (owners -1 ignored); and how many events were extra."""
+    """values[first event of each owner] per owner (owners -1 ignored), events of one owner adjacent
+    (they are, in slot order); and how many events were extra."""
     out = np.full(n, fill, np.int64)
     ok = owner >= 0
     own, vals = owner[ok], values[ok]
-    uniq, first = np.unique(own, return_index=True)
-    out[uniq] = vals[first]
-    return out, int(own.size - uniq.size)
+    first = np.ones(own.size, bool)
+    first[1:] = own[1:] != own[:-1]
+    out[own[first]] = vals[first]
+    return out, int(own.size - np.count_nonzero(first))
 
 
 def decode(records) -> Decoded:
     recs = np.ascontiguousarray(np.asarray(records, dtype=np.uint64))
     kind_all = (recs >> np.uint64(60)).astype(np.int64)
     pay_all = (recs & np.uint64(M60)).astype(np.int64)       # 60 bits fit int64
-    head_idx = np.nonzero(np.isin(kind_all, HEADS))[0]
+    head_idx = np.nonzero(IS_HEAD[kind_all])[0]
     kind, pay = kind_all[head_idx], pay_all[head_idx]
     need = _group_len(kind, pay)
     ftype = _follower_type(kind)
-    ok = np.ones(head_idx.size, bool)
-    for k in range(1, MAX_FOLLOW + 1):
-        sel = need >= k
-        if not sel.any():
-            break
-        pos = head_idx[sel] + k
-        inside = pos < recs.size
-        good = np.zeros(pos.size, bool)
-        good[inside] = kind_all[pos[inside]] == ftype[sel][inside]
-        if k <= 2:      # the two O halves of a D are told apart by their bit 52
-            d = kind[sel] == tf.D
-            half = np.zeros(pos.size, np.int64)
-            half[inside] = (pay_all[pos[inside]] >> 52) & 1
-            good &= ~d | (half == k - 1)
-        ok[sel] &= good
+    # every record that is not a head follows the nearest head before it; a group is complete when
+    # at least `need` records follow its head and they are all of the follower type its head takes
+    owner = np.cumsum(IS_HEAD[kind_all]) - 1
+    follows = np.diff(np.append(head_idx, recs.size)) - 1
+    stray = ~IS_HEAD[kind_all] & (owner >= 0)
+    wrong = stray.copy()
+    wrong[stray] = kind_all[stray] != ftype[owner[stray]]
+    d_rows = np.nonzero(kind == tf.D)[0]
+    ok = (follows >= need) & (np.bincount(owner[wrong], minlength=head_idx.size) == 0)
+    for k in (1, 2):                # the two O halves of a D are told apart by their bit 52
+        at = head_idx[d_rows] + k
+        inside = at < recs.size
+        half_ok = np.zeros(d_rows.size, bool)
+        half_ok[inside] = ((pay_all[at[inside]] >> 52) & 1) == k - 1
+        ok[d_rows] &= half_ok
     cut = int((~ok).sum())
     head_idx, kind, pay = head_idx[ok], kind[ok], pay[ok]
     cycle = _unwrap(pay & M32)
     traced_to = int(cycle.max()) if cycle.size else 0
 
-    def follow(mask: np.ndarray, k: int) -> np.ndarray:
-        return pay_all[head_idx[mask] + k]
+    def follow(at: np.ndarray, k: int) -> np.ndarray:
+        return pay_all[at + k]
 
     # -- dispatches ------------------------------------------------------------------------------
     is_d = kind == tf.D
-    o1, o2 = follow(is_d, 1), follow(is_d, 2)
+    d_at = head_idx[is_d]
+    o1, o2 = follow(d_at, 1), follow(d_at, 2)
     n = int(is_d.sum())
     pc = ((pay[is_d] >> 32) & 0xFFFF).astype(np.int64)
     op = ((o2 >> 44) & 0xFF).astype(np.int64)
@@ -140,10 +146,9 @@ def decode(records) -> Decoded:
     dispatch = cycle[is_d]
 
     # -- S, G, E: the latest D of the same slot ----------------------------------------------------
-    slotted = np.isin(kind, (tf.D, tf.S, tf.G, tf.E))
-    sl_pos = np.nonzero(slotted)[0]
-    slot = (pay[sl_pos] >> 52) & 15
-    order = np.argsort(slot, kind="stable")
+    sl_pos = np.nonzero(IS_SLOTTED[kind])[0]
+    slot = ((pay[sl_pos] >> 52) & 15).astype(np.uint8)
+    order = np.argsort(slot, kind="stable")               # a radix sort for one-byte keys
     sp, ss = sl_pos[order], slot[order]
     d_ordinal = np.cumsum(is_d) - 1                       # instruction index of each D head
     last_d = np.maximum.accumulate(np.where(is_d[sp], np.arange(sp.size), -1)) if sp.size else sp
@@ -153,15 +158,19 @@ def decode(records) -> Decoded:
     orphans = int(((~same_slot) & ~is_d[sp]).sum())
     unmatched = 0
 
+    kind_sp = kind[sp]
+    masks = {kk: kind_sp == kk for kk in (tf.S, tf.G, tf.E)}
+
     def by_kind(kk: int, values: np.ndarray) -> np.ndarray:
         nonlocal unmatched
-        m = kind[sp] == kk
+        m = masks[kk]
         out, extra = _first_per(owner[m], values[m], n)
         unmatched += extra
         return out
 
-    start = by_kind(tf.S, cycle[sp])
-    s_heads = sp[kind[sp] == tf.S]
+    cycle_sp = cycle[sp]
+    start = by_kind(tf.S, cycle_sp)
+    s_heads = sp[masks[tf.S]]
     s_ready = np.zeros(sp.size, np.int64)
     delay = (pay[s_heads] >> 32) & 0xFFFF
     long_wait = delay == 0xFFFF
@@ -169,13 +178,13 @@ def decode(records) -> Decoded:
     if long_wait.any():
         r32 = pay_all[head_idx[s_heads[long_wait]] + 1] & M32
         ready_s[long_wait] = cycle[s_heads[long_wait]] - ((((cycle[s_heads[long_wait]]) & M32) - r32) & M32)
-    s_ready[kind[sp] == tf.S] = ready_s
+    s_ready[masks[tf.S]] = ready_s
     ready = by_kind(tf.S, s_ready)
     s_unit = np.zeros(sp.size, np.int64)
-    s_unit[kind[sp] == tf.S] = (pay[s_heads] >> 48) & 15
+    s_unit[masks[tf.S]] = (pay[s_heads] >> 48) & 15
     unit = by_kind(tf.S, s_unit)
-    release = by_kind(tf.G, cycle[sp])
-    end = by_kind(tf.E, cycle[sp])
+    release = by_kind(tf.G, cycle_sp)
+    end = by_kind(tf.E, cycle_sp)
     no_s = unit < 0
     unit[no_s] = UNIT_BY_OP[op[no_s]]
 
@@ -200,9 +209,9 @@ def decode(records) -> Decoded:
         hit = np.zeros(at.size, bool)
         hit[at_ok] = ends[order_e][at[at_ok]] == u_cycle[mxu][at_ok]
         target = rows[order_e][at[hit]]
+        u_at = head_idx[is_u][mxu][hit]
         for name, arr in (("starve", starve), ("bp", bp), ("deny", deny)):
-            k = tf.U_FIELDS[1].index(name) + 1
-            arr[target] = follow(is_u, k)[mxu][hit] & M32
+            arr[target] = follow(u_at, tf.U_FIELDS[1].index(name) + 1) & M32
         unmatched += int((~hit).sum())
 
     # -- activity windows and HALT ---------------------------------------------------------------
@@ -212,8 +221,9 @@ def decode(records) -> Decoded:
         windows["cycle"] = cycle[is_p] + 1                # a window's record names its last cycle
         windows["n"] = (pay[is_p] >> 32) & 0xFFFFFF
         for mask, names in ((is_p, tf.P_FIELDS), (is_q, tf.Q_FIELDS)):
+            at = head_idx[mask]
             for k, name in enumerate(names, 1):
-                windows[name] = follow(mask, k) & M32
+                windows[name] = follow(at, k) & M32
     halt, ports = None, {}
     is_h = np.nonzero(kind == tf.H)[0]
     if is_h.size:
