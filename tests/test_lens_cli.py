@@ -82,9 +82,10 @@ def test_html_is_one_page_with_the_data_and_no_network(recorded, tmp_path, capsy
 @pytest.mark.parametrize("content,text", [
     (b"not a profile", "not an otpu-lens profile"),
     (json.dumps({"format": "chrome-trace", "version": 1}).encode(), "format 'chrome-trace' is not"),
-    (gzip.compress(json.dumps({"format": "otpu-lens-profile", "version": 2, "profiles": []}).encode()), "version 2 is newer"),
+    (gzip.compress(json.dumps({"format": "otpu-lens-profile", "version": 2, "profiles": []}).encode(), mtime=0),
+     "version 2 is newer"),
     (json.dumps({"format": "otpu-lens-profile", "version": 1, "profiles": [{"kind": "sim"}]}).encode(), "profile 0 has no key"),
-])
+], ids=["not-json", "other-format", "newer-version", "missing-key"])
 def test_bad_or_newer_files_are_refused_by_name(content, text, tmp_path, capsys):
     bad = tmp_path / "bad.otpuprof"
     bad.write_bytes(content)

@@ -31,6 +31,7 @@ from . import profile as profile_mod
 from .workloads import Context, Step, Workload
 
 BATCH = 4096
+LONG_TRACE = 2_000_000           # records that take a couple of seconds to profile
 
 
 class SimEngine:
@@ -139,6 +140,9 @@ def record(w: Workload, ctx: Context, engine, say: Callable[[str, str], None]) -
         cap = profile_mod.Capture(kind, f"{step.name} ({_engine_name(engine)})", w.name, engine.target,
                                   list(step.program.instrs), list(step.program.sources), slices, engine.clock_mhz,
                                   engine.device, meta, board_info, notes)
+        nrec = sum(0 if sc.records is None else sc.records.size for sc in slices)
+        if nrec > LONG_TRACE:            # seconds of work: say so before it starts
+            say("info", f"{step.name}: profiling {nrec:,} trace records")
         p = profile_mod.build(cap)
         profiles.append(p)
         _report(p, say)

@@ -25,7 +25,7 @@ import numpy as np
 from otpu_core import ol
 from otpu_core.errors import UsageError
 from otpu_core.kernels import attention, greedy_head, matmul, rmsnorm, rope, softmax, swiglu_mlp
-from otpu_core.kernels.decoder import DecoderShape, check_layers, decoder_step, plan_layer
+from otpu_core.kernels.decoder import DecoderShape, decoder_step, random_decoder
 from otpu_core.kernels.norm import rmsnorm_quantized
 from otpu_core.ol.runtime import Image
 from otpu_core.target import Target
@@ -264,18 +264,7 @@ def _decoder(ctx: Context) -> Iterator[Step]:
     tokens, pos0 = ctx.option("tokens", 1), ctx.option("pos", 8)
     if tokens < 1 or not 0 <= pos0 or pos0 + tokens > s.cap:
         raise UsageError(f"--pos {pos0} --tokens {tokens}: the tiny decoder's cache holds positions 0..{s.cap - 1}")
-
-    def weight(shape, parts=None):
-        w = (rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float32)
-        return img.weight_parts(w, parts) if parts else img.weight(w)
-
-    def tensor(shape):
-        return img.tensor((1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32))
-    layers = [plan_layer(s, weight, tensor, img.kv_cache) for _ in range(s.layers)]
-    args = dict(layer=check_layers(layers), final_norm=tensor((s.d,)), head=weight((s.vocab, s.d)),
-                x=img.tensor(shape=(s.d,)), logits=img.tensor(shape=(s.vocab,)))
-    theta = np.outer(np.arange(s.cap), 1.0 / 10000 ** (np.arange(s.head_dim // 2) / (s.head_dim // 2)))
-    args["cos"], args["sin"] = img.tensor(np.cos(theta)), img.tensor(np.sin(theta))
+    layers, args, _ = random_decoder(img, s, rng)
     for layer in layers:                          # the positions before --pos: an earlier context
         for kv in layer.kv:
             _fill_cache(img, kv, rng.standard_normal((kv.cap, kv.d)).astype(np.float32), rng)
