@@ -121,7 +121,8 @@ def main() -> None:
         os.environ.setdefault("OTPU_RUN_DIR", tmp)
         path, t_write, c_write, t_base, rows, nrec = bench_write(n, Path(tmp))
         size = path.stat().st_size
-        print(f"profile of {rows:,} instructions ({nrec:,} records) written in {t_write:.2f} s ({c_write:.2f} s of CPU), "
+        print(f"profile of {rows:,} instructions ({nrec:,} records) written in {t_write:.2f} s "
+              f"({c_write:.2f} s of CPU), "
               f"{size / 1e6:.1f} MB: goal {WRITE_GOAL_S:g} s, ratio {t_write / WRITE_GOAL_S:.2f}; "
               f"plain columns as gzip JSON {t_base:.2f} s, ratio {t_write / t_base:.2f}")
         why = headless.browser_missing()
@@ -130,7 +131,8 @@ def main() -> None:
             return
         t_page, t_load, phases = bench_page(path, Path(tmp) / "chromium")
         steps = ", ".join(f"{k} {v / 1000:.2f} s" for k, v in phases.items())
-        print(f"page interactive in {t_page:.2f} s ({steps}): goal {PAGE_GOAL_S:g} s, ratio {t_page / PAGE_GOAL_S:.2f}; "
+        print(f"page interactive in {t_page:.2f} s ({steps}): goal {PAGE_GOAL_S:g} s, "
+              f"ratio {t_page / PAGE_GOAL_S:.2f}; "
               f"loading the same JSON with nothing drawn {t_load:.2f} s, ratio {t_page / t_load:.2f}")
 
 

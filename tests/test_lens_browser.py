@@ -98,7 +98,8 @@ def _expected_mxu_instruction(p: dict) -> tuple[int, int]:
 def _open(ctx, url: str):
     page = ctx.new_page()
     problems = []
-    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+            if m.type in ("error", "warning") else None)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.goto(url)
     _wait(page, "document.documentElement.dataset.lensReady === '1'", 60)

@@ -84,12 +84,14 @@ def test_html_is_one_page_with_the_data_and_no_network(recorded, tmp_path, capsy
     (json.dumps({"format": "chrome-trace", "version": 1}).encode(), "format 'chrome-trace' is not"),
     (gzip.compress(json.dumps({"format": "otpu-lens-profile", "version": 2, "profiles": []}).encode(), mtime=0),
      "version 2 is newer"),
-    (json.dumps({"format": "otpu-lens-profile", "version": 1, "profiles": [{"kind": "sim"}]}).encode(), "profile 0 has no key"),
+    (json.dumps({"format": "otpu-lens-profile", "version": 1, "profiles": [{"kind": "sim"}]}).encode(),
+     "profile 0 has no key"),
 ], ids=["not-json", "other-format", "newer-version", "missing-key"])
 def test_bad_or_newer_files_are_refused_by_name(content, text, tmp_path, capsys):
     bad = tmp_path / "bad.otpuprof"
     bad.write_bytes(content)
-    for args in (("info", str(bad)), ("open", str(bad), "--no-browser"), ("export", str(bad), "--perfetto", str(tmp_path / "x.json"))):
+    export = ("export", str(bad), "--perfetto", str(tmp_path / "x.json"))
+    for args in (("info", str(bad)), ("open", str(bad), "--no-browser"), export):
         assert lens(*args) == 2
         err = capsys.readouterr().err
         assert str(bad) in err and text in err and "Traceback" not in err

@@ -37,7 +37,8 @@ def test_profile_numbers_equal_otpu_sim_run(name, tmp_path, capsys):
     (addr, data), = step.writes
     data.tofile(image)
     args = [a for k, v in enumerate(step.args) for a in ("--arg", f"{k}={v}")]
-    assert run_app(build_app(), "otpu", ["sim", "run", str(prog), "-t", T, "--dram", f"{image}@{addr}", *args, "--json"]) == 0
+    cmd = ["sim", "run", str(prog), "-t", T, "--dram", f"{image}@{addr}", *args, "--json"]
+    assert run_app(build_app(), "otpu", cmd) == 0
     report = json.loads(capsys.readouterr().out)
     p = _sim_profile(name)
     assert p["cycles"] == report["cycles"] and p["instructions"] == report["instructions"]

@@ -56,7 +56,8 @@ def _check_against_reference(dec, ref):
         assert (dec.pc[i], dec.op[i], tuple(dec.words[i])) == (r["pc"], r["op"], r["w"]), i
         assert dec.dispatch[i] == r["dispatch"]
         if "end" in r:
-            assert (dec.start[i], dec.ready[i], dec.end[i], dec.unit[i]) == (r["start"], r["ready"], r["end"], r["unit"]), i
+            got = (dec.start[i], dec.ready[i], dec.end[i], dec.unit[i])
+            assert got == (r["start"], r["ready"], r["end"], r["unit"]), i
             assert dec.release[i] == r.get("release", -1)
             assert (dec.starve[i], dec.bp[i], dec.deny[i]) == (r.get("starve", 0), r.get("bp", 0), r.get("deny", 0))
 
@@ -110,7 +111,8 @@ def test_cycles_past_32_bits_are_unwrapped():
         recs += tf.end((d + 6) & 0xFFFFFFFF, slot)
     dec = records.decode(np.array(recs, np.uint64))
     assert dec.dispatch.tolist() == [base, base + 8, base + 16]
-    assert dec.end.tolist() == [base + 6, base + 14, base + 22] and dec.ready.tolist() == [base + 1, base + 9, base + 17]
+    assert dec.end.tolist() == [base + 6, base + 14, base + 22]
+    assert dec.ready.tolist() == [base + 1, base + 9, base + 17]
 
 
 def test_a_long_wait_is_read_from_the_r_record():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import webbrowser
 from pathlib import Path
-from typing import Optional
 
 import typer
 

@@ -65,7 +65,8 @@ def events(p: dict) -> list[dict]:
         for name, keys in COUNTERS:
             val = sum(np.asarray(w[k]) for k in keys) * 100.0 / n
             for t, v in zip(begin.tolist(), val.tolist()):
-                out.append({"name": name, "ph": "C", "pid": sid, "tid": 0, "ts": t * us, "args": {"value": round(v, 2)}})
+                out.append({"name": name, "ph": "C", "pid": sid, "tid": 0, "ts": t * us,
+                            "args": {"value": round(v, 2)}})
     return out
 
 

@@ -25,7 +25,8 @@ def info_lines(path: str, doc: dict) -> list[str]:
         s = summary(p)
         c, r = s["config"], s["roofline"]
         out.append(f"  [{s['kind']}] {s['name']}: {s['cycles']:,} cycles ({1e6 * (s['seconds'] or 0):.1f} us at "
-                   f"{s['clock_mhz']:g} MHz), roofline {r['bound']} {r['bound_cycles']:,} ({100 * r['efficiency']:.1f}%), "
+                   f"{s['clock_mhz']:g} MHz), roofline {r['bound']} {r['bound_cycles']:,} "
+                   f"({100 * r['efficiency']:.1f}%), "
                    f"{s['instructions']:,} instructions ({s['traced']:,} traced), "
                    f"S={c['S']} D={c['D']} MCOLS={c['MCOLS']} LANES={c['LANES']}")
         for n in p["notes"]:

@@ -126,7 +126,8 @@ def _matmul(fmt: str, rows_of: Callable[[object], int]):
         x = img.tensor(rng.standard_normal((m, k)).astype(np.float32))
         w = _weights(rng, img, (n, k), fmt)
         y = img.tensor(shape=(m, n))
-        yield _image_step(f"matmul {fmt} {m}x{k} @ {n}x{k}", img, ol.compile_kernel(_k_matmul, ctx.target, x=x, w=w, y=y))
+        prog = ol.compile_kernel(_k_matmul, ctx.target, x=x, w=w, y=y)
+        yield _image_step(f"matmul {fmt} {m}x{k} @ {n}x{k}", img, prog)
     return build
 
 

@@ -48,7 +48,7 @@ function renderCompare(app) {
     gridTable([{ key: "class", label: "class", left: true }, { key: "a", label: "A", fmt: fmt }, { key: "b", label: "B", fmt: fmt },
       { key: "delta", label: "B − A", fmt: dfmt }], crow, { sort: { key: "b", desc: true } }),
     el("h2", {}, "Source lines that moved most"),
-    lines.length ? gridTable([{ key: "source", label: "source", left: true }, { key: "text", label: "text", left: true, fmt: v => el("code", {}, v) },
+    lines.length ? gridTable([{ key: "source", label: "source", left: true }, { key: "text", label: "text", left: true, fmt: v => el("code", { class: "clip", title: v }, v) },
       { key: "a", label: "A", fmt: fmt }, { key: "b", label: "B", fmt: fmt }, { key: "abs", label: "|B − A|", fmt: fmt }, { key: "delta", label: "B − A", fmt: dfmt }],
     lines, { sort: { key: "abs", desc: true } }) : el("p", { class: "mute" }, "No source line moved."));
 }

@@ -107,11 +107,12 @@ function renderSources(app) {
   }).filter(r => !q || `${r.where} ${r.text} ${r.caller}`.toLowerCase().includes(q));
   document.getElementById("src-count").textContent = `${rows.length} source lines`;
   const cols = [
-    { key: "where", label: "line", left: true }, { key: "text", label: "source", left: true, fmt: v => el("code", {}, v) },
-    { key: "caller", label: "called from", left: true }, { key: "count", label: "instructions", fmt: fmt },
-    { key: "busy", label: "busy cycles", fmt: fmt }, { key: "work", label: "nominal work", fmt: fmt },
-    { key: "dep_wait", label: "dependency wait", fmt: fmt }, { key: "unit_wait", label: "unit wait", fmt: fmt },
-    { key: "starve", label: "MXU starved", fmt: fmt }, { key: "bytes", label: "DRAM bytes", fmt: fmt }, { key: "macs", label: "MACs", fmt: fmt },
+    { key: "where", label: "line", left: true }, { key: "caller", label: "called from", left: true },
+    { key: "busy", label: "busy cycles", fmt: fmt }, { key: "count", label: "instructions", fmt: fmt },
+    { key: "work", label: "nominal work", fmt: fmt }, { key: "dep_wait", label: "dependency wait", fmt: fmt },
+    { key: "unit_wait", label: "unit wait", fmt: fmt }, { key: "starve", label: "MXU starved", fmt: fmt },
+    { key: "bytes", label: "DRAM bytes", fmt: fmt }, { key: "macs", label: "MACs", fmt: fmt },
+    { key: "text", label: "source", left: true, fmt: v => el("code", { class: "clip", title: v }, v) },
   ];
   const table = gridTable(cols, rows, {
     sort: app.srcSort || { key: "busy", desc: true }, selected: r => r.src === app.state.src, rowKey: r => r.src,
