@@ -101,7 +101,7 @@ def bench_page(path: Path, user_dir: Path) -> tuple[float, float]:
         with headless.launch(user_dir) as ctx:
             page = ctx.new_page()
             page.goto(url + "#view=overview")
-            page.wait_for_function("document.documentElement.dataset.lensReady === '1'", timeout=120_000)
+            headless.wait_until(page, "document.documentElement.dataset.lensReady === '1'", 120)
             t_page = page.evaluate("window.lens.readyAt") / 1000.0
             phases = page.evaluate("window.lens.timings")
             blank = ctx.new_page()

@@ -5,7 +5,6 @@ profile's own columns), and a screenshot of each view is not blank (its pixels c
 In CI (OTPU_CI=1) a missing browser is a failure, not a skip."""
 import base64
 import os
-import time
 
 import pytest
 
@@ -51,14 +50,6 @@ def colours(ctx, png: bytes) -> tuple[int, float]:
     return n, top
 
 
-def _wait(page, expr: str, timeout: float = 20.0) -> None:
-    """Poll an expression (the page's CSP forbids the eval that wait_for_function would need)."""
-    deadline = time.monotonic() + timeout
-    while not page.evaluate(expr):
-        assert time.monotonic() < deadline, f"timed out waiting for {expr}"
-        time.sleep(0.05)
-
-
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     why = headless.browser_missing()
@@ -102,7 +93,7 @@ def _open(ctx, url: str):
             if m.type in ("error", "warning") else None)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.goto(url)
-    _wait(page, "document.documentElement.dataset.lensReady === '1'", 60)
+    headless.wait_until(page, "document.documentElement.dataset.lensReady === '1'", 60)
     page.wait_for_timeout(150)
     return page, problems
 
@@ -136,13 +127,13 @@ def test_links_to_an_instruction_a_source_line_and_a_profile(browser, pages):
         assert page.evaluate("window.lens.state.i") == 7 and page.get_attribute(".vt-row.sel", "data-index") == "7"
         src = max(p["source_table"], key=lambda r: r["busy"])["src"]
         page.evaluate(f"location.hash = '#view=sources&src={src}'")
-        _wait(page, f"window.lens.state.src === {src}")
+        headless.wait_until(page, f"window.lens.state.src === {src}")
         first = page.evaluate("window.lens.state.i")
         rows = p["programs"][0]["rows"]
         assert rows[int(p["instrs"]["data"]["pc"][first])][4] == src          # the first instruction of that line
         assert page.get_attribute("#src-table tr.sel", "data-key") == str(src)
         page.evaluate("location.hash = '#view=overview&profile=1'")
-        _wait(page, "window.lens.state.profile === 1")
+        headless.wait_until(page, "window.lens.state.profile === 1")
         assert "[hw]" in page.inner_text("#profile-select option:checked")
         assert problems == []
     finally:
@@ -162,7 +153,7 @@ def test_timeline_click_selects_and_floorplan_steps(browser, pages):
         page.mouse.click(box["x"] + x, box["y"] + y)
         assert page.evaluate("window.lens.state.i") == want
         page.evaluate("location.hash = '#view=floor&t=0'")
-        _wait(page, "window.lens.state.view === 'floor'")
+        headless.wait_until(page, "window.lens.state.view === 'floor'")
         page.keyboard.press("ArrowRight")
         after = page.evaluate("window.lens.state.t")
         assert after > 0 and page.get_attribute("#fp-svg rect[data-block='dma']", "data-state") in (

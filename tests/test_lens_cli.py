@@ -201,3 +201,14 @@ def test_a_model_like_workload_plugs_in_with_untraced_steps_and_dram_feedback(tm
         assert np.array_equal(seen[0], 2.0 * np.arange(8, dtype=np.float32))
     finally:
         workloads.REGISTRY.pop("test-model")
+
+
+@pytest.mark.parametrize("values,dtype", [([0, 5, -7], "i1"), ([0, 300, -2], "i2"), ([70_000, -1], "i4"),
+                                          ([1 << 40, 3], "f8"), ([], "i1")])
+def test_packed_columns_take_the_smallest_type_and_round_trip(values, dtype):
+    a = np.array(values, np.int64)
+    col = fileformat.pack_column(a)
+    assert col["dtype"] == dtype and np.array_equal(fileformat.unpack_column(col, "f", "k"), a)
+    growing = np.cumsum(np.arange(1000, dtype=np.int64) * 3000)        # big values, small steps
+    packed = fileformat.pack_column(growing, delta=True)
+    assert packed["dtype"] == "i4" and np.array_equal(fileformat.unpack_column(packed, "f", "d"), growing)

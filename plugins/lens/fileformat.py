@@ -8,8 +8,9 @@ too (gzip is told by its magic bytes 1f 8b). A file of another format, a newer v
 that is not JSON is refused with a UsageError naming the file and what is wrong (exit 2).
 
 Instruction columns are numpy arrays in memory and, on disk, packed little-endian arrays in
-base64: `{"dtype": "i4" | "f8", "delta": bool, "b64": "..."}` (`delta`: stored as differences
-from the previous value; "f8" when a column does not fit 32 bits). Turning millions of integers
+base64: `{"dtype": "i1" | "i2" | "i4" | "f8", "delta": bool, "b64": "..."}` (the smallest integer
+type that holds the column, "f8" past 32 bits; `delta`: stored as differences from the
+previous value). Turning millions of integers
 into decimal text is what made writing and parsing slow; the page maps these bytes straight
 onto typed arrays. Window columns stay JSON lists (one entry per 1024 cycles).
 """
@@ -30,15 +31,16 @@ FORMAT, VERSION = "otpu-lens-profile", 1
 SUFFIX = ".otpuprof"
 GZIP_LEVEL = 1                   # the page decompresses it natively; level 1 writes several times faster than 9
 DELTA_COLUMNS = ("d",)           # dispatch cycles: ever growing, small steps
-I4 = np.iinfo(np.int32)
+INTS = (("i1", np.iinfo(np.int8)), ("i2", np.iinfo(np.int16)), ("i4", np.iinfo(np.int32)))   # smallest that fits
 
 
 def pack_column(arr: np.ndarray, delta: bool = False) -> dict:
     a = np.asarray(arr, dtype=np.int64)
     if delta and a.size:
         a = np.diff(a, prepend=0)
-    dtype = "i4" if not a.size or (a.min() >= I4.min and a.max() <= I4.max) else "f8"
-    raw = a.astype("<i4" if dtype == "i4" else "<f8").tobytes()
+    lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    dtype = next((name for name, info in INTS if info.min <= lo and hi <= info.max), "f8")
+    raw = a.astype("<" + dtype).tobytes()
     return {"dtype": dtype, "delta": bool(delta), "b64": base64.b64encode(raw).decode("ascii")}
 
 
@@ -47,7 +49,9 @@ def unpack_column(col, name: str, key: str) -> np.ndarray:
         return np.asarray(col, dtype=np.int64)
     try:
         raw = base64.b64decode(col["b64"], validate=True)
-        a = np.frombuffer(raw, dtype="<i4" if col["dtype"] == "i4" else "<f8").astype(np.int64)
+        if col["dtype"] not in ("i1", "i2", "i4", "f8"):
+            raise ValueError(f"type {col['dtype']!r} is not i1, i2, i4 or f8")
+        a = np.frombuffer(raw, dtype="<" + col["dtype"]).astype(np.int64)
     except (KeyError, TypeError, ValueError) as e:
         raise UsageError(f"{name}: instruction column {key!r} is not a packed column ({e})") from None
     return np.cumsum(a) if col.get("delta") else a

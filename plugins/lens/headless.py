@@ -4,12 +4,14 @@ Playwright never downloads a browser here: it launches `/usr/bin/chromium` (`OTP
 overrides) with a fresh user-data directory and the flags a closed network needs (no
 background networking, component updates, sync or QUIC). `browser_missing()` says why the
 browser cannot run (None when it can); `launch(user_dir)` returns a Playwright context manager
-and a browser context.
+and a browser context; `wait_until(page, expr)` polls an expression (the page's
+Content-Security-Policy forbids the eval Playwright's `wait_for_function` needs).
 """
 from __future__ import annotations
 
 import os
 import shutil
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,3 +45,11 @@ def launch(user_dir: Path, width: int = 1400, height: int = 900):
             yield ctx
         finally:
             ctx.close()
+
+
+def wait_until(page, expr: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(expr):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {expr}")
+        time.sleep(0.05)

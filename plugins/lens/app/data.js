@@ -31,7 +31,7 @@ async function loadFile(file) {
   return checkDocument(JSON.parse(await inflate(await file.arrayBuffer())), file.name);
 }
 
-// A packed column ({dtype, delta, b64}: little-endian bytes in base64) or a plain list, as numbers.
+// A packed column ({dtype i1|i2|i4|f8, delta, b64}: little-endian bytes in base64) or a plain list, as numbers.
 function unpackColumn(col) {
   if (Array.isArray(col)) return col;
   const bytes = Uint8Array.fromBase64 ? Uint8Array.fromBase64(col.b64) : (() => {
@@ -39,8 +39,10 @@ function unpackColumn(col) {
     for (let k = 0; k < bin.length; k++) out[k] = bin.charCodeAt(k);
     return out;
   })();
-  const arr = col.dtype === "i4" ? new Int32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >> 2)
-    : new Float64Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+  const Type = { i1: Int8Array, i2: Int16Array, i4: Int32Array, f8: Float64Array }[col.dtype];
+  if (!Type) throw new Error(`column type ${col.dtype} is not one this page reads`);
+  const buf = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+  const arr = new Type(buf);
   if (!col.delta) return arr;
   const out = new Float64Array(arr.length);
   let acc = 0;
