@@ -71,9 +71,12 @@ def test_address_guard():
         check_address(t, K.SOFT_RESET_0, 8)
     with pytest.raises(UsageError):
         check_address(tiles.arc, 0x20000000, 4)
-    check_address(tiles.dram(0), (4 << 30) - 64, 64)
+    # tt-metal tt_metal/soc_descriptors/blackhole_140_arch.yaml: dram_bank_size 4278190080 (tt-metal #9144)
+    check_address(tiles.dram(0), 4278190080 - 64, 64)
+    with pytest.raises(UsageError, match="top 16 MiB"):
+        check_address(tiles.dram(0), 4278190080 - 4, 8)
     with pytest.raises(UsageError):
-        check_address(tiles.dram(0), (4 << 30) - 4, 8)
+        check_address(tiles.dram(0), (4 << 30) - 64, 64)
 
 
 def test_parse_xy():
