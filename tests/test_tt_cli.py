@@ -26,7 +26,8 @@ def test_smi_json_has_the_tt_smi_shape(capsys):
     t, lim = d["telemetry"], d["limits"]
     assert t["aiclk"] == 800 and lim["asic_fmax"] == 1350 and lim["tdp_limit"] == 150
     assert 0.7 <= t["voltage"] <= lim["vdd_max"] and 20 < t["asic_temperature"] < 90
-    assert d["firmwares"]["fw_bundle_version"] == "19.9.0.0" and d["throttling"] == []
+    assert d["firmwares"]["fw_bundle_version"] == "19.9.0.0"
+    assert d["throttling"] == {"throttled": False, "arbiter": "fmax", "max_mhz": 1350}
     assert any(p["pid"] for p in d["processes"])
     assert d["smbus_telem"]["GDDR_STATUS"] == "0x55555555"
     # the driver's sysfs files (a second path to the same firmware values) agree with ARC over the NoC
@@ -48,9 +49,12 @@ def test_core_status_json_and_grid(capsys):
     code, out, _ = run(["core", "status", "--dev", "tt:sim:g", "--fault", "hang_resident:x=2,y=3", "--json"], capsys)
     data = json.loads(out)
     states = {(c["x"], c["y"]): c["state"] for c in data["cores"]}
-    assert code == 0 and len(states) == 120 and states[(2, 3)] == "hung" and not data["healthy"]
+    assert code == 1 and len(states) == 120 and states[(2, 3)] == "hung" and not data["healthy"]
     code, out, _ = run(["core", "status", "--dev", "tt:sim:g2", "--fault", "wedge:x=4,y=4"], capsys)
-    assert code == 0 and "wedged" in out and "4,4" in out
+    assert code == 1 and "wedged" in out and "4,4" in out
+    assert "to recover: `otpu-tt core recover --all --dev tt:sim:g2`" in out
+    code, out, _ = run(["core", "status", "--dev", "tt:sim:g3"], capsys)
+    assert code == 0 and "120 in reset" in out
 
 
 def test_probe_refuses_a_harvested_coordinate(capsys):
@@ -99,14 +103,14 @@ def test_console_scripts_and_otpu_root():
 
 
 def test_live_mode_ends_with_exit_0_on_ctrl_c(capsys, monkeypatch):
-    import otpu_tt.cli as cli
+    import otpu_tt.cliopts as cli
     ticks = []
 
     def sleep(seconds):
         ticks.append(seconds)
         if len(ticks) == 2:
             raise KeyboardInterrupt
-    monkeypatch.setattr(cli, "_pause", sleep)
+    monkeypatch.setattr(cli, "pause", sleep)
     code, out, _ = run(["smi", "--dev", "tt:sim:live", "-l", "0.5"], capsys)
     assert code == 0 and ticks == [0.5, 0.5] and "AICLK" in out
 
@@ -126,13 +130,13 @@ def test_smi_derivations_by_hand_and_missing_tags_are_na():
     assert t == {"voltage": 0.805, "current": 0x45, "aiclk": 1350, "power": 90, "board_power": None,
                  "asic_temperature": -0.5, "fan_speed": None, "heartbeat": 10}
     assert b["dram_status"] is True and b["dram_speed"] == "14G"                   # old bundle: 16-bit check
-    assert d["throttling"] == ["power"] and d["limits"]["vdd_max"] == 0.9
+    assert d["throttling"] is None and d["limits"]["vdd_max"] == 0.9      # no AICLK_ARB_MAX: unknown, not guessed
     assert d["firmwares"]["fw_bundle_version"] == "18.6.0.0" and d["firmwares"]["cm_fw"] is None
     assert b["asic_id"] is None and b["tensix_enabled"] is None
 
 
 def test_live_smi_survives_a_reset_by_someone_else(capsys, monkeypatch):
-    import otpu_tt.cli as cli
+    import otpu_tt.cliopts as cli
     from otpu_core.tt import ioctl as I
     from otpu_core.tt.card import Card
     calls = []
@@ -145,7 +149,7 @@ def test_live_smi_survives_a_reset_by_someone_else(capsys, monkeypatch):
                 other.dev.reset_device(I.RESET_POST)
         elif len(calls) == 3:
             raise KeyboardInterrupt
-    monkeypatch.setattr(cli, "_pause", pause)
+    monkeypatch.setattr(cli, "pause", pause)
     reopened = []
     real_reopen = Card.reopen
     monkeypatch.setattr(Card, "reopen", lambda self, *a: (reopened.append(self.spec), real_reopen(self, *a))[1])

@@ -89,10 +89,11 @@ TAG_NAMES = {v: k for k, v in TAGS.items()}
 TAG_COUNT = 71
 TELEMETRY_VERSION = 0x00000100
 # tt-smi's snapshot names a tag as tt-umd's Python enum does (tt-umd nanobind/py_api_telemetry.cpp):
-# the firmware's name except these; tags that enum lacks are not in tt-smi's smbus_telem at all,
-# except INPUT_POWER, which tt-smi adds by number (tt-smi tt_smi/backend.py get_smbus_board_info).
+# the firmware's name except these renames; the tags that enum lacks are not in tt-smi's
+# smbus_telem under their own names (INPUT_POWER is added by number, tt-smi tt_smi/backend.py
+# get_smbus_board_info; 69 appears as the enum's NUMBER_OF_TAGS).
 UMD_TAG_NAMES = {22: "DDR_STATUS", 23: "DDR_SPEED", 33: "TELEMETRY_ENUM_COUNT"}
-UMD_UNNAMED_TAGS = frozenset({39, 57, 59, 69, 70})
+UMD_UNNAMED_TAGS = frozenset({39, 54, 57, 59, 69, 70})
 # AICLK_ARB_MAX: low 16 bits the effective maximum in MHz, high 16 bits the arbiter that sets it
 # (tt-zephyr-platforms lib/tenstorrent/bh_arc/aiclk_ppm.h enum aiclk_arb_max).
 AICLK_ARB_MAX_NAMES = ("fmax", "tdp", "fast_tdc", "tdc", "thermal", "board_power", "voltage", "gddr_thermal",

@@ -11,7 +11,7 @@ from . import consts as K
 MASK = 0xFFFFFFFF
 N_TILES = K.TENSIX_COLS_DIE * len(K.TENSIX_ROWS)
 STATE_BYTES = 1 << 16
-STATE_MAGIC = 0x42484C31
+STATE_MAGIC = 0x42484C32                    # bumped whenever the layout of a card's files changes
 
 # ---- header words ---------------------------------------------------------------------------
 H_GEN, H_NEEDS_INIT, H_NOC_HUNG, H_LINK_LOST, H_NEEDS_SBR, H_EPOCH, H_AICLK_FORCED = range(7)
