@@ -200,7 +200,7 @@ class Card:
             self.broken = NeedsPostReset(
                 f"{self.spec} was reset and never given POST_RESET (whoever reset it stopped between ASIC_RESET "
                 "and POST_RESET): the driver refuses it everything but info and reset",
-                hint="`otpu-tt core recover --all --yes` completes the reset")
+                hint=f"`otpu-tt core recover --all --dev {self.spec}` completes the reset (rung 0, POST_RESET)")
             self.tiles = self.tiles or self.remembered_tiles()
             return
         try:

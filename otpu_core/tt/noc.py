@@ -159,11 +159,13 @@ class Noc:
         """After an all-ones read: is the link gone, is the NoC hung, or was the value real?"""
         if self._bar.read32(K.NOC_NODE_ID) == MASK:
             raise LinkLost("the PCIe link to the card is gone (BAR reads return all ones)",
-                           hint="only a host reboot or power cycle brings it back")
+                           hint=f"`otpu-tt core recover --all --yes --dev {self.dev.spec}` tries a PCIe link reset and an "
+                                "ASIC reset (rung 6); if the link stays lost, the card needs its power cycled")
         win, off = self._aim(self.tiles.pcie_noc0, K.PCIE_NIU_NOC_ADDR + K.NOC_NODE_ID)
         if win.read32(off) == MASK:
             raise NocHung("the NoC is hung: the PCIe tile does not answer over the NoC",
-                          hint="`otpu-tt core recover --all --yes` (an ASIC reset does not need the NoC)")
+                          hint=f"`otpu-tt core recover --all --yes --dev {self.dev.spec}` (rung 5, an ASIC reset, "
+                               "does not need the NoC)")
 
 
 def _split(addr: int, length: int):

@@ -12,9 +12,8 @@ handler fills it and its exit code is ORed into word 0, so a refused 0xAE reads 
 """
 from __future__ import annotations
 
+import math
 import time
-
-import numpy as np
 
 from . import consts as K
 from .ioctl import POWER_TENSIX_ENABLE
@@ -114,7 +113,7 @@ class ArcModel:
         aiclk, arb, limit = self.aiclk()
         vcore = 720 + (aiclk - 800) * 3 // 10
         power = 22 + busy * 0.3 + (aiclk - 800) * 0.03
-        temp = 38.0 + power * 0.25 + 0.5 * np.sin(now / 7.0)
+        temp = 38.0 + power * 0.25 + 0.5 * math.sin(now / 7.0)
         gddr_temp = int(temp) - 4
         ident = self.identity
         board, asic = int(ident["board_id"], 16), int(ident["asic_id"], 16)

@@ -42,6 +42,17 @@ def existing_sims() -> list[str]:
     return sorted(p.name[len(DIR_PREFIX):] for p in run_dir().glob(f"{DIR_PREFIX}*") if (p / "identity.json").exists())
 
 
+def _holds_files(pid: int) -> bool:
+    """Does the process still hold its descriptors? (A zombie has closed them all, as the kernel does at exit.)"""
+    if not pid_alive(pid):
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] != b"Z"
+
+
 def release_locks(chip: SimChip, token: int) -> None:
     """Drop every LOCK_CTL lock the descriptor `token` holds (the driver does this at close)."""
     W = chip.W
@@ -60,7 +71,7 @@ def descriptor_table(chip: SimChip):
             fds = json.loads(path.read_text())
         except (OSError, ValueError):
             fds = {}
-        dead = [t for t, e in fds.items() if not pid_alive(e["pid"])]
+        dead = [t for t, e in fds.items() if not _holds_files(e["pid"])]
         for t in dead:
             # What the driver did when that process died: its cleanup write, its locks,
             # and power-down if it was the last user.

@@ -16,9 +16,8 @@ interface re-initialised, so a stuck NIU and the reads it swallowed are gone.
 from __future__ import annotations
 
 import random
+import struct
 import time
-
-import numpy as np
 
 from . import consts as K
 from . import layout as L
@@ -142,8 +141,7 @@ class TensixModel:
             if src + 4 * count > K.L1_BYTES:
                 status, value = 1, 0
             else:
-                words = np.frombuffer(self.l1, dtype="<u4", count=count, offset=base + src)
-                status, value = 0, int(words.sum(dtype=np.uint64)) & MASK
+                status, value = 0, sum(self.l1_u32[(base + src) >> 2:((base + src) >> 2) + count]) & MASK
             done = L.RESULT_FMT.unpack_from(self.l1, base + result)[0]
             L.RESULT_FMT.pack_into(self.l1, base + result, (done + 1) & MASK, nonce, status, value)
             self.l1[base + L.SIGNAL_BYTE] = K.RUN_MSG_DONE
@@ -213,7 +211,7 @@ class TensixModel:
         if op == L.OP_FILL:
             if a0 & 3 or a0 + 4 * a1 > top:
                 return False
-            self.l1[base + a0:base + a0 + 4 * a1] = np.full(a1, a2, dtype="<u4").tobytes()
+            self.l1[base + a0:base + a0 + 4 * a1] = a2.to_bytes(4, "little") * a1
             return True
         if op == L.OP_COPY:
             if a0 + a2 > top or a1 + a2 > top:
@@ -235,7 +233,7 @@ class TensixModel:
         ctrl = [0] * L.CTRL_WORDS
         ctrl[L.C_POSTED], ctrl[L.C_STATE], ctrl[L.C_NONCE] = pending, L.QSTATE_POLLING, nonce
         ctrl[L.C_SLOTS], ctrl[L.C_RING], ctrl[L.C_IDLE_LIMIT] = L.RING_SLOTS, L.RING, 0xFFFFFFFF
-        self.l1[base + L.QUEUE_CTRL:base + L.QUEUE_CTRL + 4 * L.CTRL_WORDS] = np.array(ctrl, "<u4").tobytes()
+        self.l1[base + L.QUEUE_CTRL:base + L.QUEUE_CTRL + 4 * L.CTRL_WORDS] = struct.pack(f"<{L.CTRL_WORDS}I", *ctrl)
         for i in range(pending):
             L.DESC_FMT.pack_into(self.l1, base + L.RING + i * L.DESC_BYTES, L.OP_NOP, 0, i, 0, 0, 0, 0, 0, 0)
         self.l1[base + L.SIGNAL_BYTE] = K.RUN_MSG_GO

@@ -13,7 +13,7 @@ from otpu_core.outpath import check_writable, write_or_show
 from otpu_core.tt.card import Card, power_cycle_sim
 from otpu_core.tt.kmd import present_minors
 from otpu_core.tt.noc import LinkLost
-from otpu_core.tt.probe import probe_many
+from otpu_core.tt.probe import CoreState, probe_many
 from otpu_core.tt.simdev import existing_sims
 
 from . import snapshot, ttsmi, views
@@ -50,8 +50,8 @@ def card_row(spec: str) -> dict:
                        tensix_enabled=b["tensix_enabled"])
             if card.broken is not None:
                 state = broken_state(card)
-                row.update(health="broken", status=BROKEN_STATUS[state], detail=card.broken.message,
-                           remembered=bool(values))
+                row.update(health="broken", status=BROKEN_STATUS[state], remembered=bool(values),
+                           detail=recover_command(card, [CoreState(card.tiles.arc, state)]))
                 return row
             states = probe_many(card.noc, card.tiles.tensix, skip=card.memo.stuck())
             remember_stuck(card, states)
@@ -112,40 +112,36 @@ def smi_cmd(file: str = typer.Argument(None, metavar="[FILE]", help="With -s or 
             check_writable(path, "-f" if tt_log else "-s")
     specs = [dev] if dev or fault else default_specs()
     with ExitStack() as stack:
-        cards, failed = [], []
+        cards, unopened = [], []
         for spec in specs:
             try:
-                card = stack.enter_context(opened(spec, fault, need_noc=len(specs) == 1))
+                cards.append(stack.enter_context(opened(spec, fault, need_noc=len(specs) == 1)))
             except DeviceError as e:
                 if len(specs) == 1:
                     raise
-                failed.append(f"{spec}: {e.message}")
-                continue
-            if card.broken is not None:
-                failed.append(f"{card.spec}: {card.broken.message} ({card.broken.hint})")
-            else:
-                cards.append(card)
-        for text in failed:
-            stderr().print(Text.assemble(("error:", "bold red"), " ", text))
-
-        def take() -> dict:
-            for c in cards:
-                c.ensure_alive()          # a reset elsewhere disowns our descriptor: reopen
-            return snapshot.snapshot(cards)
+                unopened.append({"dev": spec, "error": e.message, "hint": e.hint})
+        if loop:
+            live(lambda: views.smi(snapshot.snapshot(cards), unopened), loop)
+            return
         if target is not None:
-            text = ttsmi.text(ttsmi.snapshot(cards))
+            snap, errors = ttsmi.snapshot(cards)
+            errors = unopened + errors
+            text = ttsmi.text(snap)
             if target == "-":
                 stdout().out(text, highlight=False)
             else:
                 write_or_show(Path(target), text + "\n", "-f" if tt_log else "-s")
                 stderr().print(f"saved the tt-smi snapshot to {target}", markup=False)
-        elif json_out:
-            print_json(take())
-        elif loop:
-            live(lambda: views.smi(take()), loop)
-        elif cards:
-            stdout().print(views.smi(take()))
-    if failed:
+            for e in errors:      # stdout holds JSON only: the cards left out are named on stderr
+                stderr().print(Text.assemble(("error:", "bold red"), f" {e['dev']}: {e['error']}"), markup=False)
+        else:
+            snap = snapshot.snapshot(cards)
+            errors = snap["errors"] = unopened + snap["errors"]
+            if json_out:
+                print_json(snap)
+            else:
+                stdout().print(views.smi(snap))
+    if errors:
         raise typer.Exit(EXIT_DEVICE)
 
 

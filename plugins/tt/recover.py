@@ -119,7 +119,7 @@ class Stop(Exception):
 def recover_command(card: Card, states: list[CoreState], xy: tuple[int, int] | None = None) -> str:
     """The full command that recovers these states, with `--yes` when a rung that needs it will."""
     target = f"{xy[0]},{xy[1]}" if xy else "--all"
-    yes = any(s.state in ("unresponsive", "chip hung", "link lost", "reset pending") for s in states)
+    yes = any(s.state in ("unresponsive", "chip hung", "link lost") for s in states)
     return f"`otpu-tt core recover {target}{' --yes' if yes else ''} --dev {card.spec}`"
 
 

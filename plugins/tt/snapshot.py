@@ -18,6 +18,7 @@ import time
 import psutil
 
 from otpu_core.card.runstate import process_command
+from otpu_core.errors import DeviceError
 from otpu_core.tt import consts as K
 from otpu_core.tt.card import Card
 
@@ -178,11 +179,23 @@ def host_info(cards: list[Card]) -> dict:
             "Memory": memory_text(psutil.virtual_memory().total), "Driver": f"TT-KMD {driver}" if driver else "N/A"}
 
 
-def snapshot(cards: list[Card]) -> dict:
-    """Our JSON (`otpu-tt smi --json`): tt-smi's sections with numbers, plus what tt-smi lacks."""
-    devices = []
+def readable(cards: list[Card]) -> tuple[list[dict], list[dict]]:
+    """(`device_snapshot` of each card that can be read now, {dev, error, hint} of each that cannot)."""
+    good, bad = [], []
     for c in cards:
-        d = device_snapshot(c)
+        try:
+            c.ensure_alive()          # a reset elsewhere disowns our descriptor: reopen
+            good.append(device_snapshot(c))
+        except DeviceError as e:      # hung NoC, lost link, reset pending: say so, keep the others
+            bad.append({"dev": c.spec, "bus_id": c.info.bdf, "error": e.message, "hint": e.hint})
+    return good, bad
+
+
+def snapshot(cards: list[Card]) -> dict:
+    """Our JSON (`otpu-tt smi --json`): tt-smi's sections with numbers, plus what tt-smi lacks; cards that
+    cannot be read are listed under `errors`."""
+    good, bad = readable(cards)
+    for d in good:
         d.pop("raw")
-        devices.append(d)
-    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "host_info": host_info(cards), "device_info": devices}
+    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "host_info": host_info(cards), "device_info": good,
+            "errors": bad}

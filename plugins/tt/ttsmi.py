@@ -24,7 +24,7 @@ from pathlib import Path
 from otpu_core.tt import consts as K
 from otpu_core.tt.card import Card
 
-from .snapshot import device_snapshot, host_info, processes
+from .snapshot import host_info, readable
 
 LOG_FOLDER = Path("~/tt_smi_logs")
 UMD_NUMBER_OF_TAGS = 69
@@ -86,14 +86,16 @@ def host_sw_vers() -> dict:
     return {"tt_smi": version("tt-smi"), "pyluwen": version("pyluwen"), "tt_umd": version("tt-umd")}
 
 
-def snapshot(cards: list[Card]) -> dict:
+def snapshot(cards: list[Card]) -> tuple[dict, list[dict]]:
+    """(the tt-smi snapshot of the cards that can be read, {dev, error, hint} of those that cannot)."""
+    good, bad = readable(cards)
     devices, procs = [], []
-    for i, card in enumerate(cards):
-        devices.append(device_entry(device_snapshot(card)))
-        procs += [{"pid": p["pid"], "user": p["user"], "device": i, "cmdline": p["cmdline"]} for p in processes(card)]
+    for i, d in enumerate(good):
+        devices.append(device_entry(d))
+        procs += [{"pid": p["pid"], "user": p["user"], "device": i, "cmdline": p["cmdline"]} for p in d["processes"]]
     procs.sort(key=lambda p: (p["device"], p["pid"]))
-    return {"time": datetime.datetime.now().isoformat(), "host_info": host_info(cards), "host_sw_vers": host_sw_vers(),
-            "device_info": devices, "processes": procs}
+    return ({"time": datetime.datetime.now().isoformat(), "host_info": host_info(cards), "host_sw_vers": host_sw_vers(),
+             "device_info": devices, "processes": procs}, bad)
 
 
 def text(snap: dict) -> str:

@@ -17,6 +17,7 @@ STATE_STYLE = {
     "hung": ("H", "bold yellow"), "wedged": ("W", "bold red"), "unresponsive": ("X", "bold red"),
     "chip hung": ("!", "bold red"), "link lost": ("L", "bold magenta"), "reset pending": ("P", "bold magenta"),
 }
+CHIP_STATES = ("chip hung", "link lost", "reset pending")
 SPINNER = ("●∙∙", "∙●∙", "∙∙●", "∙●∙")
 
 
@@ -29,7 +30,7 @@ def _limit(value: float | None, limit: float | None, unit: str, fmt: str = "{:g}
     return Text(f"{_na(value, fmt)} / {_na(limit, fmt)} {unit}", style=style)
 
 
-def smi(snap: dict) -> Group:
+def smi(snap: dict, unopened: list[dict] = ()) -> Group:
     parts = []
     for d in snap["device_info"]:
         b, t, f, lim = d["board_info"], d["telemetry"], d["firmwares"], d["limits"]
@@ -65,6 +66,14 @@ def smi(snap: dict) -> Group:
         for p in d["processes"]:
             procs.add_row(str(p["pid"]), p["user"], p["device"], p["cmdline"])
         parts.append(procs)
+    for e in [*unopened, *snap.get("errors", [])]:
+        text = Text(f"{e['dev']}", style="bold")
+        if e.get("bus_id"):
+            text.append(f" ({e['bus_id']})")
+        text.append(f": {e['error']}", style="bold red")
+        if e.get("hint"):
+            text.append(f"\n  hint: {e['hint']}", style="dim")
+        parts.append(text)
     return Group(*parts)
 
 
@@ -119,7 +128,10 @@ def core_grid(tiles: TileMap, states: list[CoreState]) -> Group:
         summary.append(f"  ({len(remembered)} found unresponsive before and not read again; --reprobe reads them)",
                        style="dim")
     parts = [grid, legend, summary]
-    bad = [s for s in states if not s.healthy or s.state in ("resident", "running")]
+    chip_wide = [s for s in states if s.state in CHIP_STATES]
+    if chip_wide:
+        parts.append(Text(f"the whole chip: {chip_wide[0].detail}", style=STATE_STYLE[chip_wide[0].state][1]))
+    bad = [s for s in states if s.state not in CHIP_STATES and (not s.healthy or s.state in ("resident", "running"))]
     if bad:
         table = Table(title="what they are doing", title_justify="left")
         for col in ("core", "state", "detail"):
