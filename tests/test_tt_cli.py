@@ -237,3 +237,71 @@ def test_recover_plan_shows_power_cycle_as_an_answer_not_an_action(capsys):
                         "--fault", "noc_stuck:x=3,y=4"], capsys)
     report = json.loads(out)
     assert [r["rung"] for r in report["needs_yes"]] == [3, 4, 5] and not report["then_power_cycle"]
+
+
+def test_status_on_a_hung_chip_or_a_lost_link_draws_the_grid_and_exits_1(capsys):
+    for fault, glyph in (("hang_chip", "!"), ("link_lost", "L")):
+        name = f"tt:sim:gr-{fault}"
+        code, out, _ = run(["core", "status", "--dev", name, "--fault", fault], capsys)
+        row = next([c.strip() for c in line.split("│")][1:-1] for line in out.splitlines() if line.startswith("│  5 "))
+        assert code == 1 and row[1:] == [glyph] * 12 + ["-", "-"] and "the whole chip:" in out
+        assert f"`otpu-tt core recover --all --yes --dev {name}`" in out
+        code, out, _ = run(["core", "status", "--dev", name, "--json"], capsys)
+        data = json.loads(out)
+        assert code == 1 and not data["healthy"] and "broken" in data and len(data["cores"]) == 120
+        assert {c["state"] for c in data["cores"]} == {"chip hung" if fault == "hang_chip" else "link lost"}
+
+
+def test_list_shows_degraded_cards_and_keeps_bus_and_serial_of_a_hung_one(capsys):
+    from otpu_core.tt.card import Card
+    with Card("tt:sim:l1") as card:
+        serial = card.telemetry.named()["BOARD_ID_LOW"]
+    run(["core", "status", "--dev", "tt:sim:l1", "--fault", "hang_chip"], capsys)         # hangs after a good read
+    run(["core", "status", "--dev", "tt:sim:l2", "--fault", "noc_stuck:x=3,y=4"], capsys)
+    code, out, _ = run(["list", "--json"], capsys)
+    rows = {r["dev"]: r for r in json.loads(out)}
+    hung, stuck = rows["tt:sim:l1"], rows["tt:sim:l2"]
+    assert code == 0 and hung["health"] == "broken" and hung["status"] == "NoC hung" and hung["remembered"]
+    assert hung["bus_id"] and int(hung["board_id"][8:], 16) == serial and hung["board_type"] == "p150a"
+    assert stuck["health"] == "degraded" and "1 unresponsive (3,4)" in stuck["detail"]
+    assert "recover --all --yes --dev tt:sim:l2" in stuck["detail"] and stuck["cores"]["healthy"] == 119
+    code, out, _ = run(["list"], capsys)
+    assert "degraded" in out and "NoC hung" in out
+
+
+def test_probe_prints_a_table_and_names_the_recover_command(capsys):
+    code, out, _ = run(["core", "probe", "3,4", "--dev", "tt:sim:pt", "--fault", "hang_resident:x=3,y=4"], capsys)
+    assert code == 1 and "{" not in out and "PC snapshots" in out and "BRISC 0x" in out
+    assert "`otpu-tt core recover 3,4 --dev tt:sim:pt`" in out
+    code, out, _ = run(["core", "probe", "3,4", "--dev", "tt:sim:pt2", "--fault", "noc_stuck:x=3,y=4", "--json"], capsys)
+    assert code == 1 and json.loads(out)["recover"] == "otpu-tt core recover 3,4 --yes --dev tt:sim:pt2"
+
+
+def test_selftest_flags_old_firmware_and_hints_the_full_command(capsys):
+    from otpu_core import checks
+    from otpu_core.checks import CheckContext, Registry, Status
+    from otpu_tt.checks import CORES, FIRMWARE, TELEMETRY, add_checks
+
+    def rows(dev, fault):
+        reg = Registry()
+        add_checks(reg)
+        ctx = CheckContext(dev=dev, options={"fault": fault})
+        try:
+            return {r.name: r for r in checks.run_all(reg, ctx, always=())}
+        finally:
+            ctx.cache["tt.card"].close()
+    r = rows("tt:sim:st1", "noc_stuck:x=3,y=4;old_fw")
+    assert r[FIRMWARE].status == Status.FAIL and "19.8.0.0 is older than 19.9.0.0" in r[FIRMWARE].message
+    assert r[CORES].hint.startswith("`otpu-tt core recover --all --yes --dev tt:sim:st1`")
+    r = rows("tt:sim:st2", "link_lost")
+    assert r[TELEMETRY].status == Status.FAIL and "`otpu-tt sim reset --dev tt:sim:st2`" in r[TELEMETRY].hint
+    assert "recover --all --yes --dev tt:sim:st2" in r[TELEMETRY].hint
+    r = rows("tt:sim:st3", "wedge:x=5,y=5")
+    assert r[FIRMWARE].status == Status.PASS and r[CORES].hint.startswith("`otpu-tt core recover --all --dev tt:sim:st3`")
+
+
+def test_version_and_help(capsys):
+    code, out, _ = run(["--version"], capsys)
+    assert code == 0 and out.startswith("otpu-tt ")
+    code, out, _ = run(["smi", "--help"], capsys)
+    assert code == 0 and "tt-smi's -s JSON shape" in out and "--snapshot" in out and "--filename" in out
