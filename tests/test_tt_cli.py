@@ -305,3 +305,20 @@ def test_version_and_help(capsys):
     assert code == 0 and out.startswith("otpu-tt ")
     code, out, _ = run(["smi", "--help"], capsys)
     assert code == 0 and "tt-smi's -s JSON shape" in out and "--snapshot" in out and "--filename" in out
+
+
+def test_live_smi_shows_a_card_that_hangs_instead_of_quitting(capsys, monkeypatch):
+    import otpu_tt.cliopts as cli
+    from otpu_core.tt.card import Card
+    calls = []
+
+    def pause(seconds):
+        calls.append(seconds)
+        if len(calls) == 1:                       # between two samples the card's NoC hangs
+            with Card("tt:sim:lh") as other:
+                other.dev.chip._hang("test: a bad endpoint elsewhere")
+        elif len(calls) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "pause", pause)
+    code, out, _ = run(["smi", "--dev", "tt:sim:lh", "-l", "1"], capsys)
+    assert code == 0 and "tt:sim:lh" in out and "the NoC is hung" in out and "recover --all --yes" in out

@@ -353,6 +353,10 @@ class Card:
                     raise DeviceBusy(f"{self.spec}: another process opened the card while it was being reset") from None
                 time.sleep(0.05)
         self.spec = self.dev.spec
+        try:
+            self.dev.lock_ctl(I.LOCK_ACQUIRE, RESET_LOCK_INDEX)     # the driver dropped it with the old descriptor
+        except DeviceGone:
+            pass                     # refused until POST_RESET; O_EXCL keeps others out meanwhile
 
     def complete_reset(self, settle: float = 2.0) -> str:
         """POST_RESET for a card someone else reset and left (the caller holds `exclusive()`): wait for
