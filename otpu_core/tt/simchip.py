@@ -44,7 +44,7 @@ from . import consts as K
 from .coords import physical_index
 from .faults import Fault
 from .simarc import CSM_BYTES, FW_BUNDLE, FW_BUNDLE_OLD, TELEM_DATA, ArcModel
-from .simstate import (F_BOOT, F_OFFSET, H_AICLK_FORCED, H_BUSY, H_EPOCH, H_FW_BUNDLE, H_GATED, H_GEN, H_LINK_LOST,
+from .simstate import (F_BOOT, F_OFFSET, FW_FOREIGN, H_AICLK_FORCED, H_BUSY, H_EPOCH, H_FW_BUNDLE, H_GATED, H_GEN, H_LINK_LOST,
                        H_LOCKS, H_MAGIC, H_NEEDS_INIT, H_NEEDS_SBR, H_NO_TRANSLATION, H_NOC_HUNG, H_RISC_RESET,
                        H_SCRATCH, H_TENSIX_RESET, H_THROTTLE, H_TOKEN, LINK_DOWN, LINK_GONE, LINK_UP, MASK, N_TILES,
                        STATE_BYTES, STATE_MAGIC, T_BASE, T_BLOCKED, T_FW, T_NEEDS_ASIC, T_NIU_STUCK, T_SOFT,
@@ -360,7 +360,9 @@ class SimChip(TensixModel, ArcModel):
             if W[r + T_NIU_STUCK] or W[r + T_NEEDS_ASIC]:
                 return
             if addr < K.L1_BYTES:
-                self._l1_written(idx, addr, 4)
+                W[r + T_TOUCHED] = 1
+                if W[r + T_FW] == FW_FOREIGN:
+                    self._foreign_l1_written(idx, addr)
                 self.l1_u32[(idx * K.L1_BYTES + addr) >> 2] = value
                 return
             self._tensix_reg(idx, addr, value)
@@ -410,7 +412,9 @@ class SimChip(TensixModel, ArcModel):
             if W[H_GATED]:
                 self._hang(f"write to clock-gated Tensix {idx}")
             elif not (W[r + T_NIU_STUCK] or W[r + T_NEEDS_ASIC]):
-                self._l1_written(idx, addr, len(data))
+                W[r + T_TOUCHED] = 1
+                if W[r + T_FW] == FW_FOREIGN:
+                    self._foreign_l1_written(idx, addr)
                 base = idx * K.L1_BYTES + addr
                 self.l1[base:base + len(data)] = data
             return

@@ -97,12 +97,11 @@ class TensixModel:
             else:
                 W[r + T_WEDGED] |= BRISC      # running whatever L1 held
 
-    def _l1_written(self, idx: int, addr: int, length: int) -> None:
-        """A host write landed in this tile's L1: foreign firmware whose low L1 it hit is corrupted."""
-        W, r = self.W, T_BASE + idx * T_WORDS
-        W[r + T_TOUCHED] = 1
-        if W[r + T_FW] == FW_FOREIGN and addr < FOREIGN_LOW_L1:
-            W[r + T_WEDGED] |= BRISC
+    def _foreign_l1_written(self, idx: int, addr: int) -> None:
+        """A host write landed in the L1 of a core running foreign firmware: in its low L1 (its
+        mailboxes and code) it corrupts that firmware."""
+        if addr < FOREIGN_LOW_L1:
+            self.W[T_BASE + idx * T_WORDS + T_WEDGED] |= BRISC
 
     def _tile_reset(self, idx: int) -> None:
         """The firmware's tile reset: RISCs to 0x47800, the tile's NoC state re-initialised."""
