@@ -172,7 +172,7 @@ class Header:
         return head[:60] + struct.pack("<I", zlib.crc32(head[:60]))
 
 
-def layout_plan(entries: list[Entry], banks: int = K.DRAM_BANKS, bank_bytes: int = K.DRAM_BANK_BYTES) -> Header:
+def layout_plan(entries: list[Entry], banks: int = K.DRAM_BANKS, bank_bytes: int = K.DRAM_BANK_ADDRESSABLE) -> Header:
     """Give every entry its file offset and its DRAM place; returns the header (CRC filled in later).
 
     Each tensor lives whole in one bank (a reader's run of tiles is one transfer), on the bank
@@ -264,7 +264,7 @@ class FttwFile:
         if offset % ALIGN or offset < data_offset or offset + nbytes > file_bytes:
             raise self._fail(f"{where}: data at {offset}..{offset + nbytes} is outside the file's data "
                              f"({data_offset}..{file_bytes}) or not {ALIGN}-byte aligned")
-        if bank >= K.DRAM_BANKS or dram_addr % ALIGN or dram_addr + nbytes > K.DRAM_BANK_BYTES:
+        if bank >= K.DRAM_BANKS or dram_addr % ALIGN or dram_addr + nbytes > K.DRAM_BANK_ADDRESSABLE:
             raise self._fail(f"{where}: DRAM place bank {bank} address {dram_addr:#x} is not on the card")
         e.source_type, e.offset, e.crc32, e.bank, e.dram_addr = src, offset, crc, bank, dram_addr
         e.min_pcc, e.max_abs = min_pcc, max_abs

@@ -26,6 +26,8 @@ from otpu_core.tt.ledger import Ledger
 from otpu_core.tt.upload import upload
 from otpu_core.tt.wcheck import check
 
+from .cliopts import opened
+
 weights_app = typer.Typer(name="weights", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                           help="FTTW weight files: info (the tensor directory), check (the precision gate against the GGUF).")
 
@@ -201,8 +203,6 @@ def upload_cmd(path: Path = typer.Argument(..., metavar="FILE", help="An FTTW fi
                json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Copy an FTTW file into card DRAM over the NoC: header and directory to bank 0 at 0, each tensor to the
     bank and address its directory entry names. A byte copy: the file is already in the card's format."""
-    from .cli import opened          # cli mounts this module's commands
-
     with FttwFile(path) as f, opened(dev) as card, Meter("upload") as meter:
         result = upload(card, f, verify=verify, progress=meter)
         spec = card.spec
