@@ -219,7 +219,11 @@ def test_two_processes_counters_move_and_no_write_is_lost():
             seen.append(watcher.snapshot()["RUNNING"])
             watcher.write(0x400000 + len(seen) * 65536, np.full(65536, 100 + len(seen), np.uint8))
             time.sleep(0.25)
-        assert all(b > a for a, b in zip(seen, seen[1:])), seen      # the counters move
+        deadline = time.monotonic() + 60          # a loaded machine slows the runner, it never stops it
+        while sum(b > a for a, b in zip(seen, seen[1:])) < 3 and time.monotonic() < deadline:
+            time.sleep(0.25)
+            seen.append(watcher.snapshot()["RUNNING"])
+        assert all(b >= a for a, b in zip(seen, seen[1:])) and sum(b > a for a, b in zip(seen, seen[1:])) >= 3, seen
         line = runner.stdout.readline().split()
         assert runner.wait(timeout=120) == 0 and line[0] == "cycles" and int(line[1]) > 0
         for k in range(64):
