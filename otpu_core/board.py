@@ -30,6 +30,7 @@ from .transport import DMA_CHUNK, DMA_PLACE, Transport, as_bytes, buffer_address
 PIPE = 2 * DMA_CHUNK          # logical bytes per pipelined piece of a large transfer
 SCRUB_BLOCK = 64 << 20        # zero buffer the scrub writes repeatedly
 WR_SETTLE = 2e-3
+STOP_WAIT_S = 2.0             # how long a stopped run may take to leave STATUS RUN
 
 
 class ConfigMismatch(UsageError):
@@ -94,6 +95,7 @@ class Board:
         self.t = transport
         self.target = target if isinstance(target, target_mod.Target) else target_mod.load(target)
         self.in_run = False
+        self.timed_out = False        # the last wait gave up on a run that did not halt
         self._run_t0 = 0.0
         self._trace_keep: str | None = None
         self._args: list[int] | None = None
@@ -410,13 +412,18 @@ class Board:
     def wait(self, timeout: float = 600.0, expect: float = 0.0) -> RunStats:
         """Wait for HALTED, read the run's counters (and trace), raise on ERROR or AXI_ERR."""
         st_off = regs.off("STATUS")
+        self.timed_out = False
         try:
             self.t.poll(st_off, regs.ST_HALTED, regs.ST_HALTED, timeout=timeout,
                         expect=max(0.0, expect - (time.monotonic() - self._run_t0)))
         except DeviceError:
-            self._stop()
+            self.timed_out = True
+            stopped = self._stop()
             waited = time.monotonic() - self._run_t0
-            raise DeviceError(f"{self.t.dev}: the program did not halt within {waited:.1f}s; the run was stopped",
+            what = ("the run was stopped" if stopped else
+                    f"the core still reports RUN {STOP_WAIT_S:g}s after CTRL=0: host writes stay in "
+                    f"{regs.RUN_H2C}-byte calls until it stops")
+            raise DeviceError(f"{self.t.dev}: the program did not halt within {waited:.1f}s; {what}",
                               hint=self._with_faults("a loop that never ends, a WAITW nobody answers, or a hung sequencer")) from None
         settle = time.monotonic() + WR_SETTLE
         while not self.status() & regs.ST_WR_IDLE and time.monotonic() < settle:
@@ -449,12 +456,23 @@ class Board:
         self.start(trace)
         return self.wait(timeout, expect)
 
-    def _stop(self) -> None:
+    def _stop(self) -> bool:
+        """Clear RUN and wait (up to STOP_WAIT_S) until the core says it stopped. Until STATUS RUN
+        clears, the card is still running: every host write keeps to the run-time rule (at most
+        RUN_H2C per call), as `write` decides from STATUS. Returns whether it stopped."""
         self.t.reg_write(regs.off("CTRL"), 0)
-        self.in_run = self.t.in_run = False
         if self._trace_keep:
             self.t.reg_write(regs.off("TRACE_CTRL"), 0)
             self._trace_keep = None
+        deadline = time.monotonic() + STOP_WAIT_S
+        while (st := self.status()) & regs.ST_RUN and not st & regs.ST_HALTED:
+            if time.monotonic() >= deadline:
+                self.in_run = False
+                self.t.in_run = True
+                return False
+            time.sleep(0.002)
+        self.in_run = self.t.in_run = False
+        return True
 
     def _read_trace(self) -> dict[str, Any]:
         rd, w = self.t.reg_read, self.t.reg_write

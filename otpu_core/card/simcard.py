@@ -69,6 +69,8 @@ H2C_RATE, H2C_SLOW_RATE = 1.70e9, 0.77e9
 C2H_RATE, C2H_SLOW_RATE = 1.65e9, 1.16e9
 DMA_CALL_NS = 11_700
 THERMAL_TICK = 0.05           # the sensors convert this often: readings in between repeat the last
+SCATTER_BELOW = 1 << 16      # an aliased line below this cuts host writes into pieces stored per byte
+SCATTER_CHUNK = 1 << 20
 SLIP_BYTES = regs.BEAT        # how far an h2c overlapping a c2h shifts every later host write
 
 _LINK_SPEED = {"pcie-gen2-x8": ("5.0 GT/s PCIe", 8), "pcie-gen3-x8": ("8.0 GT/s PCIe", 8),
@@ -100,6 +102,8 @@ class SimCard:
             if meta is None:
                 meta = self._new_meta(target, faults)
             elif faults is not None and str(faults_mod.parse(faults)) != meta.get("faults", ""):
+                # refused before it is saved: a spec this card cannot take leaves the card as it was
+                faults_mod.parse(faults).validate(check_simulable(target_mod.load(meta["target"])))
                 meta["faults"] = str(faults_mod.parse(faults))      # another card, in effect: power-cycle it
                 self._save_meta(meta)
                 refit = True
@@ -130,6 +134,7 @@ class SimCard:
                 self._power_on()
             self._sync_periph()
         self._runner: threading.Thread | None = None
+        self._machine = None           # (key, (Machine, seen generations, store logs)) of engine.machine_for
 
     # -- identity ---------------------------------------------------------------------------------
     def _load_meta(self) -> dict | None:
@@ -140,6 +145,7 @@ class SimCard:
 
     def _new_meta(self, target: str | None, faults: str | None) -> dict:
         t = check_simulable(target_mod.load(target))
+        faults_mod.parse(faults).validate(t)
         shipped = t.path.resolve().parent == target_mod.TARGETS_DIR
         meta = {"target": t.path.stem if shipped else str(t.path), "target_name": t.name, "serial": serial_of(self.name),
                 "faults": str(faults_mod.parse(faults)) if faults else "", "created": time.time()}
@@ -352,7 +358,7 @@ class SimCard:
             with self._locked():
                 self._finish(regs.ST_ERROR, "the process running the simulated core exited")
             st = int(self.bar[regs.off("STATUS") // 4])
-        if self.bar[regs.off("CTRL") // 4] & regs.CTRL_RUN:
+        if self.hidden[H["RUNNER"]]:  # the core runs until its engine stops, not until CTRL.RUN is cleared
             st |= regs.ST_RUN
         for ch, bit in enumerate(regs.ST_CALIB):
             if self.calibrated(ch):
@@ -619,12 +625,34 @@ class SimCard:
         """Host data at a channel offset as the pins store it (lane and stuck-bit faults, every
         address of an aliased cell)."""
         data = self.pins_write(ch, off, data)
-        spans = [self.dram.write_channel(ch, cell | s, data[pos:pos + length])
-                 for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, data.size)
-                 for s in faults_mod.alias_class(faults_mod.alias_mask(self.faults, ch))]
+        mask = faults_mod.alias_mask(self.faults, ch)
+        if mask and mask & -mask < SCATTER_BELOW:      # pieces too small to write one by one
+            spans = self._store_scattered(ch, off, data, mask)
+        else:
+            spans = [self.dram.write_channel(ch, cell | s, data[pos:pos + length])
+                     for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, data.size)
+                     for s in faults_mod.alias_class(mask)]
         with self._locked():
             for lo, hi in spans:
                 self.dram.touch(lo, hi)
+
+    def _store_scattered(self, ch: int, off: int, data: np.ndarray, mask: int) -> list[tuple[int, int]]:
+        """`_store` for an aliased line low enough to cut a write into tiny pieces: per byte,
+        vectorised, a chunk at a time; within a call the later byte of a cell wins."""
+        from .dram import logical_bytes
+        unit = min(mask & -mask, regs.BEAT)          # bytes that always move together: whole units
+        if off % unit or data.size % unit:
+            unit = 1
+        spans = []
+        for start in range(0, data.size, SCATTER_CHUNK):
+            part = data[start:start + SCATTER_CHUNK].reshape(-1, unit)
+            cells = (np.arange(part.shape[0], dtype=np.int64) * unit + off + start) & ~np.int64(mask)
+            last = cells.size - 1 - np.unique(cells[::-1], return_index=True)[1]
+            for s in faults_mod.alias_class(mask):
+                at = logical_bytes(ch, cells[last] | np.int64(s), self.dram.chash)[:, None] + np.arange(unit)
+                self.dram.mem[at] = part[last]
+                spans.append((int(at.min()), int(at.max()) + 1))
+        return spans
 
     def c2h(self, axi: int, buf) -> None:
         """One card->host XDMA call into `buf` from an AXI address (stuck DQ bits forced, lanes
