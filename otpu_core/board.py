@@ -58,12 +58,31 @@ class CardInfo:
     running: bool
     link: dict[str, Any]
     faults: tuple[str, ...] = ()     # injected into the card (a simulated card's fault spec tokens)
+    fault_note: str = ""             # the card's sentence on its faults and what clears them
+    engine: tuple[str, ...] = ()     # what is wrong with the DMA engine now, each with what clears it
+
+    @property
+    def problems(self) -> list[str]:
+        """What the card reports wrong with itself now: the DMA engine, STATUS ERROR / AXI_ERR,
+        each with what clears it (empty: healthy as far as it can tell)."""
+        out = list(self.engine)
+        if self.status & regs.ST_ERROR:
+            out.append("STATUS ERROR: the last run stopped on an error (the next run or CTRL CLEAR clears it)")
+        if self.status & regs.ST_AXI_ERR:
+            out.append("STATUS AXI_ERR: the memory path reported an error (CTRL CLEAR clears it; check calibration)")
+        return out
+
+    @property
+    def health(self) -> list[str]:
+        """`problems` and the injected faults: all a monitor's health column shows."""
+        return self.problems + ([self.fault_note] if self.fault_note else [])
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["cfg_hash"] = None if self.cfg_hash is None else f"0x{self.cfg_hash:08x}"
         out["build_id"] = None if self.build_id is None else f"0x{self.build_id:08x}"
         out["status_bits"] = [f.name for f in regs.STATUS_FIELDS if self.status & (1 << f.lsb)]
+        out["health"] = self.health
         return out
 
 
@@ -150,7 +169,7 @@ class Board:
         calibrated = (bool(status & regs.ST_CALIB0), bool(status & regs.ST_CALIB1))
         return CardInfo(self.t.dev, ident, d, mcols, lanes, regmap, caps, core_khz, build_id, cfg_hash, temp_c, ddr_mts,
                         act_rows, status, calibrated, bool(status & regs.ST_RUN and not status & regs.ST_HALTED),
-                        self.t.link(), self.t.injected_faults())
+                        self.t.link(), self.t.injected_faults(), self.t.fault_note(), self.t.engine_health())
 
     def _with_faults(self, hint: str | None) -> str | None:
         """A failure hint, followed by the card's note on its injected faults when it has any."""

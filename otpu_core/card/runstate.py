@@ -194,6 +194,30 @@ class DeviceLock:
     def __exit__(self, *exc) -> None: self.release()
 
 
+def lock_holders(path: Path) -> set[int] | None:
+    """PIDs holding a flock on the file at `path`, read from /proc/locks without touching the
+    lock (a monitor must never take it, even for a moment). None when /proc/locks cannot be read."""
+    try:
+        st = os.stat(path)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except FileNotFoundError:
+        return set()
+    except OSError:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    holders = set()
+    for line in lines:
+        parts = line.split()
+        if "->" in parts:              # a waiter, not a holder
+            continue
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == want:
+            try:
+                holders.add(int(parts[4]))
+            except ValueError:
+                pass
+    return holders
+
+
 # Status file ---------------------------------------------------------------------------------
 
 def write_status(path: Path, data: dict[str, Any]) -> bool:

@@ -6,6 +6,7 @@ import time
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .. import cliopts
@@ -94,6 +95,8 @@ def info_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, no_chec
     if json_out:
         print_json(info.as_dict())
         return
+    if info.fault_note:
+        stdout().print(f"[bold yellow]{escape(info.fault_note)}[/]")
     table = Table(title=f"card {info.dev}", show_header=False, title_justify="left")
     table.add_column("field")
     table.add_column("value")
@@ -106,7 +109,8 @@ def info_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, no_chec
                  ("calibrated", ", ".join(f"ch{c} {'yes' if ok else 'no'}" for c, ok in enumerate(info.calibrated))),
                  ("temperature", f"{info.temp_c:.2f} C" if info.temp_c is not None else "n/a"),
                  ("running", "yes" if info.running else "no"),
-                 ("injected faults", "; ".join(info.faults) or "none"),
+                 ("injected faults", (info.fault_note or "none")),
+                 ("health", "\n".join(info.problems) or "ok"),
                  ("capabilities", " ".join(caps)),
                  ("trace", f"{info.caps.get('trace_depth', 0)} records, P/Q window {info.caps.get('pq_window', 0)} cycles"),
                  ("PCIe", f"{link.get('vendor') or 0:04x}:{link.get('device') or 0:04x} {link.get('speed') or 'link down'}"

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from otpu_core import checks, cliopts, devspec, plugins
 from otpu_core.cli import tool_main
@@ -125,7 +126,7 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
                   markup=False)
         note = device.fault_note(ctx)
         if note:
-            con.print(f"[bold yellow]{note}[/]")
+            con.print(f"[bold yellow]{escape(note)}[/]")
         with progress:
             rows = checks.run_all(registry, ctx, sections, on_row=printer)
     finally:

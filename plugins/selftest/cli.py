@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 
 from otpu_core import checks, cliopts, devspec, plugins
 from otpu_core.cli import tool_main
@@ -58,7 +59,7 @@ def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: 
         if not json_out:
             con.print(f"{device.card_kind(ctx)} self-test on {on}", markup=False)
             if note:
-                con.print(f"[bold yellow]{note}[/]")
+                con.print(f"[bold yellow]{escape(note)}[/]")
         with progress:
             rows, stopped = checks.run_stages(registry, ctx, stages, on_row=on_row)
     finally:
