@@ -26,7 +26,6 @@ import errno
 import fcntl
 import functools
 import importlib
-import json
 import os
 import sys
 import threading
@@ -41,7 +40,8 @@ import numpy as np
 from .. import target as target_mod
 from ..errors import DeviceError, TargetError
 from . import faults as faults_mod
-from . import regs
+from . import regs, simfiles
+from .simfiles import card_name, destroy  # noqa: F401  (part of this module's API)
 from .dram import Dram
 from .engine import onchip_bytes
 from .periphstore import PeriphStore
@@ -68,6 +68,7 @@ LAYOUT = zlib.crc32(" ".join(_HIDDEN_NAMES).encode())   # a card saved by anothe
 H2C_RATE, H2C_SLOW_RATE = 1.70e9, 0.77e9
 C2H_RATE, C2H_SLOW_RATE = 1.65e9, 1.16e9
 DMA_CALL_NS = 11_700
+ROOM_RECHECK_S = 0.5          # how long a reading of the DRAM filesystem's free space is trusted
 THERMAL_TICK = 0.05           # the sensors convert this often: readings in between repeat the last
 SCATTER_BELOW = 1 << 16      # an aliased line below this cuts host writes into pieces stored per byte
 SCATTER_CHUNK = 1 << 20
@@ -75,14 +76,6 @@ SLIP_BYTES = regs.BEAT        # how far an h2c overlapping a c2h shifts every la
 
 _LINK_SPEED = {"pcie-gen2-x8": ("5.0 GT/s PCIe", 8), "pcie-gen3-x8": ("8.0 GT/s PCIe", 8),
                "pcie-gen3-x16": ("8.0 GT/s PCIe", 16), "none": (None, 0)}
-
-
-def card_name(spec_name: str | None) -> str:
-    """Run-directory name of a simulated card: `sim`, or `sim-NAME` for `--dev sim:NAME`."""
-    return "sim" if not spec_name else f"sim-{spec_name}"
-
-
-def serial_of(name: str) -> int: return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
 class SimCard:
@@ -98,7 +91,7 @@ class SimCard:
         self._depth = 0
         refit = False
         with self._locked():
-            meta = self._load_meta()
+            meta = simfiles.load_state(self.dir, name)
             if meta is None:
                 meta = self._new_meta(target, faults)
             elif faults is not None and str(faults_mod.parse(faults)) != meta.get("faults", ""):
@@ -116,13 +109,14 @@ class SimCard:
             self.channel_bytes = int(plat["channel_bytes"])
             self.core_hz = self.target.core_hz
             self.bar_path = self.dir / f"{name}.bar0"
-            self.bar = _file_array(self.bar_path, regs.BAR0_BYTES // 4, np.uint32)
+            self.bar = simfiles.file_array(self.bar_path, regs.BAR0_BYTES // 4, np.uint32)
             self.hidden = np.asarray(self.bar[HIDDEN_BASE // 4:HIDDEN_BASE // 4 + 2 * len(H)]).view(np.uint64)
-            self.dram = Dram(self.dir / f"{name}.dram", self.channel_bytes, self.target.uarch.CHASH,
+            self.dram = Dram(simfiles.dram_path(self.dir, name, meta), self.channel_bytes, self.target.uarch.CHASH,
                              int(plat["channels"]))
-            self.imem = _file_array(self.dir / f"{name}.imem", self.cfg.IMEM_WORDS, np.uint32)
-            self.trace = _file_array(self.dir / f"{name}.trace", self.target.uarch.TRACE_DEPTH, np.uint64)
-            self.onchip = np.asarray(_file_array(self.dir / f"{name}.tmem", onchip_bytes(self.cfg), np.uint8))
+            self._room = (0.0, 0)            # (when, bytes free) on the DRAM file's filesystem, refreshed as it fills
+            self.imem = simfiles.file_array(self.dir / f"{name}.imem", self.cfg.IMEM_WORDS, np.uint32)
+            self.trace = simfiles.file_array(self.dir / f"{name}.trace", self.target.uarch.TRACE_DEPTH, np.uint64)
+            self.onchip = np.asarray(simfiles.file_array(self.dir / f"{name}.tmem", onchip_bytes(self.cfg), np.uint8))
             self.periph = PeriphStore(self.dir / f"{name}.periph", name)
             self.periph_state = self.periph.state
             self.periphs: dict[str, Any] = {}
@@ -137,25 +131,37 @@ class SimCard:
         self._machine = None           # (key, (Machine, seen generations, store logs)) of engine.machine_for
 
     # -- identity ---------------------------------------------------------------------------------
-    def _load_meta(self) -> dict | None:
-        try:
-            return json.loads(self.meta_path.read_text())
-        except (OSError, ValueError):
-            return None
-
     def _new_meta(self, target: str | None, faults: str | None) -> dict:
         t = check_simulable(target_mod.load(target))
         faults_mod.parse(faults).validate(t)
         shipped = t.path.resolve().parent == target_mod.TARGETS_DIR
-        meta = {"target": t.path.stem if shipped else str(t.path), "target_name": t.name, "serial": serial_of(self.name),
-                "faults": str(faults_mod.parse(faults)) if faults else "", "created": time.time()}
+        meta = {"target": t.path.stem if shipped else str(t.path), "target_name": t.name,
+                "serial": simfiles.serial_of(self.name), "faults": str(faults_mod.parse(faults)) if faults else "",
+                "created": time.time()}
+        size = int(t.platform["channel_bytes"]) * int(t.platform["channels"])
+        home = simfiles.dram_home(self.dir, size)
+        if home != self.dir:
+            meta["dram_dir"] = str(home)
+            print(f"otpu: {simfiles.dev_of(self.name)}: the run directory {self.dir} has "
+                  f"{simfiles.human(simfiles.free_bytes(self.dir))} free, too little for the card's "
+                  f"{simfiles.human(size)} of DRAM: it is kept in {home}", file=sys.stderr)
         self._save_meta(meta)
         return meta
 
     def _save_meta(self, meta: dict) -> None:
-        tmp = self.meta_path.with_name(f".{self.meta_path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(meta, indent=1))
-        os.replace(tmp, self.meta_path)
+        simfiles.save_state(self.dir, self.name, meta)
+
+    def _check_room(self, n: int) -> None:
+        """Refuse a host write the DRAM file's filesystem may not hold (a sparse page written on a
+        full filesystem is a Bus error): ENOSPC naming the directory and the bytes needed."""
+        when, free = self._room
+        now = time.monotonic()
+        if now - when > ROOM_RECHECK_S or n > free // 4:
+            free = simfiles.free_bytes(self.dram.path.parent)
+            when = now
+        if n + simfiles.DRAM_MARGIN // 4 > free:
+            raise simfiles.no_room(self.dram.path.parent, n, free, f"this {n}-byte write to {self.dram.path.name}")
+        self._room = (when, free - n)
 
     @contextmanager
     def _locked(self):
@@ -611,6 +617,7 @@ class SimCard:
         garbled on byte lanes out of their write window, stuck DQ bits forced, and stored at
         every address of its aliased cell (`faults.alias_class`)."""
         src = np.frombuffer(buf, dtype=np.uint8)
+        self._check_room(src.size)
         land, mark = self._dma_begin("h2c", axi, src.size, src.__array_interface__["data"][0])
         try:
             parts, hole = self._axi_spans(land, src.size)
@@ -788,17 +795,6 @@ def check_simulable(target) -> Any:
     return target
 
 
-def _file_array(path: Path, count: int, dtype) -> np.ndarray:
-    nbytes = count * np.dtype(dtype).itemsize
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        if os.fstat(fd).st_size < nbytes:
-            os.ftruncate(fd, nbytes)
-    finally:
-        os.close(fd)
-    return np.memmap(path, dtype=dtype, mode="r+", shape=(count,))
-
-
 def open_card(name: str, target: str | None = None, faults: str | None = None) -> SimCard:
     """Open (creating on first use) a simulated card; wraps file errors as DeviceError."""
     if faults is None:
@@ -806,17 +802,7 @@ def open_card(name: str, target: str | None = None, faults: str | None = None) -
     try:
         return SimCard(name, target, faults)
     except OSError as e:
-        raise DeviceError(f"simulated card {name}: cannot open its files in {run_dir()}: {e.strerror or e}") from None
+        raise DeviceError(f"simulated card {simfiles.dev_of(name)}: cannot open its files in {run_dir()}: "
+                          f"{e.strerror or e}") from None
 
 
-CARD_FILES = (".card.json", ".bar0", ".dram", ".gens", ".imem", ".trace", ".tmem", ".periph", ".error")
-
-
-def destroy(name: str, directory: Path | None = None) -> None:
-    """Remove every file of a simulated card (its next open powers on a new one)."""
-    directory = directory or run_dir()
-    for suffix in CARD_FILES:
-        try:
-            (directory / f"{name}{suffix}").unlink()
-        except FileNotFoundError:
-            pass

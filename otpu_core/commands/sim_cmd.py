@@ -313,6 +313,57 @@ def trace_cmd(path: Path = typer.Argument(..., help="A trace file written by `ot
         print(line)
 
 
+@app.command("list")
+def list_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The simulated cards in the run directory: target, faults, age, DRAM on disk, who holds each."""
+    from ..card import simfiles
+    from ..card.runstate import run_dir
+    rows = [simfiles.describe(n) for n in simfiles.names()]
+    if json_out:
+        print_json(rows)
+        return
+    con = stdout()
+    if not rows:
+        con.print(f"no simulated cards in {run_dir()}", markup=False)
+        return
+    table = Table(title=f"simulated cards in {run_dir()}", title_justify="left")
+    for col in ("card", "target", "faults", "age", "DRAM on disk", "held by", "state"):
+        table.add_column(col, justify="right" if col == "DRAM on disk" else "left")
+    for r in rows:
+        held = f"PID {r['held_by']['pid']} ({r['held_by']['cmd']})" if r["held_by"] else "free"
+        table.add_row(r["dev"], r["target"] or "?", r["faults"] or "none" if r["target"] else "?",
+                      simfiles.age(r["created"]), simfiles.human(r["dram_bytes_on_disk"]), held, r["state"])
+    con.print(table)
+
+
+@app.command("rm")
+def rm_cmd(cards: list[str] = typer.Argument(None, help="Cards to remove: sim, sim:NAME (or NAME)."),
+           all_cards: bool = typer.Option(False, "--all", help="Remove every simulated card in the run directory.")) -> None:
+    """Remove simulated cards and their files (DRAM included); a card in use is refused (exit 3)."""
+    from ..card import simfiles
+    from ..card.runstate import DeviceLock, run_dir
+    present = simfiles.names()
+    if all_cards and cards:
+        raise UsageError("name cards or give --all, not both")
+    if not all_cards and not cards:
+        raise UsageError("name the cards to remove (or --all)", hint="`otpu sim list` shows them")
+    wanted = present if all_cards else []
+    for spec in cards or []:
+        if not spec.strip():
+            raise UsageError("an empty card name", hint="`otpu sim list` shows the cards")
+        name = simfiles.card_name(spec.partition(":")[2] or None) if spec == "sim" or spec.startswith("sim:") \
+            else simfiles.card_name(spec)
+        if name not in present:
+            raise UsageError(f"no simulated card {simfiles.dev_of(name)} in {run_dir()}",
+                             hint="cards there: " + (", ".join(simfiles.dev_of(n) for n in present) or "none"))
+        wanted.append(name)
+    for name in dict.fromkeys(wanted):
+        with DeviceLock(name).acquire(wait=0):        # busy: DeviceBusy, exit 3, naming the holder
+            freed = simfiles.describe(name)["dram_bytes_on_disk"]
+            simfiles.destroy(name)
+        print(f"{simfiles.dev_of(name)}: removed ({simfiles.human(freed)} of DRAM freed)")
+
+
 @hookimpl
 def otpu_commands(app: typer.Typer) -> None:
     app.add_typer(globals()["app"], name="sim")
