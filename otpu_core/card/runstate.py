@@ -139,7 +139,8 @@ class DeviceLock:
         if self._fd is not None:
             return self
         if wait is None:
-            wait = float(os.environ.get("OTPU_LOCK_WAIT") or 0)
+            from ..envvars import number
+            wait = number("OTPU_LOCK_WAIT", 0.0, 0.0, 86400.0)
         fd = open_shared(self.path)
         deadline = time.monotonic() + wait
         announced = False

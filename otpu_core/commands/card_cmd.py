@@ -172,21 +172,16 @@ def run_cmd(program: str = typer.Argument(..., help="Program: assembly (.s) or a
     from pathlib import Path
 
     from ..board import BoardBackend, prepare
+    from .sim_cmd import parse_args, read_program
+    cliopts.seconds(timeout, "--timeout")
     path = Path(program)
-    try:
-        prog = prepare(path.read_text() if path.suffix in (".s", ".asm") else path.read_bytes())
-    except OSError as e:
-        raise UsageError(f"{program}: {e.strerror}") from None
-    args = [0] * regs.ARG_COUNT
-    for item in arg:
-        key, _, value = item.partition("=")
-        try:
-            index, number = int(key), int(value, 0)
-        except ValueError:
-            raise UsageError(f"--arg {item!r}: write it as N=VALUE, e.g. --arg 0=0x1000") from None
-        if not 0 <= index < regs.ARG_COUNT:
-            raise UsageError(f"--arg {item!r}: N must be 0..{regs.ARG_COUNT - 1}")
-        args[index] = number
+    if path.is_dir():
+        raise UsageError(f"program file {path} is a directory")
+    instrs, _ = read_program(path)
+    if not instrs:
+        raise UsageError(f"{program}: program has no instructions", hint="a program ends with halt")
+    prog = prepare(instrs)
+    args = parse_args(arg)
     with Board.open(dev, target, check=not no_check, faults=fault) as board:
         backend = BoardBackend(board)
         backend.start(prog, args=args)
@@ -225,7 +220,7 @@ def reset_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault:
     With --target the card comes back as that target (a new bitstream); with --fault it comes
     back with those faults (default: none)."""
     from ..card.simcard import card_name, destroy, open_card
-    dev = dev or "sim"
+    dev = "sim" if dev is None else cliopts.nonempty(dev, "--dev", "a simulated card: sim or sim:NAME")
     if not _is_sim(dev):
         raise UsageError(f"`otpu sim reset` resets simulated cards; {dev} is not one (use sim or sim:NAME)")
     devname = card_name(dev.partition(":")[2] or None)

@@ -14,7 +14,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from .. import isa, tracefmt
+from .. import cliopts, isa, tracefmt
 from ..console import print_json, spin_while, stderr, stdout
 from ..errors import UsageError
 from ..hookspecs import hookimpl
@@ -37,6 +37,15 @@ def _int(text: str, what: str) -> int:
         raise UsageError(f"{what}: {text!r} is not an integer (decimal or 0x hex)") from None
 
 
+def read_text(path: Path, what: str) -> str:
+    """A text file the user named; not UTF-8 is a usage error naming it."""
+    try:
+        return path.read_text()
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{what} {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})",
+                         hint="assembly is text (.s); a program image ends in .bin") from None
+
+
 def read_program(path: Path, with_table: bool = False) -> tuple[list[isa.Instr], list | None]:
     """(instructions, WAITC entries or None) from assembly text (.s/.asm, `!` entries) or a
     binary image (anything else; with_table: the image is followed by its wait table)."""
@@ -44,7 +53,7 @@ def read_program(path: Path, with_table: bool = False) -> tuple[list[isa.Instr],
         raise UsageError(f"program file {path} does not exist")
     if path.suffix.lower() in (".s", ".asm"):
         from ..asm import parse
-        prog = parse(path.read_text())
+        prog = parse(read_text(path, "program file"))
         return prog.instrs, prog.waits
     data = path.read_bytes()
     if not with_table:
@@ -142,6 +151,7 @@ def run_cmd(program: Path = typer.Argument(..., help="Program: assembly text (.s
                                        "(SEQ_WC targets schedule by it).")) -> None:
     """Run a program on the golden simulator (or with --dev on a card) and report cycles, instructions and
     unit utilisation."""
+    cliopts.seconds(timeout, "--timeout")
     prog, table = read_program(program, waits)
     if not prog:
         raise UsageError(f"{program}: program has no instructions", hint="a program ends with halt")
@@ -299,17 +309,29 @@ def trace_cmd(path: Path = typer.Argument(..., help="A trace file written by `ot
               chrome: Path = typer.Option(None, "--chrome", help="Also write a Chrome-trace JSON (chrome://tracing, Perfetto)."),
               core_mhz: float = typer.Option(133.33, "--core-mhz", help="Core clock for Chrome-trace timestamps.")) -> None:
     """Decode 64-bit trace records into the `T0 D c= ...` lines (or JSON events)."""
+    cliopts.positive(core_mhz, "--core-mhz", "MHz")
+    if path.is_dir():
+        raise UsageError(f"trace file {path} is a directory")
     if not path.is_file():
         raise UsageError(f"trace file {path} does not exist")
     if path.stat().st_size % 8:
         raise UsageError(f"trace file {path} is {path.stat().st_size} bytes: not a whole number of 64-bit records")
-    records = tracefmt.read(path)
     if chrome is not None:
-        chrome.write_text(tracefmt.to_chrome(records, core_mhz))
+        check_writable(chrome, "--chrome")
+    records = tracefmt.read(path)
+    try:
+        lines = tracefmt.to_lines(records)
+        events = tracefmt.unpack(records) if json_out else None
+        chrome_text = tracefmt.to_chrome(records, core_mhz) if chrome is not None else None
+    except (KeyError, ValueError, IndexError) as e:
+        raise UsageError(f"trace file {path} does not hold trace records (a record of an unknown type or a cut "
+                         f"group: {e})", hint="trace files come from `otpu sim run --trace F`") from None
+    if chrome is not None:
+        write_or_show(chrome, chrome_text, "--chrome")
     if json_out:
-        print_json(tracefmt.unpack(records))
+        print_json(events)
         return
-    for line in tracefmt.to_lines(records):
+    for line in lines:
         print(line)
 
 

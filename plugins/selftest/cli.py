@@ -29,11 +29,12 @@ app = typer.Typer(name="selftest", add_completion=False, rich_markup_mode=None)
 def selftest(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.Fault = None,
              model: str = typer.Option(None, "--model", help="Also run the model stage with this model "
                                                              "(needs a plugin that provides the model check)."),
-             tokens: int = typer.Option(8, "--tokens", min=1, help="Tokens the model stage decodes."),
-             bw_mib: int = typer.Option(256, "--bw-mib", min=1, help="MiB per channel each way for the bandwidth "
+             tokens: int = typer.Option(8, "--tokens", min=1, max=1_000_000, help="Tokens the model stage decodes."),
+             bw_mib: int = typer.Option(256, "--bw-mib", min=1, max=1 << 20, help="MiB per channel each way for the bandwidth "
                                                                      "stage (it passes above 0.5 GB/s)."),
              json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of lines.")) -> None:
     """Bring up a card stage by stage."""
+    cliopts.nonempty(model, "--model", "a model")
     registry = checks.collect(plugins.get().hook)
     kind = checks.device_kind(devspec.chosen(dev))
     if kind == "otpu":

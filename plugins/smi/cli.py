@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -33,19 +31,13 @@ from .sample import Sampler
 
 HELP = ("Show openTPU cards: identity, link, health, temperature, power, DRAM, utilisation and the "
         "process using each. Exit 0 ok, 2 bad options, 3 no card or a card that cannot be opened.")
-MAX_PERIOD_S = 86400.0
 
 app = typer.Typer(name="smi", add_completion=False, rich_markup_mode=None, invoke_without_command=True,
                   help=HELP)
 
 
-def seconds(value: float | None, option: str, low: float, high: float = MAX_PERIOD_S) -> float | None:
-    """A period in seconds, finite and in [low, high]; None stays None."""
-    if value is None:
-        return None
-    if not math.isfinite(value) or not low <= value <= high:
-        raise UsageError(f"{option} {value:g}: must be a number of seconds from {low:g} to {high:g}")
-    return value
+def seconds(value: float | None, option: str, low: float, high: float = cliopts.MAX_SECONDS) -> float | None:
+    return cliopts.seconds(value, option, low, high, low_inclusive=True)
 
 
 def _formats(text: str) -> tuple[bool, bool]:
@@ -262,7 +254,7 @@ def dmon(ctx: typer.Context,
     """Stream one line per card per interval, like `nvidia-smi dmon`."""
     opts = dict(ctx.obj or {})
     for key, value in (("dev", dev), ("ids", ids), ("target", target), ("out_file", out_file)):
-        if value:
+        if value is not None and value != []:
             opts[key] = value
     columns = dmon_fmt.parse_groups(groups)
     time_cols = dmon_fmt.parse_time(stamps)

@@ -8,6 +8,7 @@ import typer
 from rich.live import Live
 from rich.text import Text
 
+from otpu_core import cliopts
 from otpu_core.cli import tool_main
 from otpu_core.console import print_json, stderr, stdout
 from otpu_core.errors import EXIT_CHECKS_FAILED, EXIT_USAGE, DeviceError, UsageError
@@ -50,6 +51,7 @@ def opened(dev: str | None, fault: str | None = None, need_noc: bool = True):
     hint to recover); recovery itself opens without it.
     """
     card = None
+    cliopts.nonempty(dev, "--dev", "a Blackhole card: tt:N, tt:sim or tt:sim:NAME")
     try:
         card = Card(dev, tt_faults.parse(fault))
         note = card.fault_note()
@@ -74,6 +76,7 @@ def _pause(seconds: float) -> None:
 
 def _live(render, interval: float) -> None:
     """Refresh a renderable every `interval` seconds until Ctrl-C (which exits 0)."""
+    cliopts.seconds(interval, "-l")
     try:
         with Live(render(), console=stdout(), refresh_per_second=4, auto_refresh=False) as live:
             while True:
