@@ -17,8 +17,9 @@ HOST_LINK = {"pcie-gen2-x8": (5.0, 8), "pcie-gen3-x8": (8.0, 8), "pcie-gen3-x16"
 TEMP_MAX_C = 85.0
 GEN1_GTS = 2.5
 
-LINK_HINT = ("check `lspci -d 10ee:` lists the card, the xdma driver is loaded and /dev/xdma0_user exists; "
-             "after programming the FPGA, rescan the PCI bus or reboot")
+LINK_HINT = ("check `lspci -d 10ee:` lists the card, the xdma driver is loaded and /dev/xdma0_user exists "
+             "(`otpu setup --check` checks each, with its fix); after programming the FPGA, rescan the PCI bus or "
+             "reboot")
 CONFIG_HINT = ("load the bitstream built for this target, or pass the target the card was built for "
                "(--target); D, MCOLS and LANES come from the bitstream")
 SCRUB_HINT = "host->card DMA does not work: check the driver and the link (try the driver's poll mode)"
