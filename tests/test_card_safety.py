@@ -89,3 +89,19 @@ def test_every_tool_that_opens_a_faulty_card_names_its_faults(argv, capsys):
     out = capsys.readouterr().out
     assert rc in (0, 1 | 4)
     assert "sim:n has injected faults: hot:c=90" in out and "otpu sim reset --dev sim:n" in out
+
+
+def test_long_work_reports_progress_on_stderr_when_piped():
+    """Piped, the bars are off but a plain line reaches stderr every few seconds."""
+    import io
+
+    from rich.console import Console
+
+    from otpu_core.corechecks.progress import CheckProgress
+    err = io.StringIO()
+    p = CheckProgress(Console(file=io.StringIO()), stream=err, every=0.0)
+    with p:
+        p.march(1, 2, 0.5, 3.0)
+        p.soak(3, 10)
+    lines = err.getvalue().splitlines()
+    assert lines[0].startswith("otpu: march C- channel 1: element 2/6, 25%,") and lines[1].startswith("otpu: soak: program 3 of 10, 30%")

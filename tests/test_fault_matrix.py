@@ -220,3 +220,9 @@ def test_every_dq_bit_and_address_line(ch):
         else:
             assert list(addr.data["addr_bits"]) == [p["bit"]], (spec, addr.message)
     SimTransport  # imported for the card the contexts open
+
+
+def test_a_warm_die_is_warn_not_fail(tmp_path, capsys):
+    rc, out, doc, rows = diag("hot:c=80", tmp_path, capsys, "--only", "regs")
+    assert rc == 0 and rows[N.TEMP]["status"] == "WARN" and "near the 85 C limit" in rows[N.TEMP]["message"]
+    assert "near a limit:" in out and out.rstrip().splitlines()[-1].startswith("ALL PASS") and "1 near a limit" in out
