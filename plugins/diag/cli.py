@@ -112,7 +112,8 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
     registry = _registry(mem, soak)
     kind = checks.device_kind(devspec.chosen(dev))
     known = list(dict.fromkeys([*SECTIONS, *registry.sections(kind)])) if kind == "otpu" else registry.sections(kind)
-    sections = _sections(only, known) if lv.sections is None else list(lv.sections)
+    # a level names the openTPU sections; another kind of card runs its plugin's sections at every level
+    sections = _sections(only, known) if lv.sections is None or kind != "otpu" else list(lv.sections)
     con = stderr() if is_stdout(json_file) else stdout()
     progress = CheckProgress(con)
     ctx = checks.CheckContext(devspec.chosen(dev), {
