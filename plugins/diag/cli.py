@@ -61,6 +61,8 @@ def _registry(mem: str, soak: int) -> checks.Registry:
 
 def show_history(dev: str | None, json_file: Path | None) -> None:
     entries, bad = history.read(dev)
+    if bad:
+        stderr().print(f"otpu-diag: {bad} line(s) of {history.path()} are not JSON and were skipped", markup=False)
     if json_file is not None:
         write_or_show(json_file, json.dumps(entries, indent=2) + "\n", "--json")
         return
@@ -69,8 +71,6 @@ def show_history(dev: str | None, json_file: Path | None) -> None:
         con.print(f"no diag runs recorded{' for ' + dev if dev else ''} in {history.path()}", markup=False)
     else:
         con.print(history_table(entries))
-    if bad:
-        stderr().print(f"otpu-diag: {bad} line(s) of {history.path()} are not JSON and were skipped", markup=False)
 
 
 @app.command(help=HELP)
