@@ -57,16 +57,23 @@ def print_error(err: OtpuError | str, prog: str = "otpu") -> None:
 
 
 SPIN_AFTER = 2.0  # seconds of waiting before a spinner appears
+PIPED_EVERY = 5.0  # seconds between progress lines on stderr when it is not a terminal
 
 
 def spin_while(busy: Callable[[], bool], describe: Callable[[], str], console: Console,
                after: float = SPIN_AFTER, poll: float = 0.0) -> None:
     """Call `busy()` until it returns False (sleeping `poll` s between calls). Past `after`
-    seconds, on a terminal, a transient spinner shows `describe()` and the time elapsed."""
+    seconds, on a terminal, a transient spinner shows `describe()` and the time elapsed; not on
+    a terminal, a line with `describe()` goes to stderr every PIPED_EVERY seconds."""
     t0 = time.monotonic()
+    said = t0
     while busy():
-        if console.is_terminal and time.monotonic() - t0 >= after:
+        now = time.monotonic()
+        if console.is_terminal and now - t0 >= after:
             break
+        if not console.is_terminal and now - said >= PIPED_EVERY:   # piped: a plain line now and then
+            said = now
+            print(f"otpu: {describe()} ({now - t0:.0f} s)", file=sys.stderr, flush=True)
         time.sleep(poll)
     else:
         return

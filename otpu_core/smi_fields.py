@@ -61,10 +61,16 @@ CATALOGUE: dict[str, FieldSpec] = {s.name: s for s in (
     FieldSpec("pcie.link.width.current", "", "PCIe link width in use (lanes)."),
     FieldSpec("clocks.core", "MHz", "Core clock (CORE_KHZ)."),
     FieldSpec("temperature.die", "C", "FPGA die temperature from the XADC (TEMP register)."),
+    FieldSpec("temperature.die.limit", "C", "Die temperature the checks call too hot."),
     FieldSpec("temperature.board", "C", "Board temperature from a sensor plugin (LM73), else [N/A]."),
+    FieldSpec("health", "", "ok, or what is wrong now (DMA engine, STATUS ERROR / AXI_ERR, injected faults) and "
+                            "what clears it."),
+    FieldSpec("card_target", "", "The target the card itself is built as (a simulated card knows; a real one: "
+                                 "the target whose CFG_HASH it reports, [N/A] if several share it)."),
     FieldSpec("power.draw", "W", "Board power: measured by a sensor plugin, else estimated from utilisation."),
     FieldSpec("power.source", "", "measured, or estimate (and the model the estimate used)."),
     FieldSpec("power.max", "W", "Power of the design with every unit busy (the model's total)."),
+    FieldSpec("power.limit", "W", "The power limit shown beside power.draw: the design's all-busy power."),
     FieldSpec("memory.total", "MiB", "Card DRAM size, all channels."),
     FieldSpec("memory.used", "MiB", "DRAM the running process has placed (image, weights, KV cache), from its status file."),
     FieldSpec("memory.free", "MiB", "memory.total minus memory.used."),

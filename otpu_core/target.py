@@ -187,6 +187,8 @@ def names() -> list[str]:
 def resolve(name_or_path: str | os.PathLike | None = None) -> Path:
     """A target name (`ypcb-00338`) or a path to a .toml; None means `$OTPU_TARGET` or the default."""
     spec = str(name_or_path if name_or_path is not None else os.environ.get("OTPU_TARGET") or DEFAULT_TARGET)
+    if not spec.strip():
+        raise TargetError("empty target name", hint=f"known targets: {', '.join(names())}")
     path = Path(spec)
     if spec.endswith(".toml") or os.sep in spec:
         if path.is_dir():

@@ -345,7 +345,7 @@ def test_card_run_command(tmp_path):
     code, out = otpu("card", "run", str(oob), "--dev", "sim", "--target", "sim-small")
     assert code == 2 and "illegal instruction" in out and "pc 0" in out
     code, out = otpu("card", "run", str(good), "--dev", "sim", "--target", "sim-small", "--arg", "9=1")
-    assert code == 2 and "N must be 0..7" in out
+    assert code == 2 and "argument number must be 0..7" in out
 
 
 def test_injected_faults_are_shown_and_named_in_failure_hints(tmp_path):
@@ -357,7 +357,7 @@ def test_injected_faults_are_shown_and_named_in_failure_hints(tmp_path):
     code, out = otpu("card", "info", *sim, "--json")            # no --fault: the card keeps its faults
     assert code == 0 and json.loads(out)["faults"] == ["hang"]
     code, out = otpu("card", "info", *sim)
-    assert re.search(r"injected faults\s*│\s*hang", out)
+    assert re.search(r"injected faults\s*│\s*sim:h2 has injected faults: hang", out)
     code, out = otpu("card", "run", str(prog), *sim, "--timeout", "0.3")
     assert code == 3 and "sim:h2 has injected faults: hang" in out and "otpu sim reset --dev sim:h2" in out
     code, out = otpu("sim", "reset", *sim)

@@ -24,6 +24,7 @@ from ..errors import UsageError
 ENV_VAR = "OTPU_SIM_FAULTS"
 BUS_BYTES = 8          # one DDR3 bus word: 64 data bits (byte lanes 0..7) plus the ECC lane
 DQ_BITS = 72           # 8 data byte lanes and the ECC byte lane
+DATA_BITS = 64         # the data lanes; a simulated card has no ECC lane
 ALIAS_MIN_BIT = 3      # address lines below the bus word select a byte, not a cell
 
 
@@ -119,6 +120,11 @@ class FaultSet:
         channels = target.platform["channels"]
         chan_bits = int(target.platform["channel_bytes"]).bit_length() - 1
         for f in self.faults:
+            if f.kind == "stuck_dq" and f.params["bit"] >= DATA_BITS:
+                raise UsageError(f"fault '{f}': DQ bit {f.params['bit']} is on the ECC byte lane (bits "
+                                 f"{DATA_BITS}..{DQ_BITS - 1}), and the simulated {target.name} card has no ECC "
+                                 "lane: it stores data bits only",
+                                 hint=f"stick a data bit: bit=0..{DATA_BITS - 1}")
             if "ch" in f.params and f.params["ch"] >= channels:
                 raise UsageError(f"fault '{f}': ch={f.params['ch']} but target {target.name} has "
                                  f"{channels} channels (0..{channels - 1})")

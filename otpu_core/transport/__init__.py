@@ -83,6 +83,7 @@ class Transport:
         self._staging: np.ndarray | None = None
         self._read_stages: tuple[np.ndarray, np.ndarray] | None = None
         self.stats = {"h2c_calls": 0, "c2h_calls": 0, "bounced": 0}
+        self._wedged = False
 
     # -- subclass interface ----------------------------------------------------------------------
     def _reg_read(self, off: int) -> int: raise NotImplementedError(f"{type(self).__name__} cannot read registers")
@@ -110,6 +111,19 @@ class Transport:
     def fault_note(self) -> str:
         """One sentence naming the injected faults and how to clear them, for failure hints ("" if none)."""
         return ""
+
+    def card_target(self) -> str | None:
+        """The name of the target the card itself says it was built as, when it can say more than
+        its CFG_HASH (several targets share one arch hash); None on a card that cannot."""
+        return None
+
+    def engine_health(self) -> tuple[str, ...]:
+        """What is wrong with the card's DMA engine now, one sentence each naming what clears it
+        (empty: nothing known to be wrong). The base class knows what this process saw: a
+        host->card call that timed out means the write path is wedged."""
+        if self._wedged:
+            return ("the host->card write path is wedged (a write timed out): reload the bitstream",)
+        return ()
 
     # -- registers -------------------------------------------------------------------------------
     def reg_read(self, off: int) -> int:
@@ -282,6 +296,7 @@ class Transport:
         ch, off = regs.axi_channel(axi)
         note = self.fault_note()
         if e.errno == errno.ETIMEDOUT:
+            self._wedged = True
             return DeviceError(f"{self.dev}: {what} DMA of {n} bytes at channel {ch} offset 0x{off:x} timed out "
                                "(the card's write path is wedged)",
                                hint="reload the bitstream (simulated card: `otpu sim reset`); reads and registers still work"

@@ -8,6 +8,7 @@ import typer
 from rich.live import Live
 from rich.text import Text
 
+from otpu_core import cliopts
 from otpu_core.console import stderr, stdout
 from otpu_core.errors import DeviceError
 from otpu_core.tt import faults as tt_faults
@@ -41,6 +42,7 @@ def opened(dev: str | None, fault: str | None = None, need_noc: bool = True):
     an error (exit 3, with the hint to recover); recovery and monitors open without it.
     """
     card = None
+    cliopts.nonempty(dev, "--dev", "a Blackhole card: tt:N, tt:sim or tt:sim:NAME")
     try:
         card = Card(dev, tt_faults.parse(fault))
         note = card.fault_note()
@@ -65,6 +67,7 @@ def pause(seconds: float) -> None:
 
 def live(render, interval: float) -> None:
     """Refresh a renderable every `interval` seconds until Ctrl-C (which exits 0)."""
+    cliopts.seconds(interval, "-l")
     try:
         with Live(render(), console=stdout(), refresh_per_second=4, auto_refresh=False) as view:
             while True:
