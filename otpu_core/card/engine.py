@@ -57,13 +57,6 @@ def machine_for(card: "SimCard", trace: bool):
     return m, seen, logs
 
 
-def forget(card: "SimCard") -> None:
-    """Drop this process's Machine of a card whose memories are about to be unmapped: its DRAM
-    views die with them, and a Machine reused after a reopen would touch freed pages."""
-    for key in [k for k in _MACHINES if k[:2] == (str(card.dir), card.name)]:
-        del _MACHINES[key]
-
-
 @functools.lru_cache(maxsize=8)
 def _onchip_layout(cfg) -> tuple[tuple[tuple[str, str, tuple[int, ...], np.dtype, int], ...], int]:
     """((memory, array, shape, dtype, byte offset), ...) of one slice's on-chip memories (every

@@ -43,7 +43,7 @@ from . import faults as faults_mod
 from . import regs, simfiles
 from .simfiles import card_name, destroy  # noqa: F401  (part of this module's API)
 from .dram import Dram
-from .engine import forget as forget_machine, onchip_bytes
+from .engine import onchip_bytes
 from .periphstore import PeriphStore
 from .runstate import open_shared, owner_alive, pid_alive, process_start, run_dir
 
@@ -742,7 +742,7 @@ class SimCard:
         self.join(2.0)               # a run the host stopped ends within one engine time slice
         if self._runner is not None and self._runner.is_alive():
             return                   # a run still in flight keeps using the card; it goes with the process
-        forget_machine(self)
+        self._machine = None        # its DRAM views are the maps closed below
         self.dram.close()
         self.periph.close()
         if self._lock_fd is not None:

@@ -26,6 +26,7 @@ import time
 from contextlib import contextmanager
 
 from ..card.runstate import DeviceLock, open_shared, pid_alive, process_command
+from ..envvars import number
 from ..errors import DeviceBusy, DeviceError, UsageError
 from . import arc, consts as K, ioctl as I
 from .arc import ArcQueue, Telemetry
@@ -116,7 +117,7 @@ def open_device(spec: str | None = None, faults: list[Fault] | None = None, excl
     if kind != "sim" and faults:
         raise UsageError("--fault only applies to a simulated card (tt:sim)")
     if wait is None:
-        wait = float(os.environ.get("OTPU_LOCK_WAIT") or 0)
+        wait = number("OTPU_LOCK_WAIT", 0.0, 0.0, 86400.0)
     deadline, announced = time.monotonic() + wait, False
     while True:
         try:
@@ -326,7 +327,7 @@ class Card:
                 got = bool(self.dev.lock_ctl(I.LOCK_ACQUIRE, RESET_LOCK_INDEX))
                 if not got:
                     raise DeviceBusy(f"{self.spec}: another process holds the driver's reset lock ({RESET_LOCK_INDEX})")
-            wait = float(os.environ.get("OTPU_LOCK_WAIT") or 0)
+            wait = number("OTPU_LOCK_WAIT", 0.0, 0.0, 86400.0)
             if not allow_others and not wait_for(lambda: not self.other_users(), wait, 0.2):
                 who = ", ".join(f"PID {pid} ({cmd})" for pid, cmd in self.other_users())
                 raise DeviceBusy(f"{self.spec} is open in {who}: close it and retry",

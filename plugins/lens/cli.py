@@ -70,8 +70,11 @@ def record_cmd(out: Path = typer.Option(..., "-o", "--output", help="Profile fil
     if engine == "sim" and dev is not None:
         raise UsageError(f"--dev {dev}: --engine sim runs the timing model in this process; drop --dev or use "
                          "--engine card")
+    cliopts.seconds(timeout, "--timeout")
+    cliopts.nonempty(workload, "--workload", "a workload (`otpu-lens list`)")
+    cliopts.nonempty(model, "--model", "a model")
     options = {"tokens": tokens, "pos": pos, "model": model, "prompt": prompt}
-    w = workloads.get(workload or _default_workload(model))
+    w = workloads.get(workload if workload is not None else _default_workload(model))
     workloads.check_options(w, options)
     check_writable(out, "-o")
     eng = recorder.SimEngine(load_target(target)) if engine == "sim" else \

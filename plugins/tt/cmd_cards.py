@@ -110,7 +110,7 @@ def smi_cmd(file: str = typer.Argument(None, metavar="[FILE]", help="With -s or 
             if file is None:
                 path.parent.mkdir(parents=True, exist_ok=True)
             check_writable(path, "-f" if tt_log else "-s")
-    specs = [dev] if dev or fault else default_specs()
+    specs = [dev] if dev is not None or fault else default_specs()
     with ExitStack() as stack:
         cards, unopened = [], []
         for spec in specs:
