@@ -7,8 +7,8 @@ when the caller passes one), TMEM and the ACT RAM. Each run writes the non-zero 
 and ACT RAM to files, runs the simulator built for the target (`rtlsim.build`, cached), and reads
 back every DRAM beat the run wrote, TMEM, the ACT RAM and the run's counters. Programs live in a
 program area at the top of DRAM, as on a card; on a SEQ_WC target the wait table follows the
-instructions (a program without one gets entries of count 0, which wait for every older
-instruction, as a card does when it reads a zeroed table).
+instructions (a program without one gets `sync` entries: each instruction waits for every older
+one, the safe order for hand-written programs).
 
 `rtl_sources()` is the RTL in build order (`Target.sources()` names the same files);
 `build_for(target)` the simulator of a target; `RtlError` when a target cannot be built or a
@@ -36,6 +36,7 @@ MODEL_DRAM_MAX = 64 << 20         # the testbench DRAM model holds at most this 
 ERRORS = {1: "illegal opcode", 2: "TMEM or DRAM range", 3: "DRAM range", 4: "shape", 5: "unsupported by the RTL",
           6: "loop", 7: "HALT CHAIN or program length", 8: "WAITW timeout", 9: "ran past the end of the program"}
 RUN_TIMEOUT_S = 1800.0
+SYNC = isa.WaitEntry(sync=True)
 
 
 def tb_sources(target: target_mod.Target) -> list[Path]:
@@ -130,8 +131,7 @@ class RtlBackend:
         if len(instrs) > self.cfg.imem_instrs:
             raise RtlError(f"a program of {len(instrs)} instructions does not fit IMEM ({self.cfg.imem_instrs})")
         if self.cfg.SEQ_WC:
-            entries = [w or isa.WaitEntry((0,) * isa.NQUEUES) for w in table] if table is not None else \
-                [isa.WaitEntry((0,) * isa.NQUEUES)] * len(instrs)
+            entries = [w or isa.NO_WAIT for w in table] if table is not None else [SYNC] * len(instrs)
             image = isa.encode_program(instrs, entries)
             table = tuple(entries)
         else:

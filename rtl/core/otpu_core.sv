@@ -119,9 +119,9 @@ module otpu_core
     end
   end
 
-  // -- TMEM: read ports 0 DMA, 1 MXU, 2 QNT, 3 VPU A, 4 VPU B, 5 sequencer (RLD) and collective;
-  //    write ports 0 DMA, 1 MXU, 2 VPU, 3 collective ------------------------------------------------
-  localparam int NR = 6, NW = 4;
+  // -- TMEM: read ports 0 DMA, 1 MXU, 2 QNT source, 3 VPU A, 4 VPU B, 5 sequencer (RLD) and
+  //    collective, 6 QNT scales; write ports 0 DMA, 1 MXU, 2 VPU, 3 collective ----------------------
+  localparam int NR = 7, NW = 4;
   logic [NR-1:0][LANES-1:0]       t_rd_en;
   logic [NR-1:0][LANES-1:0][31:0] t_rd_addr, t_rd_data;
   logic [NR-1:0]                  t_rd_gnt;
@@ -197,7 +197,16 @@ module otpu_core
     .req_wstrb(q_wstrb[U_QNT]), .req_bytes(q_bytes[U_QNT]), .req_ready(q_ready[U_QNT]), .dram_pop(q_pop[U_QNT]),
     .resp_valid(r_valid_u[U_QNT]), .resp_write(r_write), .resp_rdata(r_data),
     .act_we, .act_wrow, .act_wblk, .act_wq, .act_wscale, .act_wsub,
-    .rd_en(t_rd_en[2]), .rd_addr(t_rd_addr[2]), .rd_gnt(t_rd_gnt[2]), .rd_data(t_rd_data[2]));
+    .rd_en(qnt_rd_en), .rd_addr(qnt_rd_addr), .rd_gnt(qnt_rd_gnt), .rd_data(qnt_rd_data));
+  logic [1:0][LANES-1:0]       qnt_rd_en;
+  logic [1:0][LANES-1:0][31:0] qnt_rd_addr, qnt_rd_data;
+  logic [1:0]                  qnt_rd_gnt;
+  assign t_rd_en[2] = qnt_rd_en[0];
+  assign t_rd_en[6] = qnt_rd_en[1];
+  assign t_rd_addr[2] = qnt_rd_addr[0];
+  assign t_rd_addr[6] = qnt_rd_addr[1];
+  assign qnt_rd_gnt = {t_rd_gnt[6], t_rd_gnt[2]};
+  assign qnt_rd_data = {t_rd_data[6], t_rd_data[2]};
 
   otpu_vpu #(.LANES(LANES), .CLANES(COMPOSITE_COLS_PER_CYCLE)) u_vpu (
     .clk, .rst, .in_valid(u_valid[U_VPU]), .in_w(u_words[U_VPU]), .take(u_take[U_VPU]),

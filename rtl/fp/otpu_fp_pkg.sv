@@ -94,6 +94,24 @@ package otpu_fp_pkg;
     return frac ? -$signed({1'b0, ip}) - 1 : -$signed({1'b0, ip});
   endfunction
 
+  // fp32 -> int8 code: flush, NaN to 0, round half to even, saturate to [-127, 127] (fp32.q8)
+  function automatic logic [7:0] q8(input logic [31:0] x);
+    logic [7:0] e;
+    logic [31:0] m, ip, rem, half;
+    logic [7:0] mag;
+    e = x[30:23];
+    if (e == 0 || is_nan(x)) return 8'd0;
+    if (e >= 134) return x[31] ? 8'h81 : 8'h7F;           // |x| >= 128
+    if (e < 126) return 8'd0;                              // |x| < 0.5
+    m = {8'd0, 1'b1, x[22:0]};
+    ip = m >> (150 - e);
+    rem = m & ((32'd1 << (150 - e)) - 1);
+    half = 32'd1 << (149 - e);
+    if (rem > half || (rem == half && ip[0])) ip = ip + 1;
+    mag = ip > 127 ? 8'd127 : 8'(ip);
+    return x[31] ? -mag : mag;
+  endfunction
+
   // small signed integer (|i| < 2^24) to fp32, exact
   function automatic logic [31:0] i2f_small(input logic signed [15:0] i);
     logic [15:0] mag;
