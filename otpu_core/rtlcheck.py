@@ -72,3 +72,21 @@ def compare_run(rtl: RtlBackend, program, args=None, waits=None) -> Comparison:
     dd = np.flatnonzero(rtl.dram[: rtl.dram_bytes] != gd)
     return Comparison(int(dt.size), int(dd.size), int(dt[0]) if dt.size else None, int(dd[0]) if dd.size else None,
                       stats.cycles, m.counters()["CYCLES"])
+
+
+def reset_state(rtl: RtlBackend, image: np.ndarray | None = None) -> None:
+    """A cold machine: DRAM zero except `image` (from address 0), TMEM and ACT RAM zero."""
+    rtl.dram[:] = 0
+    if image is not None:
+        rtl.write(0, image)
+    rtl.tmem[:] = 0
+    rtl.act_q[:] = 0
+    rtl.act_scale[:] = 0
+    rtl.act_sub[:] = 0
+
+
+def compare_case(rtl: RtlBackend, case) -> Comparison:
+    """A kernel case (otpu_core.rtlcases) from a cold machine, with its compiled wait table."""
+    img, prog, values = case.build()
+    reset_state(rtl, img.dram[: img.cursor])
+    return compare_run(rtl, prog, prog.arg_words(**values))

@@ -368,6 +368,7 @@ module otpu_mxu
             rmax_done <= 1'b1;
           end else if (!rmax_pend) state <= S_DONE;
         end
+        S_DONE: state <= S_IDLE;
         default: ;
       endcase
 

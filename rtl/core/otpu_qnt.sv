@@ -321,6 +321,7 @@ module otpu_qnt
           end else state <= S_DONE;
         end
         S_DRAIN: if (bq_n == 0 && acks == writes) state <= S_DONE;
+        S_DONE: state <= S_IDLE;
         default: ;
       endcase
       if (req_valid && req_ready) writes <= writes + 1;

@@ -107,9 +107,9 @@ module otpu_fp_composite #(
         F_EXP2:
           if (s == 1) begin                              // f = xf - i2f(i); p = C7
             aa = c.a; ab = c.h; asub = 1'b1;
-            nxt.t = sum; nxt.y = EXP2_C[7];
+            nxt.t = sum; nxt.y = exp2_c(7);
           end else if (s <= 8) begin                     // p = p * f + C(8 - s)
-            ab = EXP2_C[8 - s];
+            ab = exp2_c(8 - s);
             nxt.y = sum;
           end
         F_RECIP:
@@ -141,9 +141,9 @@ module otpu_fp_composite #(
         default:  // F_LOG2
           if (s == 1) begin                              // t = m - 1; q = C9
             aa = c.a; ab = MINUS_ONE;
-            nxt.t = sum; nxt.y = LOG2_C[8];
+            nxt.t = sum; nxt.y = log2_c(9);
           end else if (s <= 9) begin                     // q = q * t + C(10 - s)
-            ab = LOG2_C[9 - s];
+            ab = log2_c(10 - s);
             nxt.y = sum;
           end else begin                                 // r = q * t + i2f(e)
             ab = c.h;

@@ -16,12 +16,22 @@ package otpu_fp_pkg;
   localparam logic [31:0] RSQRT_SEED = 32'h5F3759DF;
   localparam logic [22:0] LOG2_SQRT2_MANT = 23'h3504F3;
 
-  // 2^f on [0, 1): C0..C7; log2(1 + t) / t: C1..C9 (index 0 is C1)
-  localparam logic [31:0] EXP2_C [8] = '{32'h3F800000, 32'h3F317218, 32'h3E75FDE9, 32'h3D63593E,
-                                         32'h3C1D8534, 32'h3AAFE2F6, 32'h3916C07C, 32'h37B3C7D6};
-  localparam logic [31:0] LOG2_C [9] = '{32'h3FB8AA3B, 32'hBF38AA38, 32'h3EF639EB, 32'hBEB8AE27,
-                                         32'h3E9369C2, 32'hBE74ADF2, 32'h3E5CE48E, 32'hBE543E8E,
-                                         32'h3E00DB73};
+  // 2^f on [0, 1): C0..C7 (fp32.EXP2_COEFFS)
+  function automatic logic [31:0] exp2_c(input int k);
+    case (k)
+      0: return 32'h3F800000; 1: return 32'h3F317218; 2: return 32'h3E75FDE9; 3: return 32'h3D63593E;
+      4: return 32'h3C1D8534; 5: return 32'h3AAFE2F6; 6: return 32'h3916C07C; default: return 32'h37B3C7D6;
+    endcase
+  endfunction
+
+  // log2(1 + t) / t: C1..C9 (fp32.LOG2_COEFFS), k = 1..9
+  function automatic logic [31:0] log2_c(input int k);
+    case (k)
+      1: return 32'h3FB8AA3B; 2: return 32'hBF38AA38; 3: return 32'h3EF639EB; 4: return 32'hBEB8AE27;
+      5: return 32'h3E9369C2; 6: return 32'hBE74ADF2; 7: return 32'h3E5CE48E; 8: return 32'hBE543E8E;
+      default: return 32'h3E00DB73;
+    endcase
+  endfunction
 
   function automatic logic is_nan(input logic [31:0] x);
     return x[30:23] == 8'hFF && x[22:0] != 0;
