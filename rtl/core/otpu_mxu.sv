@@ -343,9 +343,12 @@ module otpu_mxu
           // the MM's ACT blocks: any sub-block offsets, their maxima per row, one scale per row
           for (int j = 0; j < M; j++)
             if (j < m) begin
+              logic [2:0] em;
+              em = emax[j];
               if (act_rsub[j][15]) with_sub <= 1'b1;
               for (int b = 0; b < 4; b++)
-                if (act_rsub[j][3 * b +: 3] > emax[j] && act_rsub[j][15]) emax[j] <= act_rsub[j][3 * b +: 3];
+                if (act_rsub[j][3 * b +: 3] > em && act_rsub[j][15]) em = act_rsub[j][3 * b +: 3];
+              emax[j] <= em;
               if (prep_k == 0) row_sa[j] <= act_rscale[j];
               else if (act_rscale[j] != row_sa[j] && seed) act_scale_mismatch <= 1'b1;
             end
