@@ -32,7 +32,7 @@ from .rtlsim import RtlError
 
 TB_TOP = "otpu_tb"
 MODEL_DRAM_MAX = 64 << 20         # the testbench DRAM model holds at most this much
-# error codes of rtl/core/otpu_pkg.sv
+# error codes of rtl/core/otpu_defs.svh
 ERRORS = {1: "illegal opcode", 2: "TMEM or DRAM range", 3: "DRAM range", 4: "shape", 5: "unsupported by the RTL",
           6: "loop", 7: "HALT CHAIN or program length", 8: "WAITW timeout", 9: "ran past the end of the program"}
 RUN_TIMEOUT_S = 1800.0

@@ -146,8 +146,10 @@ def build(top: str, sources: Sequence[Path], params: Mapping[str, object] | None
             progress(f"building {top} with {version.split(' rev')[0]} (key {key}); this takes a minute or two")
         tmp = Path(tempfile.mkdtemp(prefix=f".{top}-{key}-", dir=root))
         try:
+            headers = [s for s in sources if s.suffix == ".svh"]     # hashed in the key, read through +incdir
+            incdirs = sorted({f"+incdir+{h.parent}" for h in headers})
             cmd = ["verilator", *flags, "--top-module", top, "--Mdir", str(tmp / "obj"), "-o", str(tmp / top),
-                   *_define_args(params, defines), *[str(s) for s in sources]]
+                   *_define_args(params, defines), *incdirs, *[str(s) for s in sources if s.suffix != ".svh"]]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
                                   preexec_fn=_die_with_parent)
             if proc.returncode != 0 or not (tmp / top).is_file():

@@ -20,8 +20,8 @@ from .errors import TargetError
 DEFAULT_TARGET = "ypcb-00338"
 TARGETS_DIR = Path(__file__).resolve().parent.parent / "targets"
 RTL_DIR = Path(__file__).resolve().parent.parent / "rtl"
-# The machine's RTL in build order: packages first, then the units, then the slice top.
-RTL_SOURCES = ("fp/otpu_fp_pkg.sv", "core/otpu_pkg.sv", "fp/otpu_fp_add.sv", "fp/otpu_fp_mul.sv", "fp/otpu_fp_i2f.sv",
+# The machine's RTL in build order: the headers its modules include, then the units, then the slice top.
+RTL_SOURCES = ("fp/otpu_fp_funcs.svh", "core/otpu_defs.svh", "fp/otpu_fp_add.sv", "fp/otpu_fp_mul.sv", "fp/otpu_fp_i2f.sv",
                "fp/otpu_fp_composite.sv", "core/otpu_tmem.sv", "core/otpu_actram.sv", "core/otpu_seq.sv",
                "core/otpu_dma.sv", "core/otpu_mxu.sv", "core/otpu_qnt.sv", "core/otpu_vpu.sv", "core/otpu_coll.sv",
                "core/otpu_core.sv")
@@ -173,8 +173,8 @@ class Target:
                 "CORE_MHZ": self.platform["core_mhz"], "CFG_HASH": self.arch_hash()}
 
     def sources(self) -> list[Path]:
-        """The RTL files of this target's machine, in the order a build reads them (the same set for
-        every target today: the parameters of rtl_params() specialise them)."""
+        """The RTL files of this target's machine in build order: headers (included by the modules),
+        then modules (the same set for every target today: rtl_params() specialises them)."""
         return [RTL_DIR / f for f in RTL_SOURCES]
 
     def arch_hash(self) -> int: return arch_hash(self.arch)
@@ -194,25 +194,23 @@ def arch_hash(cfg: Config) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
 
 
-def check_rtl_buildable(t: Target) -> None:
-    """Refuse a target whose arch the RTL does not implement, naming what is missing."""
+def rtl_missing(t: Target) -> list[str]:
+    """What of this target's arch the RTL does not implement (empty: it can be built)."""
     a, ua = t.arch, t.uarch
     missing = [name for name, bad in (("S > 1 (collectives across slices)", a.S > 1), ("PAIR (column reuse)", a.PAIR),
                                       ("STREAM (the stream engine)", a.STREAM)) if bad]
     if ua.DRAM_BYTES_PER_CYCLE != a.D:
         missing.append(f"DRAM_BYTES_PER_CYCLE = {ua.DRAM_BYTES_PER_CYCLE} different from D = {a.D} "
                        "(the RTL streams one D-byte chunk per DRAM beat)")
+    return missing
+
+
+def check_rtl_buildable(t: Target) -> None:
+    """Refuse a target whose arch the RTL does not implement, naming what is missing."""
+    missing = rtl_missing(t)
     if missing:
         raise TargetError(f"{t.path}: the RTL cannot be built for target {t.name}: it has no " + "; no ".join(missing),
-                          hint="RTL targets: " + ", ".join(n for n in names() if _rtl_ok(load(n))))
-
-
-def _rtl_ok(t: Target) -> bool:
-    try:
-        check_rtl_buildable(t)
-    except TargetError:
-        return False
-    return True
+                          hint="RTL targets: " + ", ".join(n for n in names() if not rtl_missing(load(n))))
 
 
 def names() -> list[str]:

@@ -3,7 +3,6 @@
 // the slice's own tile to dst + 0*seg (with one slice, the all-gather is that copy), LANES words
 // per cycle in row-major order.
 module otpu_coll
-  import otpu_pkg::*;
 #(
   parameter int LANES = 4
 ) (
@@ -24,6 +23,7 @@ module otpu_coll
   output logic [LANES-1:0][31:0] wr_addr,
   output logic [LANES-1:0][31:0] wr_data
 );
+  `include "otpu_defs.svh"
   typedef enum logic [1:0] {S_IDLE, S_COPY, S_DONE} state_t;
   state_t state;
   logic [7:0][31:0] w;

@@ -6,7 +6,6 @@
 // owns it while the sequencer loads a program), so transfers are served in issue order.
 // Parameters are those of `otpu_core.target.Target.rtl_params()`.
 module otpu_core
-  import otpu_pkg::*;
 #(
   parameter int D = 32,
   parameter int MCOLS = 2,
@@ -52,6 +51,7 @@ module otpu_core
   input  logic [2:0]       r_tag,
   input  logic [DRAM_BYTES_PER_CYCLE*8-1:0] r_data
 );
+  `include "otpu_defs.svh"
   localparam int BB = DRAM_BYTES_PER_CYCLE;
   localparam int ROWS = ACT_ROWS != 0 ? ACT_ROWS : MCOLS;
   localparam int NREQ = NUNITS + 1;          // units, then the sequencer's fetch

@@ -8,7 +8,6 @@
 // words per cycle and assembles them into beats with byte strobes. An instruction completes
 // when its last TMEM write has landed (LD, WAITW) or its last DRAM write is acknowledged (ST).
 module otpu_dma
-  import otpu_pkg::*;
 #(
   parameter int BB = 32,
   parameter int LANES = 4,
@@ -45,6 +44,7 @@ module otpu_dma
   output logic [LANES-1:0][31:0] wr_addr,
   output logic [LANES-1:0][31:0] wr_data
 );
+  `include "otpu_defs.svh"
   localparam int WPB = BB / 4;
   localparam int FW = $clog2(FIFO_DEPTH + 1);
 
@@ -65,7 +65,7 @@ module otpu_dma
     logic [31:0] s, e;
     s = b * BB > lo ? b * BB : lo;
     e = (b + 1) * BB < hi ? (b + 1) * BB : hi;
-    return e > s ? 16'(e - s) : 16'd0;
+    useful = e > s ? 16'(e - s) : 16'd0;
   endfunction
 
   // -- LD: response FIFO and the word window --------------------------------------------------------

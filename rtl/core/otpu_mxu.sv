@@ -14,8 +14,6 @@
 // TMEM conflicts) and applies ACC (add the old value) or ASCALE (old value times alpha_j first);
 // RMAX keeps the first maximum of each written row j and writes it after the last row.
 module otpu_mxu
-  import otpu_pkg::*;
-  import otpu_fp_pkg::*;
 #(
   parameter int D = 32,
   parameter int MCOLS = 2,
@@ -58,6 +56,8 @@ module otpu_mxu
   output logic [LANES-1:0][31:0] wr_addr,
   output logic [LANES-1:0][31:0] wr_data
 );
+  `include "otpu_defs.svh"
+  `include "otpu_fp_funcs.svh"
   localparam int FW = $clog2(FIFO_DEPTH + 1);
   localparam int SBYTES = 4 * ACT_BLOCKS + 4;     // the largest side data of one weight row
   localparam int SUBW = D / 4;
@@ -190,15 +190,12 @@ module otpu_mxu
     logic [3:0] nib;
     logic signed [11:0] v;
     nib = hi ? byte_[7:4] : byte_[3:0];
-    case (f)
-      WF_INT8, WF_INT8X: return 12'($signed(byte_));
-      WF_INT4: v = 12'($signed(nib));
-      default: case (nib[2:0])
-        3'd0: v = 0; 3'd1: v = 1; 3'd2: v = 2; 3'd3: v = 3; 3'd4: v = 4; 3'd5: v = 6; 3'd6: v = 8; default: v = 12;
-      endcase
+    case (nib[2:0])
+      3'd0: v = 0; 3'd1: v = 1; 3'd2: v = 2; 3'd3: v = 3; 3'd4: v = 4; 3'd5: v = 6; 3'd6: v = 8; default: v = 12;
     endcase
-    if (f != WF_INT4 && nib[3]) v = -v;
-    return v * $signed({6'd0, mul});
+    if (nib[3]) v = -v;                                  // E2M1 (decoded to twice its value)
+    if (f == WF_INT4) v = 12'($signed(nib));
+    weight_of = (f == WF_INT8 || f == WF_INT8X) ? 12'($signed(byte_)) : v * $signed({6'd0, mul});
   endfunction
 
   logic signed [M-1:0][47:0] isum;                 // the block's exact sum per ACT row

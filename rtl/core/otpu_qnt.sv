@@ -9,8 +9,6 @@
 // second re-reads the source and writes the codes: a D-block of the ACT RAM per block, or bytes
 // assembled into DRAM beats with strobes (a partly written beat merges in the memory).
 module otpu_qnt
-  import otpu_pkg::*;
-  import otpu_fp_pkg::*;
 #(
   parameter int D = 32,
   parameter int ROWS = 2,
@@ -52,6 +50,8 @@ module otpu_qnt
   input  logic [1:0]                  rd_gnt,
   input  logic [1:0][LANES-1:0][31:0] rd_data
 );
+  `include "otpu_defs.svh"
+  `include "otpu_fp_funcs.svh"
   localparam int SUBW = D / 4;              // elements per sub-block
   localparam int NSUBS = 4 * ACT_BLOCKS;    // sub-blocks of a row (ROW mode)
   localparam int BQ = 8;                    // assembled DRAM beats waiting
@@ -165,9 +165,8 @@ module otpu_qnt
   function automatic logic [2:0] sub_offset(input logic [31:0] t);
     logic [2:0] n;
     n = 0;
-    if (t == 0 || is_nan(t)) return 3'd0;
     for (int j = 1; j <= 7; j++) if (t <= {1'b0, 8'(133 - j), 23'h7E0000}) n = 3'(j);
-    return n;
+    sub_offset = (t == 0 || is_nan(t)) ? 3'd0 : n;
   endfunction
   always_comb for (int l = 0; l < LANES; l++) begin
     e_b[l] = sub_offset(t_b[l]);

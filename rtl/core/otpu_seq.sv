@@ -6,14 +6,13 @@
 // register-relative words resolved, the 4-deep hardware loop stack, LI/ADDI/LOOP/NOP retired
 // here, RLD (waits for every older writer of its TMEM word, then three cycles), HALT (waits for
 // every unit; CHAIN fetches the next program). Every other instruction takes one of WIN slots
-// with its footprint (otpu_pkg::range_t) and enters its unit's in-order queue.
+// with its footprint (otpu_defs.svh) and enters its unit's in-order queue.
 //
 // A queued instruction may start when the window says so: with SEQ_WC = 0 the scoreboard (it
 // waits for every older in-flight instruction its footprint conflicts with; an MM's TMEM ranges
 // hold back only its write-back, `mxu_wr_ok`), with SEQ_WC = 1 its WAITC entry (per-queue counts
 // of incomplete instructions, a mask of recent dispatches that must have released, sync).
 module otpu_seq
-  import otpu_pkg::*;
 #(
   parameter int D = 32,
   parameter int BB = 32,                 // DRAM beat bytes
@@ -23,7 +22,8 @@ module otpu_seq
   parameter int SEQ_WC = 0,
   parameter int ACT_BLOCKS = 16,
   parameter int DSTEP = 0,
-  parameter int DRAM_LOG2 = 24
+  parameter int DRAM_LOG2 = 24,
+  parameter int NU = 5                   // units (otpu_defs.svh NUNITS)
 ) (
   input  logic             clk,
   input  logic             rst,
@@ -50,19 +50,21 @@ module otpu_seq
   output logic             ticket_push,
   output logic [2:0]       ticket_unit,
   // unit queues
-  output logic [NUNITS-1:0]              u_valid,     // head may start
-  output logic [NUNITS-1:0][7:0][31:0]   u_words,
-  input  logic [NUNITS-1:0]              u_take,
-  input  logic [NUNITS-1:0]              u_release,
-  input  logic [NUNITS-1:0]              u_done,
-  input  logic [NUNITS-1:0]              u_error,
-  input  logic [NUNITS-1:0][7:0]         u_error_code,
+  output logic [NU-1:0]              u_valid,     // head may start
+  output logic [NU-1:0][7:0][31:0]   u_words,
+  input  logic [NU-1:0]              u_take,
+  input  logic [NU-1:0]              u_release,
+  input  logic [NU-1:0]              u_done,
+  input  logic [NU-1:0]              u_error,
+  input  logic [NU-1:0][7:0]         u_error_code,
   output logic             mxu_wr_ok,
   // RLD's TMEM word
   output logic             rld_rd,
   output logic [31:0]      rld_addr,
   input  logic [31:0]      rld_data
 );
+  `include "otpu_defs.svh"
+  `include "otpu_fp_funcs.svh"
   localparam int SW = $clog2(WIN);
   localparam int IW = $clog2(IMEM_INSTRS);
   localparam int WPB = BB / 4;              // words per DRAM beat
@@ -92,7 +94,7 @@ module otpu_seq
 
   // -- window slots -----------------------------------------------------------------------------------
   logic [WIN-1:0]                slot_valid;
-  range_t                        slot_rng [WIN][NRANGES];
+  logic [RW-1:0]                 slot_rng [WIN][NRANGES];
   logic [WIN-1:0]                slot_barrier;
   logic [WIN-1:0][WIN-1:0]       slot_dep;        // older slots it must wait for (start)
   logic [WIN-1:0][WIN-1:0]       slot_depw;       // MM: older slots its write-back waits for
@@ -139,7 +141,7 @@ module otpu_seq
   end
 
   // -- footprint of the instruction at pc (otpu_core/sim/costs.py) ---------------------------------------
-  range_t fp [NRANGES];
+  logic [RW-1:0] fp [NRANGES];
   logic   fp_late;          // MM: TMEM conflicts hold back only the write-back
   logic   fp_barrier;
   logic   uses_dram;
@@ -256,12 +258,12 @@ module otpu_seq
         if (fp_barrier || slot_barrier[s]) conf_start[s] = 1'b1;
         for (int a = 0; a < NRANGES; a++)
           for (int b = 0; b < NRANGES; b++)
-            if ((fp[a].write || slot_rng[s][b].write) && ranges_overlap(fp[a], slot_rng[s][b])) begin
-              if (fp_late && fp[a].space == SP_TMEM) conf_write[s] = 1'b1;
+            if ((rng_write(fp[a]) || rng_write(slot_rng[s][b])) && ranges_overlap(fp[a], slot_rng[s][b])) begin
+              if (fp_late && rng_space(fp[a]) == SP_TMEM) conf_write[s] = 1'b1;
               else conf_start[s] = 1'b1;
             end
         for (int b = 0; b < NRANGES; b++)
-          if (slot_rng[s][b].write && ranges_overlap(mkrange(SP_TMEM, 0, AW'(w[1]), AW'(w[1]) + 1), slot_rng[s][b]))
+          if (rng_write(slot_rng[s][b]) && ranges_overlap(mkrange(SP_TMEM, 0, AW'(w[1]), AW'(w[1]) + 1), slot_rng[s][b]))
             rld_conf[s] = 1'b1;
       end
     end
@@ -343,8 +345,8 @@ module otpu_seq
   always_comb begin
     range_bad = 1'b0;
     for (int a = 0; a < NRANGES; a++) begin
-      if (fp[a].space == SP_TMEM && fp[a].hi > AW'(TMEM_WORDS)) range_bad = 1'b1;
-      if (fp[a].space == SP_DRAM && op != OP_WAITW && fp[a].hi > (AW'(1) << DRAM_LOG2)) range_bad = 1'b1;
+      if (rng_space(fp[a]) == SP_TMEM && rng_hi(fp[a]) > AW'(TMEM_WORDS)) range_bad = 1'b1;
+      if (rng_space(fp[a]) == SP_DRAM && op != OP_WAITW && rng_hi(fp[a]) > (AW'(1) << DRAM_LOG2)) range_bad = 1'b1;
     end
   end
 
@@ -509,7 +511,7 @@ module otpu_seq
           else if (rld_wait != 0) begin
             if (rld_wait == 2) begin
               logic [31:0] v;
-              v = flags[F_RAW] ? rld_data : otpu_fp_pkg::f2i(rld_data);
+              v = flags[F_RAW] ? rld_data : f2i(rld_data);
               if (flags[F_MUL]) v = v * w[2];
               if (rd != 0) regs[rd] <= v;
               icount <= icount + 1;

@@ -13,8 +13,6 @@
 // - OUTER first reads its column vector Cv and its decay Dv into local buffers (they are read
 //   before any write), then streams dst in place: dst = dst * Dv(c) + B(r) * Cv(c).
 module otpu_vpu
-  import otpu_pkg::*;
-  import otpu_fp_pkg::*;
 #(
   parameter int LANES = 4,
   parameter int CLANES = 2,
@@ -41,6 +39,8 @@ module otpu_vpu
   output logic [LANES-1:0][31:0] wr_addr,
   output logic [LANES-1:0][31:0] wr_data
 );
+  `include "otpu_defs.svh"
+  `include "otpu_fp_funcs.svh"
   localparam int CLAT = 12;                 // otpu_fp_composite latency
   localparam int OMAX = 256;                // OUTER columns
 

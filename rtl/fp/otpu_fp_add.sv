@@ -9,7 +9,7 @@ module otpu_fp_add (
   input  logic        sub,
   output logic [31:0] y
 );
-  import otpu_fp_pkg::*;
+  `include "otpu_fp_funcs.svh"
 
   logic [31:0] fa, fb;
   logic        sa, sb, sx, sy, eff_sub, a_big;
@@ -44,7 +44,7 @@ module otpu_fp_add (
     else my_sh = (my >> d) | {26'd0, (my & ((27'd1 << d) - 1)) != 0};
     sum = eff_sub ? {1'b0, mx} - {1'b0, my_sh} : {1'b0, mx} + {1'b0, my_sh};
     lz = 0;
-    for (int i = 27; i >= 0; i--) if (sum[i]) begin lz = 5'(27 - i); break; end
+    for (int i = 0; i <= 27; i++) if (sum[i]) lz = 5'(27 - i);          // the highest set bit wins
     // leading one to bit 27 (a carry is already there; a deep cancellation moves the sticky
     // bit up, which is exact: it only happens when no bit was shifted out)
     norm = sum << lz;

@@ -17,7 +17,7 @@ module otpu_fp_composite #(
   output logic [31:0]      out_y,
   output logic [TAG_W-1:0] out_tag
 );
-  import otpu_fp_pkg::*;
+  `include "otpu_fp_funcs.svh"
   localparam int STAGES = 10;
   localparam int LATENCY = STAGES + 2;
   localparam logic [1:0] F_EXP2 = 2'd0, F_RECIP = 2'd1, F_RSQRT = 2'd2, F_LOG2 = 2'd3;
@@ -37,6 +37,10 @@ module otpu_fp_composite #(
   } ctx_t;
 
   ctx_t pre, st [STAGES + 1];
+  ctx_t c [STAGES + 1], nxt [STAGES + 1];                     // stage s reads c[s], writes nxt[s]
+  logic [31:0] ma [STAGES + 1], mb [STAGES + 1], prod [STAGES + 1];
+  logic [31:0] aa [STAGES + 1], ab [STAGES + 1], sum [STAGES + 1];
+  logic        asub [STAGES + 1];
 
   // -- stage 0: the integer set-up of each function ------------------------------------------
   always_comb begin
@@ -93,68 +97,65 @@ module otpu_fp_composite #(
 
   // -- stages 1..STAGES: one multiply and one add each ----------------------------------------
   for (genvar s = 1; s <= STAGES; s++) begin : g_stage
-    ctx_t c, nxt;
-    logic [31:0] ma, mb, prod, aa, ab, sum;
-    logic        asub;
-    assign c = st[s - 1];
-    otpu_fp_mul u_mul (.a(ma), .b(mb), .y(prod));
-    otpu_fp_add u_add (.a(aa), .b(ab), .sub(asub), .y(sum));
+    assign c[s] = st[s - 1];
+    otpu_fp_mul u_mul (.a(ma[s]), .b(mb[s]), .y(prod[s]));
+    otpu_fp_add u_add (.a(aa[s]), .b(ab[s]), .sub(asub[s]), .y(sum[s]));
 
     always_comb begin
-      ma = c.y; mb = c.t; aa = prod; ab = 32'd0; asub = 1'b0;
-      nxt = c;
-      case (c.func)
+      ma[s] = c[s].y; mb[s] = c[s].t; aa[s] = prod[s]; ab[s] = 32'd0; asub[s] = 1'b0;
+      nxt[s] = c[s];
+      case (c[s].func)
         F_EXP2:
           if (s == 1) begin                              // f = xf - i2f(i); p = C7
-            aa = c.a; ab = c.h; asub = 1'b1;
-            nxt.t = sum; nxt.y = exp2_c(7);
+            aa[s] = c[s].a; ab[s] = c[s].h; asub[s] = 1'b1;
+            nxt[s].t = sum[s]; nxt[s].y = exp2_c(7);
           end else if (s <= 8) begin                     // p = p * f + C(8 - s)
-            ab = exp2_c(8 - s);
-            nxt.y = sum;
+            ab[s] = exp2_c(8 - s);
+            nxt[s].y = sum[s];
           end
         F_RECIP:
           if (s == 1 || s == 3 || s == 5) begin          // t = (s == 5 ? 1 : 2) - a * y
-            ma = c.a; mb = c.y; aa = s == 5 ? ONE : TWO; ab = prod; asub = 1'b1;
-            nxt.t = sum;
+            ma[s] = c[s].a; mb[s] = c[s].y; aa[s] = s == 5 ? ONE : TWO; ab[s] = prod[s]; asub[s] = 1'b1;
+            nxt[s].t = sum[s];
           end else if (s == 2 || s == 4) begin           // y = y * t
-            nxt.y = prod;
+            nxt[s].y = prod[s];
           end else if (s == 6) begin                     // y = y * t + y (the correction step)
-            ab = c.y;
-            nxt.y = sum;
+            ab[s] = c[s].y;
+            nxt[s].y = sum[s];
           end
         F_RSQRT:
           if (s == 1) begin                              // h = 0.5 * x'
-            ma = HALF; mb = c.a;
-            nxt.h = prod;
+            ma[s] = HALF; mb[s] = c[s].a;
+            nxt[s].h = prod[s];
           end else if (s == 2 || s == 5 || s == 8) begin // t = y * y
-            ma = c.y; mb = c.y;
-            nxt.t = prod;
+            ma[s] = c[s].y; mb[s] = c[s].y;
+            nxt[s].t = prod[s];
           end else if (s == 3 || s == 6 || s == 9) begin // t = (s == 9 ? 0.5 : 1.5) - h * t
-            ma = c.h; mb = c.t; aa = s == 9 ? HALF : THREE_HALVES; ab = prod; asub = 1'b1;
-            nxt.t = sum;
+            ma[s] = c[s].h; mb[s] = c[s].t; aa[s] = s == 9 ? HALF : THREE_HALVES; ab[s] = prod[s]; asub[s] = 1'b1;
+            nxt[s].t = sum[s];
           end else if (s == 4 || s == 7) begin           // y = y * t
-            nxt.y = prod;
+            nxt[s].y = prod[s];
           end else begin                                 // y = y * t + y (the correction step)
-            ab = c.y;
-            nxt.y = sum;
+            ab[s] = c[s].y;
+            nxt[s].y = sum[s];
           end
         default:  // F_LOG2
           if (s == 1) begin                              // t = m - 1; q = C9
-            aa = c.a; ab = MINUS_ONE;
-            nxt.t = sum; nxt.y = log2_c(9);
+            aa[s] = c[s].a; ab[s] = MINUS_ONE;
+            nxt[s].t = sum[s]; nxt[s].y = log2_c(9);
           end else if (s <= 9) begin                     // q = q * t + C(10 - s)
-            ab = log2_c(10 - s);
-            nxt.y = sum;
+            ab[s] = log2_c(10 - s);
+            nxt[s].y = sum[s];
           end else begin                                 // r = q * t + i2f(e)
-            ab = c.h;
-            nxt.y = sum;
+            ab[s] = c[s].h;
+            nxt[s].y = sum[s];
           end
       endcase
     end
 
     always_ff @(posedge clk) begin
       if (rst) st[s] <= '0;
-      else if (en) st[s] <= nxt;
+      else if (en) st[s] <= nxt[s];
     end
   end
 

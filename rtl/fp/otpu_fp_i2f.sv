@@ -17,7 +17,7 @@ module otpu_fp_i2f #(
   always_comb begin
     mag = i[W-1] ? -i : i;             // -2^(W-1) wraps to 2^(W-1), as wanted
     lz = 0;
-    for (int b = W - 1; b >= 0; b--) if (mag[b]) begin lz = LW'(W - 1 - b); break; end
+    for (int b = 0; b < W; b++) if (mag[b]) lz = LW'(W - 1 - b);       // the highest set bit wins
     norm = mag << lz;                  // leading one at W-1
     keep = norm[W-1 -: 24];
     g = W > 24 ? norm[W-25] : 1'b0;

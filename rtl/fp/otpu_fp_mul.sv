@@ -6,7 +6,7 @@ module otpu_fp_mul (
   input  logic [31:0] b,
   output logic [31:0] y
 );
-  import otpu_fp_pkg::*;
+  `include "otpu_fp_funcs.svh"
 
   logic [31:0] fa, fb;
   logic        sign;

@@ -4,7 +4,7 @@
 // 10 f2i, 11 i2f of the 48-bit integer {b[15:0], a}. The composite ops go through the pipeline
 // (one element per cycle); every result is delayed to the composite latency so order is kept.
 module otpu_fp_tb;
-  import otpu_fp_pkg::*;
+  `include "otpu_fp_funcs.svh"
   localparam int CHUNK = 65536;
   localparam int LAT = 12;
 
@@ -58,6 +58,15 @@ module otpu_fp_tb;
     else if (comp_out_valid) $fwrite(fout, "%u", comp_y);
   end
 
+  // records go out one per clock from the chunk in memory; the initial block only reloads chunks
+  integer idx = 0, n_chunk = 0;
+  always_ff @(posedge clk)
+    if (idx < n_chunk) begin
+      {op, a, b} <= rec[idx];
+      feeding <= 1'b1;
+      idx <= idx + 1;
+    end else feeding <= 1'b0;
+
   initial begin
     if (!$value$plusargs("in=%s", fn_in) || !$value$plusargs("out=%s", fn_out)) begin
       $display("usage: +in=RECORDS +out=RESULTS");
@@ -71,17 +80,14 @@ module otpu_fp_tb;
       got = $fread(rec, fin);
       n = got / 12;
       if (n == 0) break;
-      for (i = 0; i < n; i++) begin
-        @(negedge clk);
-        feeding = 1;
-        {op, a, b} = rec[i];
-      end
+      @(negedge clk);
+      idx = 0;
+      n_chunk = n;
+      wait (idx == n_chunk);
       total += n;
       if (n < CHUNK) break;
     end
-    @(negedge clk);
-    feeding = 0;
-    repeat (LAT + 2) @(negedge clk);
+    repeat (LAT + 3) @(negedge clk);
     $fclose(fout);
     $display("otpu_fp_tb: %0d records", total);
     $finish;
