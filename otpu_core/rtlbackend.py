@@ -26,7 +26,7 @@ import numpy as np
 
 from . import isa, rtlsim
 from . import target as target_mod
-from .board import RunStats, _check_features
+from .board import RunStats, check_features
 from .card import regs
 from .rtlsim import RtlError
 
@@ -101,7 +101,7 @@ class RtlBackend:
     # -- the Backend interface -------------------------------------------------------------------
     def attach(self, cfg) -> None:
         """Refuse a program compiled for features this target lacks."""
-        _check_features(cfg, {k.lower(): getattr(self.cfg, k) for k in ("PAIR", "DSTEP", "STREAM")},
+        check_features(cfg, {k.lower(): getattr(self.cfg, k) for k in ("PAIR", "DSTEP", "STREAM")},
                         f"target {self.target.name}")
 
     def write(self, addr: int, data) -> None:

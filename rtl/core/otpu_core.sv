@@ -22,6 +22,7 @@ module otpu_core
   parameter int MXU_LATENCY = 7,
   parameter int COMPOSITE_COLS_PER_CYCLE = 2,
   parameter int DRAM_BYTES_PER_CYCLE = 32,
+  parameter int VT_APPEND_CYCLES = 8,
   parameter int DRAM_LOG2 = 24
 ) (
   input  logic             clk,
@@ -190,7 +191,8 @@ module otpu_core
   assign q_wdata[U_MXU] = '0;
   assign q_wstrb[U_MXU] = '0;
 
-  otpu_qnt #(.D(D), .ROWS(ROWS), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB)) u_qnt (
+  otpu_qnt #(.D(D), .ROWS(ROWS), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB),
+             .VT_APPEND_CYCLES(VT_APPEND_CYCLES)) u_qnt (
     .clk, .rst, .in_valid(u_valid[U_QNT]), .in_w(u_words[U_QNT]), .take(u_take[U_QNT]),
     .release_o(u_release[U_QNT]), .done(u_done[U_QNT]), .err(u_error[U_QNT]), .err_code(u_error_code[U_QNT]),
     .req_valid(q_valid[U_QNT]), .req_write(q_write[U_QNT]), .req_addr(q_addr[U_QNT]), .req_wdata(q_wdata[U_QNT]),
