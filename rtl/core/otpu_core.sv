@@ -22,7 +22,6 @@ module otpu_core
   parameter int MXU_LATENCY = 7,
   parameter int COMPOSITE_COLS_PER_CYCLE = 2,
   parameter int DRAM_BYTES_PER_CYCLE = 32,
-  parameter int VT_APPEND_CYCLES = 8,
   parameter int DRAM_LOG2 = 24
 ) (
   input  logic             clk,
@@ -191,8 +190,7 @@ module otpu_core
   assign q_wdata[U_MXU] = '0;
   assign q_wstrb[U_MXU] = '0;
 
-  otpu_qnt #(.D(D), .ROWS(ROWS), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB),
-             .VT_APPEND_CYCLES(VT_APPEND_CYCLES)) u_qnt (
+  otpu_qnt #(.D(D), .ROWS(ROWS), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB)) u_qnt (
     .clk, .rst, .in_valid(u_valid[U_QNT]), .in_w(u_words[U_QNT]), .take(u_take[U_QNT]),
     .release_o(u_release[U_QNT]), .done(u_done[U_QNT]), .err(u_error[U_QNT]), .err_code(u_error_code[U_QNT]),
     .req_valid(q_valid[U_QNT]), .req_write(q_write[U_QNT]), .req_addr(q_addr[U_QNT]), .req_wdata(q_wdata[U_QNT]),
@@ -216,20 +214,24 @@ module otpu_core
     .a_en(t_rd_en[3]), .a_addr(t_rd_addr[3]), .a_gnt(t_rd_gnt[3]), .a_data(t_rd_data[3]),
     .b_en(t_rd_en[4]), .b_addr(t_rd_addr[4]), .b_gnt(t_rd_gnt[4]), .b_data(t_rd_data[4]),
     .wr_en(t_wr_en[2]), .wr_addr(t_wr_addr[2]), .wr_data(t_wr_data[2]));
+  assign q_valid[U_VPU] = 1'b0;
+  assign q_write[U_VPU] = 1'b0;
+  assign q_addr[U_VPU] = '0;
+  assign q_wdata[U_VPU] = '0;
+  assign q_wstrb[U_VPU] = '0;
+  assign q_bytes[U_VPU] = '0;
+  assign q_pop[U_VPU] = 1'b0;
 
   otpu_coll #(.LANES(LANES)) u_coll (
     .clk, .rst, .in_valid(u_valid[U_COLL]), .in_w(u_words[U_COLL]), .take(u_take[U_COLL]),
     .release_o(u_release[U_COLL]), .done(u_done[U_COLL]), .err(u_error[U_COLL]), .err_code(u_error_code[U_COLL]),
     .rd_en(coll_rd_en), .rd_addr(coll_rd_addr), .rd_gnt(t_rd_gnt[5] && !rld_rd), .rd_data(t_rd_data[5]),
     .wr_en(t_wr_en[3]), .wr_addr(t_wr_addr[3]), .wr_data(t_wr_data[3]));
-  // the VPU and the collective unit never touch DRAM
-  for (genvar u = U_VPU; u <= U_COLL; u++) begin : g_no_dram
-    assign q_valid[u] = 1'b0;
-    assign q_write[u] = 1'b0;
-    assign q_addr[u] = '0;
-    assign q_wdata[u] = '0;
-    assign q_wstrb[u] = '0;
-    assign q_bytes[u] = '0;
-    assign q_pop[u] = 1'b0;
-  end
+  assign q_valid[U_COLL] = 1'b0;
+  assign q_write[U_COLL] = 1'b0;
+  assign q_addr[U_COLL] = '0;
+  assign q_wdata[U_COLL] = '0;
+  assign q_wstrb[U_COLL] = '0;
+  assign q_bytes[U_COLL] = '0;
+  assign q_pop[U_COLL] = 1'b0;
 endmodule

@@ -14,8 +14,7 @@ module otpu_qnt
   parameter int ROWS = 2,
   parameter int LANES = 4,
   parameter int ACT_BLOCKS = 16,
-  parameter int BB = 32,
-  parameter int VT_APPEND_CYCLES = 8       // a strided (es > 1) byte is a 64-byte read-modify-write
+  parameter int BB = 32
 ) (
   input  logic                   clk,
   input  logic                   rst,
@@ -188,14 +187,13 @@ module otpu_qnt
   logic            cb_any;
   logic [31:0]     writes, acks;
   logic            all_queued;
-  logic [15:0] rmw_wait;                    // cycles until the next strided byte may go
-  assign req_valid = is_qst && bq_n != 0 && rmw_wait == 0 && (state == S_P2 || state == S_NEXT || state == S_P1 || state == S_RECIP ||
+  assign req_valid = is_qst && bq_n != 0 && (state == S_P2 || state == S_NEXT || state == S_P1 || state == S_RECIP ||
                                               state == S_ROWSCALE || state == S_DRAIN);
   assign req_write = 1'b1;
   assign req_addr = bq_beat[0] * BB;
   assign req_wdata = bq_data[0];
   assign req_wstrb = bq_strb[0];
-  assign req_bytes = es > 1 && $countones(bq_strb[0]) == 1 ? 16'd64 : 16'($countones(bq_strb[0]));
+  assign req_bytes = 16'($countones(bq_strb[0]));
   assign dram_pop = (state == S_DRAIN && all_queued && bq_n == 1 && req_ready) ||
                     (state == S_DRAIN && all_queued && bq_n == 0 && writes == 0 && !cb_any);
 
@@ -229,8 +227,6 @@ module otpu_qnt
         n = n - 1;
       end
       if (resp_valid && resp_write) acks <= acks + 1;
-      if (rmw_wait != 0) rmw_wait <= rmw_wait - 1;
-      else if (req_valid && req_ready && es > 1 && $countones(bq_strb[0]) == 1) rmw_wait <= 16'(VT_APPEND_CYCLES - 1);
 
       if (pass_issue && &rd_gnt) e <= e + LANES;
 
@@ -342,7 +338,6 @@ module otpu_qnt
         for (int i = 0; i < NSUBS; i++) sub_amax[i] <= 0;
         writes <= 0;
         acks <= 0;
-        rmw_wait <= 0;
         cb_any <= 1'b0;
         cb_strb <= '0;
         blk_side <= 0;
