@@ -543,7 +543,7 @@ def prepare(program) -> Prepared:
     return Prepared(image, image.size // 32)
 
 
-def _check_features(cfg, caps_or_cfg: dict[str, bool], where: str) -> None:
+def check_features(cfg, caps_or_cfg: dict[str, bool], where: str) -> None:
     for name in ("PAIR", "DSTEP", "STREAM"):
         if getattr(cfg, name) and not caps_or_cfg.get(name.lower()):
             raise ConfigMismatch(f"the program is compiled with {name} but {where} has none")
@@ -561,7 +561,7 @@ class IsaBackend:
 
     def attach(self, cfg) -> None:
         """Refuse a program compiled for features this target lacks."""
-        _check_features(cfg, {k.lower(): getattr(self.cfg, k) for k in ("PAIR", "DSTEP", "STREAM")},
+        check_features(cfg, {k.lower(): getattr(self.cfg, k) for k in ("PAIR", "DSTEP", "STREAM")},
                         f"target {self.target.name}")
 
     def write(self, addr: int, data) -> None: self.machine.write_dram(addr, as_bytes(data))
@@ -606,7 +606,7 @@ class BoardBackend:
 
     def attach(self, cfg) -> None:
         """Refuse a program compiled for features this bitstream lacks (CAPS PAIR / DSTEP / STREAM)."""
-        _check_features(cfg, self.board.info.caps, f"the bitstream on {self.board.t.dev}")
+        check_features(cfg, self.board.info.caps, f"the bitstream on {self.board.t.dev}")
 
     def write(self, addr: int, data) -> None: self.board.write(addr, data)
 

@@ -19,6 +19,15 @@ from .errors import TargetError
 
 DEFAULT_TARGET = "ypcb-00338"
 TARGETS_DIR = Path(__file__).resolve().parent.parent / "targets"
+RTL_DIR = Path(__file__).resolve().parent.parent / "rtl"
+# The machine's RTL in build order: the headers its modules include, then the units, then the slice top.
+RTL_SOURCES = ("fp/otpu_fp_funcs.svh", "core/otpu_defs.svh", "fp/otpu_fp_add.sv", "fp/otpu_fp_mul.sv", "fp/otpu_fp_i2f.sv",
+               "fp/otpu_fp_composite.sv", "core/otpu_tmem.sv", "core/otpu_actram.sv", "core/otpu_seq.sv",
+               "core/otpu_dma.sv", "core/otpu_mxu.sv", "core/otpu_qnt.sv", "core/otpu_vpu.sv", "core/otpu_coll.sv",
+               "core/otpu_core.sv")
+# otpu_core's parameters (rtl/core/otpu_core.sv), all of them in rtl_params()
+RTL_CORE_PARAMS = ("D", "MCOLS", "LANES", "ACT_BLOCKS", "ACT_ROWS", "TMEM_WORDS", "IMEM_WORDS", "DSTEP", "SEQ_WC", "WIN",
+                   "FIFO_DEPTH", "TMEM_IMPL", "MXU_LATENCY", "COMPOSITE_COLS_PER_CYCLE", "DRAM_BYTES_PER_CYCLE")
 
 
 def _pow2(lo: int, hi: int) -> tuple[Callable[[Any], bool], str]:
@@ -163,6 +172,11 @@ class Target:
         return {**self.sim_uarch(), "TECH": self.tech["family"], "DEVICE": self.tech.get("device") or self.tech.get("pdk", ""),
                 "CORE_MHZ": self.platform["core_mhz"], "CFG_HASH": self.arch_hash()}
 
+    def sources(self) -> list[Path]:
+        """The RTL files of this target's machine in build order: headers (included by the modules),
+        then modules (the same set for every target today: rtl_params() specialises them)."""
+        return [RTL_DIR / f for f in RTL_SOURCES]
+
     def arch_hash(self) -> int: return arch_hash(self.arch)
 
     @property
@@ -178,6 +192,25 @@ def arch_hash(cfg: Config) -> int:
     """32-bit digest of the arch layer only, stable across runs, Python versions and key order."""
     text = ";".join(f"{f.name}={int(getattr(cfg, f.name))}" for f in dataclasses.fields(Config))
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+
+
+def rtl_missing(t: Target) -> list[str]:
+    """What of this target's arch the RTL does not implement (empty: it can be built)."""
+    a, ua = t.arch, t.uarch
+    missing = [name for name, bad in (("S > 1 (collectives across slices)", a.S > 1), ("PAIR (column reuse)", a.PAIR),
+                                      ("STREAM (the stream engine)", a.STREAM)) if bad]
+    if ua.DRAM_BYTES_PER_CYCLE != a.D:
+        missing.append(f"DRAM_BYTES_PER_CYCLE = {ua.DRAM_BYTES_PER_CYCLE} different from D = {a.D} "
+                       "(the RTL streams one D-byte chunk per DRAM beat)")
+    return missing
+
+
+def check_rtl_buildable(t: Target) -> None:
+    """Refuse a target whose arch the RTL does not implement, naming what is missing."""
+    missing = rtl_missing(t)
+    if missing:
+        raise TargetError(f"{t.path}: the RTL cannot be built for target {t.name}: it has no " + "; no ".join(missing),
+                          hint="RTL targets: " + ", ".join(n for n in names() if not rtl_missing(load(n))))
 
 
 def names() -> list[str]:
