@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from otpu_core import plugins
 from otpu_core.checks import Check, Result, Status, collect
 from otpu_core.corechecks import names as N
@@ -20,6 +22,16 @@ class Broken:
     @hookimpl
     def otpu_checks(self, registry):
         raise RuntimeError("no")
+
+
+@pytest.fixture(autouse=True)
+def _without_memcal():
+    """The core's calib checks as they are without otpu-memcal, which takes them over when installed."""
+    mgr = plugins.get()
+    held = mgr.pm.unregister(name="memcal") if mgr.pm.get_plugin("memcal") is not None else None
+    yield
+    if held is not None:
+        mgr.pm.register(held, name="memcal")
 
 
 def _with(*objs):

@@ -22,6 +22,17 @@ from otpu_smi.render import bar, sparkline
 from otpu_smi.sample import Sampler, rates
 
 
+@pytest.fixture(autouse=True)
+def _smi_on_its_own(monkeypatch):
+    """smi's own fields: this repository's sensor and calibration plugins stay out (tests/test_i2c_smi.py has them)."""
+    monkeypatch.setenv("OTPU_DISABLE_PLUGINS", "i2c,memcal")
+    mgr = plugins.get()
+    held = {n: mgr.pm.unregister(name=n) for n in ("i2c", "memcal") if mgr.pm.get_plugin(n) is not None}
+    yield
+    for n, p in held.items():
+        mgr.pm.register(p, name=n)
+
+
 def smi(*args):
     return run_app(smi_cli.app, "otpu-smi", ["--dev", "sim:s", "--target", "sim-small", *args])
 

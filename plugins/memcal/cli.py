@@ -187,8 +187,9 @@ def selfcal_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, faul
             image = firmware.read_bytes()
         except OSError as e:
             raise UsageError(f"--firmware {firmware}: cannot be read: {e.strerror or e}") from None
-        if not image:
-            raise UsageError(f"--firmware {firmware}: the file is empty")
+        if not image or len(image) % 4:
+            raise UsageError(f"--firmware {firmware}: a firmware image is whole little-endian 32-bit words; "
+                             f"{len(image)} bytes is {'empty' if not image else 'not a multiple of 4'}")
     chans = _channels(channel)
     with _open(dev, target, fault) as board:
         require_hostcal(board)

@@ -114,9 +114,10 @@ def ensure(board, channels=(0, 1), force: bool = False, opts: Options | None = N
         todo, out.by = left, "selfcal+host"
     else:
         out.by = "host"
-    if cpu.present:
-        if any(ok[ch] and running_settings(res.channel(ch)) is None for ch in todo):
-            record_cpu(board, csr, res, [ch for ch in todo if ok[ch] and running_settings(res.channel(ch)) is None])
+    if cpu.present:         # what the CPU did is known before it is held (to put back, and for status)
+        unknown = [ch for ch in range(M.NCHANNELS) if ok[ch] and running_settings(res.channel(ch)) is None]
+        if unknown:
+            record_cpu(board, csr, res, unknown)
         selfcal.hold(csr)
     previous = {ch: running_settings(res.channel(ch)) for ch in todo if ok[ch]}
     res.begin(todo, "cal")

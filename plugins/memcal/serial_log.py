@@ -83,22 +83,29 @@ class LogSummary:
                              if v.verdict or v.window_ps or v.write_latency}}
 
 
+TRAILER_S = 0.5        # after the last verdict, lines that follow at once (a BIST) still belong to the log
+
+
 def read_log(port, summary: LogSummary, on_line: Callable[[str], None], timeout: float, follow: bool,
              clock=time.monotonic) -> bool:
     """Read lines from an open serial port until the calibration ends (unless `follow`) or
     `timeout` seconds pass without the end; True when it ended."""
     buf = b""
     deadline = clock() + timeout
+    quiet_since = None
     while follow or clock() < deadline:
         chunk = port.read(port.in_waiting or 1)
         if not chunk:
+            if summary.finished and not follow:
+                quiet_since = quiet_since or clock()
+                if clock() - quiet_since >= TRAILER_S:
+                    return True
             continue
+        quiet_since = None
         buf += chunk
         while b"\n" in buf:
             raw, buf = buf.split(b"\n", 1)
             line = raw.decode("utf-8", errors="replace").rstrip("\r")
             summary.feed(line)
             on_line(line)
-            if summary.finished and not follow:
-                return True
     return summary.finished

@@ -18,7 +18,7 @@ def _channel_text(c) -> str:
         return f"ch{c.ch} NOT calibrated" + (" (interrupted)" if c.state == "interrupted" else "")
     r = c.result or {}
     by = {"host": "host", "selfcal": "CPU"}.get(r.get("by"), None)
-    detail = ", ".join(x for x in (by, f"{r['window_ps']} ps" if r.get("window_ps") and not r.get("failed") else None) if x)
+    detail = " ".join(x for x in (by, f"{r['window_ps']} ps" if r.get("window_ps") and not r.get("failed") else None) if x)
     return f"ch{c.ch} ok" + (f" ({detail})" if detail else "")
 
 
