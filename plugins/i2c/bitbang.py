@@ -4,7 +4,8 @@ The FPGA has no I2C master: the host pulls SCL and SDA of bus b low through I2C_
 SCL, 2b+1 SDA, 1 = pull low; the other bus's bits are kept) and reads the wired-AND levels in
 I2C_IN. Every line change writes I2C_CTRL and then reads I2C_IN: the read completes after the
 posted write reached the pins, so it both sees the levels and paces the bus; `half_s` holds
-each half bit at least that long (`--khz`).
+each half bit at least that long (`--khz`). The other bus's I2C_CTRL bits are read at each
+START and kept; another user of the pins holds the card's I2C lock (`bus.I2cLock`).
 
 Bus rules (reference host.md 7): before a START both lines must have been high for 50 us; a
 bus that is not idle within 50 ms is diagnosed: SCL never high is a stuck clock, both lines
@@ -76,6 +77,7 @@ class BitBangMaster:
         self.scl, self.sda = scl_bit(bus), sda_bit(bus)
         self.rng = rng or random.Random()
         self._edge = 0.0
+        self._other: int | None = None       # the other bus's I2C_CTRL bits during a transaction
 
     # ---- lines ---------------------------------------------------------------------------------
 
@@ -84,7 +86,7 @@ class BitBangMaster:
         return int(bool(v & self.scl)), int(bool(v & self.sda))
 
     def _drive(self, scl_low: bool, sda_low: bool) -> int:
-        other = self._read(I2C_CTRL) & ~(self.scl | self.sda)     # keep the other bus's lines
+        other = self._other if self._other is not None else self._read(I2C_CTRL) & ~(self.scl | self.sda)
         if self.half_s:
             while time.perf_counter() < self._edge + self.half_s:
                 pass
@@ -94,6 +96,7 @@ class BitBangMaster:
 
     def release(self) -> None:
         self._drive(False, False)
+        self._other = None
 
     def _scl_high(self, sda_low: bool) -> int:
         """Release SCL and wait while a device stretches the clock; returns I2C_IN."""
@@ -156,6 +159,9 @@ class BitBangMaster:
 
     def start(self) -> None:
         self.wait_idle()
+        # the other bus's lines, kept as they are: read once per transaction (whoever else drives the
+        # pins takes the card's I2C lock first, so they cannot change meanwhile)
+        self._other = self._read(I2C_CTRL) & ~(self.scl | self.sda)
         self._drive(False, True)
         self._drive(True, True)
 
@@ -169,6 +175,7 @@ class BitBangMaster:
         self._drive(True, True)
         self._scl_high(True)
         self._drive(False, False)
+        self._other = None
 
     # ---- bytes ---------------------------------------------------------------------------------
 

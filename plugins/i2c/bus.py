@@ -86,6 +86,15 @@ def parse_byte(text: str, what: str) -> int:
     return v
 
 
+def refuse_pointer(addr: int) -> None:
+    """UsageError for an address that must never be sent a command byte."""
+    if addr in NO_POINTER:
+        what = {0x0C: "the SMBus alert response address", 0x61: "the SMBus ARP address"}.get(
+            addr, "a DIMM SPD write-protect / page address")
+        raise UsageError(f"0x{addr:02x} is {what}: otpu-i2c never sends it a command byte",
+                         hint="read it without a register (`otpu-i2c read BUS ADDR`), or not at all")
+
+
 # ---- the two back-ends ---------------------------------------------------------------------------
 
 class CardBus:
@@ -229,11 +238,7 @@ class Guard:
     def check_command(self, addr: int, cmd: int | None) -> None:
         if cmd is None:
             return
-        if addr in NO_POINTER:
-            what = {0x0C: "the SMBus alert response address", 0x61: "the SMBus ARP address"}.get(
-                addr, "a DIMM SPD write-protect / page address")
-            raise UsageError(f"0x{addr:02x} is {what}: otpu-i2c never sends it a command byte",
-                             hint="read it without a register (`otpu-i2c read BUS ADDR`), or not at all")
+        refuse_pointer(addr)
         if cmd in SEND_BYTE_CODES and addr not in self.plain_registers:
             name = "CLEAR_FAULTS" if cmd == 0x03 else "a STORE_ / RESTORE_ command"
             raise UsageError(f"command 0x{cmd:02x} is PMBus {name}, which a PMBus device acts on when it receives it: "

@@ -21,7 +21,8 @@ from otpu_core.errors import EXIT_DEVICE, UsageError
 
 from . import devices, discovery, render
 from .bitbang import BUS_NAMES
-from .bus import CardBus, Guard, HostBus, I2cError, I2cLock, host_adapter, parse_addr, parse_bus, parse_byte
+from .bus import (CardBus, Guard, HostBus, I2cError, I2cLock, host_adapter, parse_addr, parse_bus, parse_byte,
+                  refuse_pointer)
 
 PROG = "otpu-i2c"
 HELP = ("Read-only I2C/SMBus on an openTPU card's buses (sensor, smbus) or a host adapter (/dev/i2c-N): scan, "
@@ -174,6 +175,8 @@ def read(bus: str = typer.Argument(..., help="sensor, smbus (the card's) or /dev
     cmd = None if reg is None else parse_byte(reg, "register")
     if block and cmd is None:
         raise UsageError("--block needs REG: an SMBus block read starts with its command code")
+    if cmd is not None:
+        refuse_pointer(a)
     with _bus(bus, dev, target, fault, khz) as (g, board):
         if cmd is not None:
             _known_plain(g, board, a)
@@ -247,6 +250,9 @@ def levels(bus: str = typer.Option("all", "--bus", "-b", help="sensor, smbus or 
            dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: cliopts.Fault = None,
            json_out: bool = JsonOpt) -> None:
     """The SCL and SDA levels of the card's buses as I2C_IN reads them, and the LM73's ALERT pin."""
+    if bus.strip().lower() != "all" and host_adapter(parse_bus(bus)) is not None:
+        raise UsageError(f"{parse_bus(bus)}: a host adapter does not show its pin levels",
+                         hint="`otpu-i2c levels` reads the card's buses (sensor, smbus)")
     with _buses(bus, dev, target, fault, 100.0) as (guards, _board):
         out = [g.levels() for g in guards]
     if json_out:

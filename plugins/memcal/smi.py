@@ -11,13 +11,15 @@ from .ensure import has_hostcal
 from .status import gather
 
 
-def _channel_text(c) -> str:
+def _channel_text(c, cpu) -> str:
     if c.state == "calibrating":
         return f"ch{c.ch} calibrating"
     if not c.calibrated:
         return f"ch{c.ch} NOT calibrated" + (" (interrupted)" if c.state == "interrupted" else "")
     r = c.result or {}
     by = {"host": "host", "selfcal": "CPU"}.get(r.get("by"), None)
+    if by is None and cpu is not None and cpu.present and cpu.done and cpu.channel(c.ch)["state"] == "ok":
+        by = "CPU"                                   # its report not read yet, but its state says it did
     detail = " ".join(x for x in (by, f"{r['window_ps']} ps" if r.get("window_ps") and not r.get("failed") else None) if x)
     return f"ch{c.ch} ok" + (f" ({detail})" if detail else "")
 
@@ -26,4 +28,4 @@ def fields(board) -> list[Field] | None:
     if not has_hostcal(board):
         return None
     st = gather(board, with_report=False)
-    return [Field("memory.calibration", " ".join(_channel_text(c) for c in st.channels), source="memcal")]
+    return [Field("memory.calibration", " ".join(_channel_text(c, st.cpu) for c in st.channels), source="memcal")]
