@@ -66,6 +66,19 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+def add_version_option(app: typer.Typer, prog: str) -> None:
+    """Give a tool's Typer app (one with sub-commands) a `--version` that prints `<prog> <version>`."""
+    def show(value: bool) -> None:
+        if value:
+            print(f"{prog} {__version__}")
+            raise typer.Exit(0)
+
+    @app.callback()
+    def _root(version: bool = typer.Option(False, "--version", callback=show, is_eager=True,
+                                           help="Print the version and exit.")) -> None:
+        pass
+
+
 def _plugins_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List loaded plugins, their versions and the hooks each implements (and any that failed)."""
     infos = plugins.get().infos

@@ -84,7 +84,7 @@ def test_a_clock_stretched_past_the_timeout_is_a_stuck_bus():
 
 @pytest.fixture
 def ctx():
-    c = CheckContext("sim:chk", {"target": "sim-small"})
+    c = CheckContext("sim:i2c", {"target": "sim-small"})
     yield c
     device.close(c)
 
@@ -97,7 +97,7 @@ def test_checks_name_what_answers(ctx):
 
 
 def test_checks_fail_on_a_grounded_line():
-    ctx = CheckContext("sim:chkf", {"target": "sim-small", "fault": "i2c_stuck:bus=1,line=1"})
+    ctx = CheckContext("sim:i2c", {"target": "sim-small", "fault": "i2c_stuck:bus=1,line=1"})
     try:
         pins = checks.pins(ctx)
         assert pins.status == Status.FAIL and pins.message == "bus 1 SDA low while released" and "pull-up" in pins.hint

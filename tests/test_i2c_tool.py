@@ -14,10 +14,9 @@ import pytest
 
 from otpu_core.board import Board
 from otpu_core.card import regs
-from otpu_core.card.simcard import SimCard
+from otpu_core.card.i2c import I2C_IN, I2cBuses
 from otpu_core.cli import run_app
 from otpu_i2c import cli, devices
-from otpu_i2c.bus import I2cLock
 
 CARD = ["--dev", "sim:i2c", "--target", "sim-small"]
 
@@ -68,20 +67,20 @@ def test_ina_voltages(kind, shunt, bus, volts):
 # ---- read-only by construction --------------------------------------------------------------------
 
 class Analyser:
-    """A passive bus analyser on the card's pins: the levels I2C_IN read, decoded into transactions."""
+    """A passive bus analyser on the card's pins: every level I2C_IN showed, decoded into transactions."""
 
     def __init__(self):
         self.samples: list[int] = []
 
     def attach(self, monkeypatch):
-        real = SimCard.reg_read
+        real = I2cBuses.read
 
-        def reg_read(card, off):
-            v = real(card, off)
-            if off == regs.off("I2C_IN"):
+        def read(buses, off):
+            v = real(buses, off)
+            if off == I2C_IN:
                 self.samples.append(v)
             return v
-        monkeypatch.setattr(SimCard, "reg_read", reg_read)
+        monkeypatch.setattr(I2cBuses, "read", read)
 
     def segments(self, bus: int) -> list[list[int]]:
         """Per START / repeated START: the bytes clocked after it (address first), until the next START or STOP."""
@@ -153,7 +152,7 @@ def test_a_send_byte_code_is_a_plain_register_of_an_identified_lm73(capsys):
     ("i2c_nack:bus=0,addr=0x4a", ("read", "sensor", "0x4a", "0"), "I2C device 0x4a on bus sensor did not acknowledge its address"),
 ])
 def test_each_bus_fault_gives_its_error(fault, args, words, capsys):
-    rc = i2c(*args, "--dev", "sim:i2cf", "--target", "sim-small", "--fault", fault)
+    rc = i2c(*args, "--dev", "sim:i2c", "--target", "sim-small", "--fault", fault)
     out, err = capsys.readouterr()
     if words is None:                                     # levels shows what the pins say
         assert rc == 0 and "sensor  SCL 0 SDA 0" in out
@@ -163,7 +162,7 @@ def test_each_bus_fault_gives_its_error(fault, args, words, capsys):
 
 
 def test_a_nacking_device_is_absent_from_the_scan(capsys):
-    assert i2c("scan", "--bus", "sensor", "--json", "--dev", "sim:i2cn", "--target", "sim-small",
+    assert i2c("scan", "--bus", "sensor", "--json", "--dev", "sim:i2c", "--target", "sim-small",
                "--fault", "i2c_nack:bus=0,addr=0x4a") == 0
     assert json.loads(capsys.readouterr().out)["buses"]["sensor"]["devices"] == []
 
@@ -176,11 +175,9 @@ def test_the_i2c_lock_names_its_holder(capsys):
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        t0 = time.monotonic()
         assert i2c("levels", *CARD) == 3
         err = capsys.readouterr().err
-        assert time.monotonic() - t0 < 20
-        assert f"I2C lock" in err and f"held by PID {holder.pid}" in err and "for more than 2 s" in err
+        assert "I2C lock" in err and f"held by PID {holder.pid}" in err and "for more than 2 s" in err
     finally:
         holder.kill()
         holder.wait()

@@ -59,7 +59,7 @@ def test_host_calibration_lands_inside_every_true_window(name):
 
 
 def test_no_calib_channel_fails_with_the_reference_error_and_keeps_the_other():
-    with Board.open("sim:nocal", "sim-small", faults="no_calib:ch=1") as b:
+    with Board.open("sim:m", "sim-small", faults="no_calib:ch=1") as b:
         out = ensure(b, (0, 1), opts=Options(stride=4, bist_mib=1, sweep_bist_mib=0))
         assert out.by == "selfcal+host" and list(out.failures) == [1]
         e = out.failures[1]
@@ -99,7 +99,7 @@ def test_a_bit_framed_off_needs_the_host_and_gets_a_per_bit_offset():
 
 
 def test_calibrate_channel_counts_its_accesses_and_checks_the_write_clock():
-    with Board.open("sim:clk", "sim-small") as b:
+    with Board.open("sim:m", "sim-small") as b:
         csr = Csr(b.t)
         wclk = M.channel_offset(M.B_WCLK, 1, 0)
         csr.batch([(wclk + M.WCLK_DRP_ADR, 0x10), (wclk + M.WCLK_DRP_DAT_W, 0x0041), (wclk + M.WCLK_DRP_WRITE, 1)])
@@ -107,3 +107,16 @@ def test_calibrate_channel_counts_its_accesses_and_checks_the_write_clock():
             hostcal.calibrate_channel(csr, 1, stride=8, bist_mib=1, sweep_bist_mib=0)
         assert e.value.code == M.ERR_MMCM_PHASES and "CLKOUT4 at 0/8 of a VCO period, expected 4/8" in e.value.message
         assert csr.accesses > 0 and "rebuild" in e.value.hint
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,target,stride", [(f"cal-m{k}", "ypcb-00338" if k % 2 else "sim-small", (1, 1, 3, 5)[k % 4])
+                                                for k in range(8)])
+def test_calibration_matrix_of_serials_targets_and_strides(name, target, stride):
+    with Board.open(f"sim:{name}", target) as b:
+        out = ensure(b, (0, 1), force=True, opts=Options(stride=stride, bist_mib=8, sweep_bist_mib=1))
+        assert not out.failures
+        for ch, r in out.channels.items():
+            assert_inside_true_windows(b, ch, r, stride)
+            assert r["bist"]["read"]["errors"] == 0
+        pattern_roundtrip(b, stride)

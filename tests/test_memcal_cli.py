@@ -39,13 +39,13 @@ def phy_settings(dev, ch):
 
 
 def test_status_names_who_calibrated_each_channel(capsys):
-    assert memcal("status", "--dev", "sim:st", "--target", "sim-small") == 0
+    assert memcal("status", "--dev", "sim:m", "--target", "sim-small") == 0
     out = capsys.readouterr().out
     assert "controllers LiteDRAM, calibrated by its CPU, calibration CPU: done" in out
     assert "STATUS calibration: channel 0 yes, channel 1 yes" in out
     assert "channel 0: calibrated, by the core's CPU" in out and "common write window" in out
     assert "traffic not checked by the CPU (DFII only)" in out
-    assert memcal("status", "--dev", "sim:st", "--target", "sim-small", "--json") == 0
+    assert memcal("status", "--dev", "sim:m", "--target", "sim-small", "--json") == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["hostcal"] and doc["cpu"]["state"] == "done" and [c["state"] for c in doc["channels"]] == ["calibrated"] * 2
     r = doc["channels"][1]["result"]
@@ -53,7 +53,7 @@ def test_status_names_who_calibrated_each_channel(capsys):
 
 
 def test_cal_prints_the_maps_saves_the_result_and_smi_shows_it(capsys):
-    assert memcal("cal", "--dev", "sim:cl", "--target", "sim-small", "--force", "--channel", "0", *FAST) == 0
+    assert memcal("cal", "--dev", "sim:m", "--target", "sim-small", "--force", "--channel", "0", *FAST) == 0
     out = capsys.readouterr().out
     assert "channel 0: CK/DQS phase sweep over one tCK, every 8 steps" in out
     maps = [line for line in out.splitlines() if line.startswith("  m") and "steps (" in line]
@@ -61,17 +61,17 @@ def test_cal_prints_the_maps_saves_the_result_and_smi_shows_it(capsys):
     assert "  all  " in out and "pick CK step" in out and "write latency: m0:" in out and "read leveling:" in out
     assert out.count("window ") >= M.LANES and "BIST 1 MiB: write" in out and "errors 0: PASS" in out
     assert out.rstrip().endswith("calibration: PASS (by host)")
-    saved = json.loads(path_for("sim-cl").read_text())
+    saved = json.loads(path_for("sim-m").read_text())
     assert saved["channels"]["0"]["by"] == "host" and "in_progress" not in saved
-    with Board.open("sim:cl", "sim-small", check=False, lock=False) as b:
+    with Board.open("sim:m", "sim-small", check=False, lock=False) as b:
         text = smi.fields(b)[0]
     assert text.name == "memory.calibration" and text.value.startswith("ch0 ok (host ") and "ch1 ok (CPU " in text.value
-    assert memcal("cal", "--dev", "sim:cl", "--target", "sim-small") == 0
+    assert memcal("cal", "--dev", "sim:m", "--target", "sim-small") == 0
     assert "both channels are calibrated (--force to redo)" in capsys.readouterr().err
 
 
 def test_cal_json_and_the_bitslip_maps(capsys):
-    assert memcal("cal", "--dev", "sim:cj", "--target", "sim-small", "--force", "--channel", "1", "--json", *FAST) == 0
+    assert memcal("cal", "--dev", "sim:m", "--target", "sim-small", "--force", "--channel", "1", "--json", *FAST) == 0
     doc = json.loads(capsys.readouterr().out)
     r = doc["channels"]["1"]
     assert doc["by"] == "host" and doc["failures"] == {}
@@ -82,12 +82,12 @@ def test_cal_json_and_the_bitslip_maps(capsys):
 
 
 def test_a_failed_channel_exits_1_with_the_error_and_hint(capsys):
-    rc = memcal("cal", "--dev", "sim:cf", "--target", "sim-small", "--fault", "no_calib:ch=1", *FAST)
+    rc = memcal("cal", "--dev", "sim:m", "--target", "sim-small", "--fault", "no_calib:ch=1", *FAST)
     out, err = capsys.readouterr()
     assert rc == 1
     assert "the core's CPU left channel 1 uncalibrated (channel 1: failed, no CK phase common to every lane)" in err
     assert "calibration FAILED: channel 1: no DQS phase works for every lane" in out and "hint: not one lane" in out
-    assert memcal("status", "--dev", "sim:cf", "--target", "sim-small") == 0
+    assert memcal("status", "--dev", "sim:m", "--target", "sim-small") == 0
     out = capsys.readouterr().out
     assert "channel 1: not calibrated" in out and "last host calibration" in out and "FAILED" in out
 
@@ -108,34 +108,34 @@ def test_a_card_without_hostcal_is_told_so(tmp_path, capsys):
 def test_selfcal_reruns_the_cpu_and_loads_firmware(tmp_path, capsys):
     image = tmp_path / "fw.bin"
     image.write_bytes(np.arange(64, dtype="<u4").tobytes())
-    assert memcal("selfcal", "--dev", "sim:sc", "--target", "sim-small", "--firmware", str(image), "--json") == 0
+    assert memcal("selfcal", "--dev", "sim:m", "--target", "sim-small", "--firmware", str(image), "--channel", "1",
+                  "--json") == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["ok"] and doc["firmware_id"] not in (None, "0x00010004")
-    assert [doc["channels"][c]["state"] for c in ("0", "1")] == ["ok", "ok"]
-    with Board.open("sim:sc", "sim-small", check=False, lock=False) as b:
+    assert doc["ok"] and doc["firmware_id"] not in (None, "0x00010004") and doc["channels"]["1"]["state"] == "ok"
+    with Board.open("sim:m", "sim-small", check=False, lock=False) as b:
         words = [b.t.reg_read(regs.LITEDRAM_BASE + M.B_SELFCAL + a) for a in (M.SC_HOLD, M.SC_CONFIG)]
     assert words == [0, 0b11 | (1 << 8)]                    # released, its configuration as before
-    rc = memcal("selfcal", "--dev", "sim:sc", "--target", "sim-small", "--fault", "no_calib:ch=0", "--channel", "0")
+    rc = memcal("selfcal", "--dev", "sim:m", "--target", "sim-small", "--fault", "no_calib:ch=0", "--channel", "0")
     assert rc == 1 and "channel 0: calibration FAILED: error 5 (no CK phase common to every lane)" in capsys.readouterr().out
 
 
 def test_scan_maps_a_channel_and_leaves_it_as_it_was(capsys):
-    before = phy_settings("sim:sn", 1)
-    with Board.open("sim:sn", "sim-small") as b:
+    before = phy_settings("sim:m", 1)
+    with Board.open("sim:m", "sim-small") as b:
         data = np.random.default_rng(3).integers(0, 256, 4096, dtype=np.uint8)
         b.write_channel(1, 0, data)
-    assert memcal("scan", "--dev", "sim:sn", "--target", "sim-small", "--channel", "1", "--stride", "8") == 0
+    assert memcal("scan", "--dev", "sim:m", "--target", "sim-small", "--channel", "1", "--stride", "8") == 0
     out = capsys.readouterr().out
     assert out.count("<- chosen") == M.LANES and "m8, b07: |" in out and "  all  " in out
-    assert phy_settings("sim:sn", 1) == before
-    with Board.open("sim:sn", "sim-small") as b:
+    assert phy_settings("sim:m", 1) == before
+    with Board.open("sim:m", "sim-small") as b:
         assert np.array_equal(b.read_channel(1, 0, 4096), data)
         assert b.status() & regs.ST_CALIB1
 
 
 def test_sigkill_mid_calibration_is_named_by_status_and_repaired_by_cal(capsys):
     p = subprocess.Popen([sys.executable, "-c", "from otpu_memcal.cli import main; main()", "cal", "--dev", "sim:kill",
-                          "--target", "sim-small", "--force", "--channel", "0", "--stride", "1"],
+                          "--target", "sim-small", "--force", "--channel", "0", "--stride", "4"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -196,7 +196,7 @@ def test_firmware_that_cannot_be_used_exits_2(tmp_path, capsys):
     assert "none.bin: cannot be read" in capsys.readouterr().err
     odd = tmp_path / "odd.bin"
     odd.write_bytes(b"\x01\x02\x03")
-    assert memcal("selfcal", "--dev", "sim:fw", "--target", "sim-small", "--firmware", str(odd)) == 2
+    assert memcal("selfcal", "--dev", "sim:m", "--target", "sim-small", "--firmware", str(odd)) == 2
     assert "odd.bin: a firmware image is whole little-endian 32-bit words; 3 bytes is not a multiple of 4" in \
         capsys.readouterr().err
 

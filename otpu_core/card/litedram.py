@@ -198,6 +198,7 @@ _BLOCKS = tuple(next(((b, (n * BLOCK - b) // BLOCK) for b in PER_CHANNEL if b <=
                 for n in range(0x10000 // BLOCK))
 _MEM_KEEP = 64     # DFII bursts remembered per channel (training touches a handful)
 _POWER_ON: dict[tuple, bytes] = {}     # (serial, faults) -> the state after the CPU's power-on calibration
+_WINDOW_FAULTS = ("no_calib", "dq_slip")
 _RDDATA_WORDS = {B_SDRAM + ch * BLOCK + DFII_PHASE0 + DFII_PHASE_STRIDE * p + PI_RDDATA + 4 * i: (ch, p, i)
                  for ch in range(NCHANNELS) for p in range(NPHASES) for i in range(DATA_WORDS)}
 
@@ -223,9 +224,9 @@ class LiteDram:
                           selfcal={"hold": 0, "config": 0b11 | (1 << 8), "state": 0,
                                    "mbox_adr": 0, "mbox": [0] * MBOX_WORDS, "mem_adr": 0, "mem": {}})
         if run_cpu:
-            # The CPU's power-on run is a pure function of the card (serial, faults): replay it when
-            # this process has seen that card power on before (tests power on the same cards often).
-            key = (self.serial, str(self.faults))
+            # The CPU's power-on run is a pure function of the card (its serial and the faults that
+            # shape its windows): replay it when this process has powered that card on before.
+            key = (self.serial, tuple(str(f) for kind in _WINDOW_FAULTS for f in self.faults.get(kind)))
             done = _POWER_ON.get(key)
             if done is None:
                 self._run_cpu()

@@ -281,10 +281,19 @@ class SimCard:
         the run is long: a calibration hands over a whole scan of DFII reads at once."""
         out: list[int] = []
         mask = ~(regs.WINDOW_BYTES - 1)
-        windows = [off & mask for off, _ in ops]
+        # the pin registers of the I2C buses sit in the control window: a run of them is one step too
+        windows = [("i2c" if off & (regs.CTRL_DECODE - 1) in _I2C_OFFS else off & mask) if off & mask == regs.CTRL_BASE
+                   else off & mask for off, _ in ops]
         i = 0
         while i < len(ops):
             window = windows[i]
+            if window == "i2c" and not (self.faults.faults and self.faults.has("link_down")):
+                j = i + 1
+                while j < len(ops) and windows[j] == "i2c":
+                    j += 1
+                self._i2c_run(ops[i:j], out)
+                i = j
+                continue
             periph = next(((name, base) for name, base, _ in WINDOWS if base == window), None)
             if periph is None or (self.faults.faults and self.faults.has("link_down")):
                 off, value = ops[i]
@@ -312,6 +321,21 @@ class SimCard:
                             write(off - base, value & 0xFFFFFFFF)
             i = j
         return out
+
+    def _i2c_run(self, run: list[tuple[int, int | None]], out: list[int]) -> None:
+        """A run of I2C_CTRL / I2C_IN accesses under one sync and store (as `_ctrl_read` / `_ctrl_write` each)."""
+        with self._locked(), self._periph("i2c", tick=any(v is None for _, v in run)) as bus:
+            for off, value in run:
+                o = off & (regs.CTRL_DECODE - 1)
+                if value is None:
+                    if o == regs.off("I2C_IN"):
+                        out.append(bus.read(o - regs.I2C_BASE) if bus is not None else regs.UNMAPPED)
+                    else:
+                        out.append(int(self.bar[o // 4]))
+                elif o == regs.off("I2C_CTRL"):
+                    if bus is not None:
+                        bus.write(o - regs.I2C_BASE, value)
+                    self.bar[o // 4] = value & 0xF
 
     def reg_write(self, off: int, value: int) -> None:
         if self.faults.faults and self.faults.has("link_down"):
@@ -768,6 +792,9 @@ def _own_start() -> int:
 WINDOWS = (("litedram", regs.LITEDRAM_BASE, regs.LITEDRAM_BYTES), ("thermal", regs.XADC_BASE, regs.XADC_BYTES))
 PERIPHERALS = ("thermal", "litedram", "i2c")
 _CLASS_NAMES = {"thermal": "Thermal", "litedram": "LiteDram", "i2c": "I2cBuses"}  # i2c's devices read the thermal model
+
+
+_I2C_OFFS = frozenset((regs.off("I2C_CTRL"), regs.off("I2C_IN")))
 
 
 def _reads_keep_state(name: str) -> bool:

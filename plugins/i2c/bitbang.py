@@ -70,8 +70,10 @@ class BitBangMaster:
 
     def __init__(self, read: Callable[[int], int], write: Callable[[int, int], None], bus: int,
                  half_s: float = 0.0, stretch_timeout_s: float = STRETCH_TIMEOUT_S,
-                 busy_timeout_s: float = BUSY_TIMEOUT_S, retries: int = RETRIES, rng: random.Random | None = None):
+                 busy_timeout_s: float = BUSY_TIMEOUT_S, retries: int = RETRIES, rng: random.Random | None = None,
+                 batch: Callable[[list], list[int]] | None = None):
         self._read, self._write, self.bus = read, write, bus
+        self._batch = batch          # (off, value) writes and (off, None) reads in one call, if the window has it
         self.name = BUS_NAMES[bus]
         self.half_s, self.stretch_timeout_s, self.busy_timeout_s, self.retries = half_s, stretch_timeout_s, busy_timeout_s, retries
         self.scl, self.sda = scl_bit(bus), sda_bit(bus)
@@ -90,7 +92,11 @@ class BitBangMaster:
         if self.half_s:
             while time.perf_counter() < self._edge + self.half_s:
                 pass
-        self._write(I2C_CTRL, other | (self.scl if scl_low else 0) | (self.sda if sda_low else 0))
+        value = other | (self.scl if scl_low else 0) | (self.sda if sda_low else 0)
+        if self._batch is not None:
+            self._edge = time.perf_counter()
+            return self._batch([(I2C_CTRL, value), (I2C_IN, None)])[0]
+        self._write(I2C_CTRL, value)
         self._edge = time.perf_counter()
         return self._read(I2C_IN)
 

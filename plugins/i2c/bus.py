@@ -65,25 +65,23 @@ def parse_bus(spec: str) -> str:
                      hint="the card's buses are sensor (0) and smbus (1); a host adapter is /dev/i2c-N (`i2cdetect -l`)")
 
 
-def parse_addr(text: str) -> int:
-    """A 7-bit address (0x48, 72, 0o110); UsageError outside 0x03..0x77."""
+def _number(text: str, what: str, lo: int, hi: int, allowed: str, example: str) -> int:
     try:
         v = int(text, 0)
     except ValueError:
-        raise UsageError(f"address '{text}': not a number (write 0x48 or 72)") from None
-    if not 0x03 <= v <= 0x77:
-        raise UsageError(f"address 0x{v:x}: outside the 7-bit device range 0x03..0x77")
+        raise UsageError(f"{what} '{text}': not a number (write {example})") from None
+    if not lo <= v <= hi:
+        raise UsageError(f"{what} 0x{v:x}: {allowed}")
     return v
+
+
+def parse_addr(text: str) -> int:
+    """A 7-bit address (0x48, 72, 0o110); UsageError outside 0x03..0x77."""
+    return _number(text, "address", 0x03, 0x77, "outside the 7-bit device range 0x03..0x77", "0x48 or 72")
 
 
 def parse_byte(text: str, what: str) -> int:
-    try:
-        v = int(text, 0)
-    except ValueError:
-        raise UsageError(f"{what} '{text}': not a number (write 0x07 or 7)") from None
-    if not 0 <= v <= 0xFF:
-        raise UsageError(f"{what} 0x{v:x}: a register or command code is one byte, 0x00..0xff")
-    return v
+    return _number(text, what, 0, 0xFF, "a register or command code is one byte, 0x00..0xff", "0x07 or 7")
 
 
 def refuse_pointer(addr: int) -> None:
@@ -103,9 +101,11 @@ class CardBus:
 
     def __init__(self, transport, number: int, half_s: float = 0.0):
         self.t, self.number, self.name = transport, number, BUS_NAMES[number]
-        self.master = BitBangMaster(self._rd, self._wr, number, half_s=half_s)
+        self.master = BitBangMaster(self._rd, self._wr, number, half_s=half_s, batch=self._batch)
 
     def _rd(self, off: int) -> int: return self.t.reg_read(regs.I2C_BASE + off)
+
+    def _batch(self, ops: list) -> list[int]: return self.t.reg_batch([(regs.I2C_BASE + o, v) for o, v in ops])
 
     def _wr(self, off: int, value: int) -> None: self.t.reg_write(regs.I2C_BASE + off, value)
 

@@ -13,9 +13,9 @@ from typing import Optional
 
 import typer
 
-from otpu_core import __version__, cliopts
+from otpu_core import cliopts
 from otpu_core.board import Board
-from otpu_core.cli import tool_main
+from otpu_core.cli import add_version_option, tool_main
 from otpu_core.console import WorkProgress, print_json, stdout
 from otpu_core.errors import EXIT_DEVICE, UsageError
 
@@ -32,16 +32,7 @@ HELP = ("Read-only I2C/SMBus on an openTPU card's buses (sensor, smbus) or a hos
 app = typer.Typer(name="i2c", no_args_is_help=True, add_completion=False, rich_markup_mode=None, help=HELP)
 
 
-def _version(value: bool) -> None:
-    if value:
-        print(f"{PROG} {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
-    """Read-only I2C."""
+add_version_option(app, PROG)
 
 
 KhzOpt = typer.Option(100.0, "--khz", help="SCL rate bound of the card's bit-banged buses, 1..400 kHz (the host "

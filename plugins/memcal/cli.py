@@ -8,10 +8,10 @@ from typing import Optional
 
 import typer
 
-from otpu_core import __version__, cliopts
+from otpu_core import cliopts
 from otpu_core.board import Board
 from otpu_core.card import litedram_map as M
-from otpu_core.cli import tool_main
+from otpu_core.cli import add_version_option, tool_main
 from otpu_core.console import WorkProgress, print_json, stderr, stdout
 from otpu_core.errors import EXIT_CHECKS_FAILED, DeviceBusy, DeviceError, UsageError
 
@@ -31,16 +31,7 @@ HELP = ("DDR3 calibration of an openTPU card's LiteDRAM controllers: status, cal
 app = typer.Typer(name="memcal", no_args_is_help=True, add_completion=False, rich_markup_mode=None, help=HELP)
 
 
-def _version(value: bool) -> None:
-    if value:
-        print(f"{PROG} {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
-    """DDR3 calibration."""
+add_version_option(app, PROG)
 
 
 # ---- option checks -----------------------------------------------------------------------------
