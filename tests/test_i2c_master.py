@@ -106,3 +106,10 @@ def test_checks_fail_on_a_grounded_line():
         assert checks.scan(ctx, bus=0).status == Status.PASS
     finally:
         device.close(ctx)
+
+
+def test_without_the_plugin_the_core_keeps_the_rows(ctx):
+    from otpu_core.corechecks import i2cchecks
+    assert i2cchecks.pins(ctx).message == "pins ok: SCL and SDA idle high, follow the drive"
+    r = i2cchecks.scan(ctx, bus=1)
+    assert r.status == Status.SKIP and "needs the otpu-i2c plugin" in r.message

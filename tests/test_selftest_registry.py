@@ -25,13 +25,9 @@ class Broken:
 
 
 @pytest.fixture(autouse=True)
-def _without_memcal():
+def _without_memcal(monkeypatch):
     """The core's calib checks as they are without otpu-memcal, which takes them over when installed."""
-    mgr = plugins.get()
-    held = mgr.pm.unregister(name="memcal") if mgr.pm.get_plugin("memcal") is not None else None
-    yield
-    if held is not None:
-        mgr.pm.register(held, name="memcal")
+    monkeypatch.setattr("otpu_memcal.checks.checks", lambda: [], raising=False)
 
 
 def _with(*objs):

@@ -94,6 +94,7 @@ def drp_eighths(clkreg1: int, clkreg2: int) -> int:
 
 # ---- the self-calibration CPU ---------------------------------------------------------------------
 SELFCAL_MAGIC = 0x5CA1   # selfcal_status[31:16]; [4:1] log2 firmware words; [0] held
+SC_FW_LOG2_MAX = 15      # the most selfcal_status[4:1] can say
 MBOX_WORDS = 256
 MBOX_MAGIC = 0x53435231  # mailbox word 0 once the CPU has reported
 CH_BLOCK = (16, 80)      # first mailbox word of each channel's 64-word block

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from ..hookspecs import hookimpl
-from . import calib, isachecks, memchecks, platform, regchecks
+from . import calib, i2cchecks, isachecks, memchecks, platform, regchecks
 
 
 @hookimpl
 def otpu_checks(registry) -> None:
-    for module in (platform, calib, regchecks, memchecks, isachecks):
+    for module in (platform, calib, regchecks, i2cchecks, memchecks, isachecks):
         for check in module.checks():
             registry.add(check)

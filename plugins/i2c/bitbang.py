@@ -34,7 +34,6 @@ BUSY_TIMEOUT_S = 0.050
 STRETCH_TIMEOUT_S = 0.035
 RETRIES = 5
 BACKOFF_S = 100e-6
-HINT = "a missing pull-up, a device holding SCL or SDA low, or the pin assignment of the build"
 
 
 class I2cError(DeviceError):

@@ -24,6 +24,7 @@ from .status import gather
 
 PROG = "otpu-memcal"
 DEFAULT_BIST_MIB = 64.0
+MAX_FIRMWARE_BYTES = 4 << M.SC_FW_LOG2_MAX      # what selfcal_status can say the CPU's memory holds
 HELP = ("DDR3 calibration of an openTPU card's LiteDRAM controllers: status, cal (from the host), selfcal (the "
         "core's CPU), scan (window maps), console (the CPU's log over a serial port). Exit 0 ok, 1 calibration "
         "failed, 2 bad options or a card without HOSTCAL, 3 card busy or absent.")
@@ -174,6 +175,11 @@ def selfcal_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, faul
     if firmware is not None:
         if firmware.is_dir():
             raise UsageError(f"--firmware {firmware}: is a directory, not a firmware image")
+        if firmware.exists() and not firmware.is_file():
+            raise UsageError(f"--firmware {firmware}: not a regular file (a firmware image is a file of 32-bit words)")
+        if firmware.is_file() and firmware.stat().st_size > MAX_FIRMWARE_BYTES:
+            raise UsageError(f"--firmware {firmware}: {firmware.stat().st_size} bytes; a LiteDRAM core's CPU memory "
+                             f"holds at most {MAX_FIRMWARE_BYTES} ({MAX_FIRMWARE_BYTES // 4} words)")
         try:
             image = firmware.read_bytes()
         except OSError as e:
@@ -279,6 +285,8 @@ def console(port: str = typer.Option(..., "--port", "-p", help="Serial port of t
     """The core CPU's calibration log over its serial port, until it says PASS or FAIL for every channel."""
     if not math.isfinite(timeout) or timeout <= 0:
         raise UsageError(f"--timeout {timeout}: must be a finite number of seconds > 0")
+    if not port.strip():
+        raise UsageError("--port '': name the serial port of the core CPU's UART (e.g. /dev/ttyUSB1)")
     import serial
     try:
         ser = serial.Serial(port, baud, timeout=0.1)
