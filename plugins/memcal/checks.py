@@ -17,8 +17,7 @@ from otpu_core.corechecks import names as N
 from .ensure import Options, ensure, has_hostcal
 from .results import Results
 
-HINT = ("the core's calibration CPU could not calibrate it and neither could the host: {hint}; "
-        "`otpu-memcal status --maps` shows its windows (STATUS bit5 = channel 0, bit6 = channel 1)")
+HINT = ("{who}: {hint}; `otpu-memcal status --maps` shows its windows (STATUS bit5 = channel 0, bit6 = channel 1)")
 
 
 def calibrated(ctx: CheckContext, ch: int) -> Result:
@@ -29,7 +28,10 @@ def calibrated(ctx: CheckContext, ch: int) -> Result:
     if ch in out.failures:
         e = out.failures[ch]
         return Result(Status.FAIL, f"ch{ch} NOT calibrated: {e.message.split(': ', 1)[-1]}",
-                      {"channel": ch, "code": e.code, "by": out.by}, hint=HINT.format(hint=e.hint or "see the error"))
+                      {"channel": ch, "code": e.code, "by": out.by},
+                      hint=HINT.format(who="the core's calibration CPU could not calibrate it and neither could the host"
+                                       if "selfcal" in (out.by or "") else "the host could not calibrate it",
+                                       hint=e.hint or "see the error"))
     r = out.channels.get(ch) or Results(board.t.devname).channel(ch) or {}
     data = {"channel": ch, "by": r.get("by", out.by),
             **{k: r[k] for k in ("dqs_steps", "window_ps", "window_steps", "write_latency") if k in r}}

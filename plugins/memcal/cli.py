@@ -11,6 +11,7 @@ import typer
 from otpu_core import cliopts
 from otpu_core.board import Board
 from otpu_core.card import litedram_map as M
+from otpu_core.card import regs
 from otpu_core.cli import add_version_option, tool_main
 from otpu_core.console import WorkProgress, print_json, stderr, stdout
 from otpu_core.errors import EXIT_CHECKS_FAILED, DeviceBusy, DeviceError, UsageError
@@ -244,7 +245,8 @@ def scan(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
     chans = _channels(channel)
     with _open(dev, target, fault) as board:
         require_hostcal(board)
-        if board._running():
+        st = board.status()
+        if st & regs.ST_RUN and not st & regs.ST_HALTED:
             raise DeviceBusy(f"{board.t.dev} is running a program: a scan takes the DRAM out of service",
                              hint="wait for the program to end, or stop it")
         csr = Csr(board.t)

@@ -2,8 +2,8 @@
 
 `ensure(board)`: a card without HOSTCAL (MIG controllers) calibrates itself, nothing to do.
 Otherwise the channels to do are those whose STATUS CALIB bit is low (all of the chosen ones
-with `force`). When the LiteDRAM core has its calibration CPU and this is not forced, wait
-for the CPU (up to 60 s) and take its result; whatever it left uncalibrated the host then
+with `force`). A CPU still calibrating is waited for (up to 60 s) in any case; when this is not
+forced its result is taken; whatever it left uncalibrated the host then
 calibrates, after holding the CPU so it cannot recalibrate behind the host's back (it stays
 held; `otpu-memcal selfcal` hands the channels back to it). Every result, and every failure
 with its error, goes to the results file. A forced recalibration that fails puts the channel
@@ -94,10 +94,12 @@ def ensure(board, channels=(0, 1), force: bool = False, opts: Options | None = N
     if not todo:
         return out
     cpu = selfcal.state(csr)
+    if cpu.running:         # it is driving the PHYs: let it finish (holding it now would leave a channel half done)
+        say("the LiteDRAM core's CPU is calibrating; waiting ...")
+        cpu = selfcal.wait(csr)
+        ok = calibrated(board)
+        todo = [ch for ch in channels if force or not ok[ch]]
     if cpu.present and not force:
-        if cpu.running:
-            say("the LiteDRAM core's CPU is calibrating; waiting ...")
-            cpu = selfcal.wait(csr)
         record_cpu(board, csr, res, todo)
         ok = calibrated(board)
         left = [ch for ch in todo if not ok[ch]]
