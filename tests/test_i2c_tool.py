@@ -7,7 +7,6 @@ import ctypes
 import json
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
