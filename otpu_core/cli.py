@@ -85,10 +85,17 @@ def tool_main(app: typer.Typer, prog_name: str) -> None:
     sys.exit(run_app(app, prog_name))
 
 
-def _version(value: bool) -> None:
-    if value:
-        print(f"otpu {__version__}")
-        raise typer.Exit(0)
+def add_version_option(app: typer.Typer, prog: str) -> None:
+    """Give a tool's Typer app (one with sub-commands) a `--version` that prints `<prog> <version>`."""
+    def show(value: bool) -> None:
+        if value:
+            print(f"{prog} {__version__}")
+            raise typer.Exit(0)
+
+    @app.callback()
+    def _root(version: bool = typer.Option(False, "--version", callback=show, is_eager=True,
+                                           help="Print the version and exit.")) -> None:
+        pass
 
 
 def _plugins_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -110,11 +117,7 @@ def build_app() -> typer.Typer:
     app = typer.Typer(name="otpu", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                       help="openTPU tools: bring up, calibrate, watch, debug and run models on openTPU cards.")
 
-    @app.callback()
-    def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                           help="Print the version and exit.")) -> None:
-        """openTPU tools."""
-
+    add_version_option(app, "otpu")
     app.command("plugins")(_plugins_cmd)
     mgr = plugins.get()
     # One call per implementation so a plugin whose commands fail to mount takes only itself down.

@@ -95,6 +95,8 @@ SCHEMA: dict[str, dict[str, tuple[type, tuple, bool]]] = {
         "core_mhz": (float, _positive(), True),
         "pcie_vendor": (int, _within(0, 0xFFFF), False),
         "pcie_device": (int, _within(0, 0xFFFF), False),
+        "input_monitor": (str, _ANY, False),            # the board's input power monitor, "bus:addr" (smbus:0x40)
+        "input_shunt_mohm": (float, _positive(), False),  # its current-sense shunt
     },
 }
 TOP_KEYS = {"name": str, "description": str}

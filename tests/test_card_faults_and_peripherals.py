@@ -6,7 +6,8 @@ import pytest
 
 from otpu_core.board import Board, BoardBackend, IsaBackend
 from otpu_core.card import regs
-from otpu_core.card.i2c import LM73_ADDR, BitBangMaster
+from otpu_core.card.i2c import LM73_ADDR
+from otpu_i2c.bitbang import BitBangMaster
 from otpu_core.errors import DeviceError, UsageError
 
 VOP_ADD = """ld dram=0 tmem=0 n=16

@@ -22,6 +22,15 @@ from otpu_smi.render import bar, sparkline
 from otpu_smi.sample import Sampler, rates
 
 
+@pytest.fixture(autouse=True)
+def _smi_on_its_own(monkeypatch):
+    """smi's own fields: this repository's sensor and calibration plugins say nothing here (tests/test_i2c_smi.py
+    has them), here and in the smi processes these tests start."""
+    monkeypatch.setenv("OTPU_DISABLE_PLUGINS", "i2c,memcal")
+    for module in ("otpu_i2c.smi", "otpu_memcal.smi"):
+        monkeypatch.setattr(f"{module}.fields", lambda board: None, raising=False)
+
+
 def smi(*args):
     return run_app(smi_cli.app, "otpu-smi", ["--dev", "sim:s", "--target", "sim-small", *args])
 

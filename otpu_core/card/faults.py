@@ -66,6 +66,16 @@ KINDS: dict[str, KindSpec] = {
         "lane": KeySpec(int, 0, 1023, "VPU lane"), "bit": KeySpec(int, 0, 31, "bit of the fp32 result")}),
     "hot": KindSpec("the die runs hot: its temperature never reads below C", {
         "c": KeySpec(float, -40, 200, "degrees Celsius")}),
+    "dq_slip": KindSpec("one DQ bit's ISERDES frames its word OFF bit times off the rest of its byte lane, so "
+                        "that bit reads right only at its own read bitslip", {
+        "ch": _CH, "bit": KeySpec(int, 0, DQ_BITS - 1, "DQ bit (0..63 data, 64..71 ECC lane)"),
+        "off": KeySpec(int, -2, 2, "bit times (+2 or -2 is what a per-bit read bitslip offset corrects)")}),
+    "i2c_stuck": KindSpec("one line of an I2C bus is shorted to ground", {
+        "bus": KeySpec(int, 0, 1, "I2C bus (0 sensor, 1 smbus)"), "line": KeySpec(int, 0, 1, "0 SCL, 1 SDA")}),
+    "i2c_pullup": KindSpec("an I2C bus has no pull-ups: a released line never rises", {
+        "bus": KeySpec(int, 0, 1, "I2C bus (0 sensor, 1 smbus)")}),
+    "i2c_nack": KindSpec("the device at an I2C address does not answer (absent or dead)", {
+        "bus": KeySpec(int, 0, 1, "I2C bus (0 sensor, 1 smbus)"), "addr": KeySpec(int, 0, 0x7F, "7-bit address")}),
 }
 
 

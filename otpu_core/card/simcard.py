@@ -242,14 +242,15 @@ class SimCard:
                 self.periphs[name] = cls(self.target, self.serial, self.periph_state[name], self.faults, **needs)
 
     @contextmanager
-    def _periph(self, name: str, tick: bool = True):
+    def _periph(self, name: str, tick: bool = True, changes: bool = True):
         """A peripheral with fresh state (the thermal model ticked to now for a reading); its
-        state is stored afterwards if it changed."""
+        state is stored afterwards if it changed (`changes=False`: the caller only reads a
+        peripheral whose reads keep its state, so there is nothing to compare)."""
         with self._locked():
             self._sync_periph()
             ticked = tick and self._tick_thermal()
             yield self.periphs.get(name)
-            self.periph.store((name, "thermal", "card") if ticked else (name,))
+            self.periph.store(((name,) if changes else ()) + (("thermal", "card") if ticked else ()))
 
     def _tick_thermal(self) -> bool:
         """Advance the thermal model to now (at most every THERMAL_TICK); True if it moved."""
@@ -282,9 +283,71 @@ class SimCard:
             return self._ctrl_read(off & (regs.CTRL_DECODE - 1))
         for name, base, size in WINDOWS:
             if window == base:
-                with self._periph(name) as p:
+                with self._periph(name, changes=not _reads_keep_state(name)) as p:
                     return p.read(off - base) & 0xFFFFFFFF if p is not None else regs.UNMAPPED
         return regs.UNMAPPED
+
+    def reg_batch(self, ops: list[tuple[int, int | None]]) -> list[int]:
+        """Register accesses in order (`(off, value)` writes, `(off, None)` reads); returns the
+        reads. A run inside one peripheral window takes one state sync and one store, as fast as
+        the run is long: a calibration hands over a whole scan of DFII reads at once."""
+        out: list[int] = []
+        mask = ~(regs.WINDOW_BYTES - 1)
+        # the pin registers of the I2C buses sit in the control window: a run of them is one step too
+        windows = [("i2c" if off & (regs.CTRL_DECODE - 1) in _I2C_OFFS else off & mask) if off & mask == regs.CTRL_BASE
+                   else off & mask for off, _ in ops]
+        i = 0
+        while i < len(ops):
+            window = windows[i]
+            if window == "i2c" and not (self.faults.faults and self.faults.has("link_down")):
+                j = i + 1
+                while j < len(ops) and windows[j] == "i2c":
+                    j += 1
+                self._i2c_run(ops[i:j], out)
+                i = j
+                continue
+            periph = next(((name, base) for name, base, _ in WINDOWS if base == window), None)
+            if periph is None or (self.faults.faults and self.faults.has("link_down")):
+                off, value = ops[i]
+                if value is None:
+                    out.append(self.reg_read(off))
+                else:
+                    self.reg_write(off, value)
+                i += 1
+                continue
+            j = i + 1
+            while j < len(ops) and windows[j] == window:
+                j += 1
+            name, base = periph
+            run = ops[i:j]
+            reads = sum(v is None for _, v in run)
+            with self._periph(name, tick=reads > 0, changes=reads < len(run) or not _reads_keep_state(name)) as p:
+                if p is None:
+                    out += [regs.UNMAPPED] * reads
+                else:
+                    read, write, append = p.read, p.write, out.append
+                    for off, value in run:
+                        if value is None:
+                            append(read(off - base) & 0xFFFFFFFF)
+                        else:
+                            write(off - base, value & 0xFFFFFFFF)
+            i = j
+        return out
+
+    def _i2c_run(self, run: list[tuple[int, int | None]], out: list[int]) -> None:
+        """A run of I2C_CTRL / I2C_IN accesses under one sync and store (as `_ctrl_read` / `_ctrl_write` each)."""
+        with self._locked(), self._periph("i2c", tick=any(v is None for _, v in run)) as bus:
+            for off, value in run:
+                o = off & (regs.CTRL_DECODE - 1)
+                if value is None:
+                    if o == regs.off("I2C_IN"):
+                        out.append(bus.read(o - regs.I2C_BASE) if bus is not None else regs.UNMAPPED)
+                    else:
+                        out.append(int(self.bar[o // 4]))
+                elif o == regs.off("I2C_CTRL"):
+                    if bus is not None:
+                        bus.write(o - regs.I2C_BASE, value)
+                    self.bar[o // 4] = value & 0xF
 
     def reg_write(self, off: int, value: int) -> None:
         if self.faults.faults and self.faults.has("link_down"):
@@ -765,6 +828,14 @@ def _own_start() -> int:
 WINDOWS = (("litedram", regs.LITEDRAM_BASE, regs.LITEDRAM_BYTES), ("thermal", regs.XADC_BASE, regs.XADC_BYTES))
 PERIPHERALS = ("thermal", "litedram", "i2c")
 _CLASS_NAMES = {"thermal": "Thermal", "litedram": "LiteDram", "i2c": "I2cBuses"}  # i2c's devices read the thermal model
+
+
+_I2C_OFFS = frozenset((regs.off("I2C_CTRL"), regs.off("I2C_IN")))
+
+
+def _reads_keep_state(name: str) -> bool:
+    """Whether a peripheral's register reads never change its state (its class says `READS_KEEP_STATE`)."""
+    return bool(getattr(peripheral_class(name), "READS_KEEP_STATE", False))
 
 
 @functools.lru_cache(maxsize=None)

@@ -3,7 +3,8 @@
 `Transport` holds every rule of the XDMA path (reference host.md section 2) once, so each
 transport (`xdma.XdmaTransport` on the real device files, `sim.SimTransport` on the simulated
 card) implements only four underscore methods: `_reg_read`, `_reg_write`, `_h2c`, `_c2h`
-(one DMA call at an AXI address, no bigger than `DMA_CHUNK`).
+(one DMA call at an AXI address, no bigger than `DMA_CHUNK`), and may add `_reg_batch` to hand
+a run of register accesses to the card in one go.
 
 The rules, applied by `mem_write` / `mem_read`:
 - at most `DMA_CHUNK` (8 MiB) per call;
@@ -94,6 +95,15 @@ class Transport:
 
     def _c2h(self, axi: int, buf: memoryview) -> None: raise NotImplementedError(f"{type(self).__name__} has no card->host DMA")
 
+    def _reg_batch(self, ops: list[tuple[int, int | None]]) -> list[int]:
+        out = []
+        for off, value in ops:
+            if value is None:
+                out.append(self._reg_read(off))
+            else:
+                self._reg_write(off, value)
+        return out
+
     def _close(self) -> None: pass
 
     def last_error(self) -> str:
@@ -142,6 +152,24 @@ class Transport:
         self._reg_write(off, value)
 
     def reg_read_many(self, offs: Iterable[int]) -> list[int]: return [self.reg_read(o) for o in offs]
+
+    def reg_batch(self, ops: Iterable[tuple[int, int | None]]) -> list[int]:
+        """Register accesses in order, one 32-bit load or store each: `(offset, value)` writes,
+        `(offset, None)` reads; returns what the reads gave. A real card makes them one after
+        another; the simulated card takes a run inside one peripheral in a single step."""
+        ops = list(ops)
+        for off, value in ops:
+            if off & 3 or not 0 <= off < regs.HOST_MAP_BYTES:
+                self._check_reg(off)
+            if value is not None and not 0 <= value <= 0xFFFFFFFF:
+                raise UsageError(f"register value {value} does not fit 32 bits")
+        out = self._reg_batch(ops)
+        if self.trace_bar:
+            values = iter(out)
+            for off, value in ops:
+                print(f"otpu-bar: R 0x{off:05x} -> 0x{next(values):08x}" if value is None
+                      else f"otpu-bar: W 0x{off:05x} <- 0x{value:08x}", file=sys.stderr)
+        return out
 
     @staticmethod
     def _check_reg(off: int) -> None:

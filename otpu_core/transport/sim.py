@@ -36,6 +36,8 @@ class SimTransport(Transport):
 
     def _reg_write(self, off: int, value: int) -> None: self.card.reg_write(off, value)
 
+    def _reg_batch(self, ops: list[tuple[int, int | None]]) -> list[int]: return self.card.reg_batch(ops)
+
     def _h2c(self, axi: int, buf: memoryview) -> None: self.card.h2c(axi, buf)
 
     def _c2h(self, axi: int, buf: memoryview) -> None: self.card.c2h(axi, buf)

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from otpu_core import __version__
-from otpu_core.cli import tool_main
+from otpu_core.cli import add_version_option, tool_main
 
 from . import cmd_cards, cmd_core, weights
 
@@ -22,25 +21,8 @@ sim_app = typer.Typer(name="sim", no_args_is_help=True, add_completion=False, ri
                       help="Simulated Blackhole cards (tt:sim[:NAME]).")
 
 
-def _version(value: bool) -> None:
-    if value:
-        print(f"otpu-tt {__version__}")
-        raise typer.Exit(0)
-
-
-def _version_option():
-    return typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit.")
-
-
-@app.callback()
-def _tt(version: bool = _version_option()) -> None:
-    """Tenstorrent Blackhole cards: list, smi, core status / probe / recover, sim reset, convert / weights info /
-    weights check / upload."""
-
-
-@core_app.callback()
-def _core(version: bool = _version_option()) -> None:
-    """Per-Tensix status, safe probe and the recovery ladder."""
+add_version_option(app, "otpu-tt")
+add_version_option(core_app, "ft_tt_core")
 
 
 # ---- sub-commands: every one is registered here ----------------------------------------------
