@@ -72,7 +72,8 @@ CASES = {
                              [(0, 31, 32, 132)],
                              "one failed poll every 100 cycles, then the read that holds: busy 100 cycles, "
                              "two 64-byte reads"),
-    "rld-waits-for-its-writer": ({}, 1, "vop.fill dst=3 rows=1 cols=8 bmode=scalar imm=2.0\nrld rd=r1 addr=3\nnop\nhalt",
+    "rld-waits-for-its-writer": ({}, 1,
+                                 "vop.fill dst=3 rows=1 cols=8 bmode=scalar imm=2.0\nrld rd=r1 addr=3\nnop\nhalt",
                                  dict(CYCLES=43, ICOUNT=4, VPU_BUSY=5, DRAM_RD=2),
                                  [(0, 32, 33, 38), (1, 33, 38, 41), (2, 41, 41, 42)],
                                  "FILL 33 -> 38 (1 + 4); RLD reads the word at 38 and the register is ready "
@@ -120,8 +121,8 @@ CASES = {
                               "bmode=scalar imm=1.0\nhalt",
                        dict(CYCLES=109, ICOUNT=3, DMA_BUSY=40, VPU_BUSY=36, B_RD=16, DRAM_RD=18),
                        [(0, 31, 32, 72), (1, 32, 72, 108)],
-                       "LD 32 -> 72 (1024 bytes: 10 + 30; DRAM_RD 16 + 2 fetched); the VOP reads what it wrote, so it starts at 72, "
-                       "not 33: 72 + 32 + 4 = 108"),
+                       "LD 32 -> 72 (1024 bytes: 10 + 30; DRAM_RD 16 + 2 fetched); the VOP reads what it "
+                       "wrote, so it starts at 72, not 33: 72 + 32 + 4 = 108"),
     "scoreboard-independent": ({}, 1, "ld dram=0 tmem=0 n=256\nvop.add dst=4000 a=6000 rows=4 cols=64 drs=64 "
                                       "ars=64 bmode=scalar imm=1.0\nhalt",
                                dict(CYCLES=73, ICOUNT=3, DMA_BUSY=40, VPU_BUSY=36),

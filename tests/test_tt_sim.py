@@ -72,7 +72,7 @@ def test_guard_refuses_before_issuing_and_bypass_hangs_the_chip():
             card.noc.read32(card.tiles.tile("tensix", harvested, 2), 0)
         assert f"x={harvested}" in e.value.message
         good = card.tiles.tile("tensix", 1, 2)
-        assert card.noc.read32(good, K.SOFT_RESET_0) == 0x47800          # every RISC held; the refused access did not hang it
+        assert card.noc.read32(good, K.SOFT_RESET_0) == 0x47800      # RISCs held: the refused access did not hang it
         # bypass the guard: aim a raw window at the harvested column
         tlb = card.dev.allocate_tlb()
         win = card.dev.map_tlb(tlb)
