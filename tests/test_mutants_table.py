@@ -3,6 +3,7 @@ as it is, and the runner fails on a survivor, on drift and on a killer that fail
 while never touching the tree it tests (checked on a small throwaway project; the two cases that
 start test processes are in the slow job, where the red table itself runs)."""
 import importlib.util
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -129,3 +130,16 @@ def test_malformed_tables_name_the_mutant_and_the_problem(tmp_path, capsys, bad,
     assert mutants.main(["--root", str(root), "check"]) == 2
     err = capsys.readouterr().err
     assert "mutant #1 (add-subtracts)" in err and message in err
+
+
+def test_the_copy_must_be_what_gets_imported(tmp_path):
+    root = project(tmp_path / "p")
+    copy = tmp_path / "copy"
+    mutants.make_copy(root, copy, mutants.tracked_files(root))
+    mutants.prove_copy_is_imported(root, copy)                     # minipkg from copy/src/mini, via the map
+    (copy / "src/mini/__init__.py").unlink()                        # now a namespace package with no file
+    with pytest.raises(mutants.TableError, match="the copy is not what gets imported"):
+        mutants.prove_copy_is_imported(root, copy)
+    shutil.rmtree(copy / "src/mini")
+    with pytest.raises(mutants.TableError, match="cannot import the copy's packages: ModuleNotFoundError"):
+        mutants.prove_copy_is_imported(root, copy)

@@ -8,7 +8,8 @@ constant there agrees with itself everywhere else. The values below are copied, 
 - tenstorrent/tt-zephyr-platforms @74122be72 (the ARC firmware): lib/tenstorrent/bh_arc/
   telemetry.h (FW_TELEMETRY), include/tenstorrent/smc_msg.h (FW_MESSAGES), lib/tenstorrent/bh_arc/
   noc.c (FW_NOC: kPhysXToNoc0), lib/tenstorrent/bh_arc/noc_init.c (FW_NOC_INIT: kTensixEthNoc0X,
-  ComputeNocTranslation), lib/tenstorrent/bh_arc/init.h (FW_INIT: the reset unit);
+  ComputeNocTranslation), lib/tenstorrent/bh_arc/init.h (FW_INIT: the reset unit),
+  lib/tenstorrent/bh_arc/status_reg.h (FW_STATUS: the boot status word);
 - tenstorrent/tt-kmd @4af71921a (KMD): blackhole.c and enumerate.h.
 
 Changing any of these constants in otpu_core/tt fails a test here.
@@ -27,6 +28,7 @@ FW_MESSAGES = "tt-zephyr-platforms include/tenstorrent/smc_msg.h"
 FW_NOC = "tt-zephyr-platforms lib/tenstorrent/bh_arc/noc.c"
 FW_NOC_INIT = "tt-zephyr-platforms lib/tenstorrent/bh_arc/noc_init.c"
 FW_INIT = "tt-zephyr-platforms lib/tenstorrent/bh_arc/init.h"
+FW_STATUS = "tt-zephyr-platforms lib/tenstorrent/bh_arc/status_reg.h"
 KMD = "tt-kmd blackhole.c"
 KMD_ENUM = "tt-kmd enumerate.h"
 
@@ -61,6 +63,8 @@ FACTS = [  # (name in consts, public value, source)
     ("ARC_IRQ0", 65536, f"{UMD_ARCH} ARC_FW_INT_VAL"),
     ("SCRATCH_RAM", 0x80030400, f"{KMD} RESET_SCRATCH(0); {UMD_ARCH} SCRATCH_RAM_0"),
     ("SCR_BOOT_STATUS0", 2, f"{KMD} ARC_BOOT_STATUS = RESET_SCRATCH(2)"),
+    ("BOOT_READY", 1 | 2 << 1, f"{FW_STATUS} STATUS_BOOT_STATUS0: msg_queue_ready (bit 0) and hw_init_status "
+                               f"(bits 2:1) = kHwInitDone = 2 ({FW_INIT})"),
     ("SCR_MSGQ_CB", 11, f"{KMD} ARC_MSG_QCB_PTR = RESET_SCRATCH(11)"),
     ("SCR_TELEM_DATA", 12, f"{KMD} ARC_TELEMETRY_DATA = RESET_SCRATCH(12)"),
     ("SCR_TELEM_TABLE", 13, f"{KMD} ARC_TELEMETRY_PTR = RESET_SCRATCH(13)"),
@@ -97,11 +101,20 @@ UMD_TAG_NAMES = {"TELEM_ENUM_COUNT": "TELEMETRY_ENUM_COUNT", "INPUT_CURRENT": No
 UMD_TAG_NUMBERS = {"TELEMETRY_ENUM_COUNT": 33, "ENABLED_TENSIX_COL": 34, "ENABLED_GDDR": 36, "NOC_TRANSLATION": 40,
                    "ASIC_TEMPERATURE": 11, "AICLK": 14, "TIMER_HEARTBEAT": 32, "INPUT_POWER": 54, "TDP": 7}
 
-# TT_SMC_MSG_* (FW_MESSAGES)
+# TT_SMC_MSG_* (FW_MESSAGES), the whole list: consts.MSG must use these numbers.
 FIRMWARE_MESSAGES = {
-    "REINIT_TENSIX": 0x20, "POWER_SETTING": 0x21, "FORCE_AICLK": 0x33, "GET_AICLK": 0x34, "AICLK_GO_BUSY": 0x52,
-    "AICLK_GO_LONG_IDLE": 0x54, "TEST": 0x90, "ASIC_STATE0": 0xA0, "ASIC_STATE3": 0xA3,
-    "TOGGLE_SINGLE_TENSIX_RESET": 0xAE, "TOGGLE_TENSIX_RESET": 0xAF, "SET_WDT_TIMEOUT": 0xC1,
+    "SET_VOLTAGE": 0x12, "GET_VOLTAGE": 0x13, "SWITCH_CLK_SCHEME": 0x14, "DEBUG_NOC_TRANSLATION": 0x15,
+    "REPORT_SCRATCH_ONLY": 0x16, "SEND_PCIE_MSI": 0x17, "SWITCH_VOUT_CONTROL": 0x18, "READ_EEPROM": 0x19,
+    "WRITE_EEPROM": 0x1A, "READ_TS": 0x1B, "READ_PD": 0x1C, "READ_VM": 0x1D, "I2C_MESSAGE": 0x1E,
+    "REINIT_TENSIX": 0x20, "POWER_SETTING": 0x21, "SET_TDP_LIMIT": 0x22, "SET_ASIC_HOST_FMAX": 0x23,
+    "GET_FREQ_CURVE_FROM_VOLTAGE": 0x30, "AISWEEP_START": 0x31, "AISWEEP_STOP": 0x32, "FORCE_AICLK": 0x33,
+    "GET_AICLK": 0x34, "COUNTER": 0x35, "FORCE_VDD": 0x39, "AICLK_GO_BUSY": 0x52, "AICLK_GO_LONG_IDLE": 0x54,
+    "TRIGGER_RESET": 0x56, "TEST": 0x90, "PCIE_DMA_CHIP_TO_HOST_TRANSFER": 0x9B,
+    "PCIE_DMA_HOST_TO_CHIP_TRANSFER": 0x9C, "ASIC_STATE0": 0xA0, "ASIC_STATE3": 0xA3,
+    "GET_VOLTAGE_CURVE_FROM_FREQ": 0xA6, "FORCE_FAN_SPEED": 0xAC, "GET_DRAM_TEMPERATURE": 0xAD,
+    "TOGGLE_SINGLE_TENSIX_RESET": 0xAE, "TOGGLE_TENSIX_RESET": 0xAF, "TOGGLE_GDDR_RESET": 0xB6,
+    "SET_LAST_SERIAL": 0xBE, "PING_DM": 0xC0, "SET_WDT_TIMEOUT": 0xC1, "FLASH_UNLOCK": 0xC2, "FLASH_LOCK": 0xC3,
+    "CONFIRM_FLASHED_SPI": 0xC4, "BLINKY": 0xC5, "CHARACTERISATION": 0xC6,
 }
 KMD_MESSAGES = {"ASIC_STATE0": 0xA0, "ASIC_STATE3": 0xA3, "SET_WDT_TIMEOUT": 0xC1, "POWER_SETTING": 0x21,
                 "TEST": 0x90}                                           # ARC_MSG_TYPE_* (KMD)
@@ -143,7 +156,8 @@ def test_telemetry_tags_umd_also_names_agree():
 
 
 def test_every_arc_message_number():
-    assert K.MSG == FIRMWARE_MESSAGES, FW_MESSAGES
+    wrong = {n: (v, FIRMWARE_MESSAGES.get(n)) for n, v in K.MSG.items() if FIRMWARE_MESSAGES.get(n) != v}
+    assert not wrong, f"message (ours, {FW_MESSAGES}): {wrong}"
     assert {n: K.MSG[n] for n in KMD_MESSAGES} == KMD_MESSAGES, KMD
 
 

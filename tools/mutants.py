@@ -183,13 +183,18 @@ def child_env(copy: Path) -> dict[str, str]:
 
 
 def prove_copy_is_imported(root: Path, copy: Path) -> None:
-    """Import every top-level package in the copy's environment and require its file there."""
+    """Import every top-level package in the copy's environment, from outside the copy (so only the
+    path directory can lead there, as for a test's helper process), and require its file in the copy."""
     names = list(import_map(root))
-    code = "import importlib, json; print(json.dumps({n: importlib.import_module(n).__file__ for n in %r}))" % names
-    r = subprocess.run([sys.executable, "-c", code], cwd=copy, env=child_env(copy), capture_output=True, text=True)
+    code = ("import importlib, json; print(json.dumps({n: importlib.import_module(n).__file__ or '' for n in %r}))"
+            % names)
+    r = subprocess.run([sys.executable, "-c", code], cwd=copy.parent, env=child_env(copy), capture_output=True,
+                       text=True)
     if r.returncode:
-        raise TableError(f"cannot import the copy's packages: {r.stderr.strip().splitlines()[-1:]}")
-    wrong = {n: f for n, f in json.loads(r.stdout).items() if not Path(f).resolve().is_relative_to(copy.resolve())}
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise TableError(f"cannot import the copy's packages: {last}")
+    wrong = {n: f or "(no file)" for n, f in json.loads(r.stdout).items()
+             if not f or not Path(f).resolve().is_relative_to(copy.resolve())}
     if wrong:
         raise TableError(f"the copy is not what gets imported (an installed tree shadows it): {wrong}")
 
