@@ -95,11 +95,24 @@ FIRMWARE_TAGS = {
     "AICLK_LIMIT_MAX": 63, "TDP_LIMIT_MAX": 64, "AICLK_ARB_MIN": 65, "AICLK_ARB_MAX": 66, "ENABLED_MIN_ARB": 67,
     "ENABLED_MAX_ARB": 68, "AICLK_PPM_INFO": 69, "HOST_AICLK_LIMIT": 70,
 }
-# TelemetryTag (UMD_TAGS) where UMD names a tag differently or has dropped it (firmware 18.3
-# replaced INPUT_CURRENT by INPUT_POWER: tt-zephyr-platforms doc/release/migration-guide-18.3.md).
-UMD_TAG_NAMES = {"TELEM_ENUM_COUNT": "TELEMETRY_ENUM_COUNT", "INPUT_CURRENT": None}
-UMD_TAG_NUMBERS = {"TELEMETRY_ENUM_COUNT": 33, "ENABLED_TENSIX_COL": 34, "ENABLED_GDDR": 36, "NOC_TRANSLATION": 40,
-                   "ASIC_TEMPERATURE": 11, "AICLK": 14, "TIMER_HEARTBEAT": 32, "INPUT_POWER": 54, "TDP": 7}
+# TelemetryTag (UMD_TAGS), without its NUMBER_OF_TAGS sentinel: the same numbers, TELEM_ENUM_COUNT
+# spelt TELEMETRY_ENUM_COUNT, and INPUT_CURRENT (39) gone (firmware 18.3 replaced it by INPUT_POWER:
+# tt-zephyr-platforms doc/release/migration-guide-18.3.md).
+UMD_TAGS_BY_NAME = {
+    "BOARD_ID_HIGH": 1, "BOARD_ID_LOW": 2, "ASIC_ID": 3, "HARVESTING_STATE": 4, "UPDATE_TELEM_SPEED": 5, "VCORE": 6,
+    "TDP": 7, "TDC": 8, "VDD_LIMITS": 9, "THM_LIMIT_SHUTDOWN": 10, "ASIC_TEMPERATURE": 11, "VREG_TEMPERATURE": 12,
+    "BOARD_TEMPERATURE": 13, "AICLK": 14, "AXICLK": 15, "ARCCLK": 16, "L2CPUCLK0": 17, "L2CPUCLK1": 18,
+    "L2CPUCLK2": 19, "L2CPUCLK3": 20, "ETH_LIVE_STATUS": 21, "GDDR_STATUS": 22, "GDDR_SPEED": 23, "ETH_FW_VERSION": 24,
+    "GDDR_FW_VERSION": 25, "DM_APP_FW_VERSION": 26, "DM_BL_FW_VERSION": 27, "FLASH_BUNDLE_VERSION": 28,
+    "CM_FW_VERSION": 29, "L2CPU_FW_VERSION": 30, "FAN_SPEED": 31, "TIMER_HEARTBEAT": 32, "TELEMETRY_ENUM_COUNT": 33,
+    "ENABLED_TENSIX_COL": 34, "ENABLED_ETH": 35, "ENABLED_GDDR": 36, "ENABLED_L2CPU": 37, "PCIE_USAGE": 38,
+    "NOC_TRANSLATION": 40, "FAN_RPM": 41, "GDDR_0_1_TEMP": 42, "GDDR_2_3_TEMP": 43, "GDDR_4_5_TEMP": 44,
+    "GDDR_6_7_TEMP": 45, "GDDR_0_1_CORR_ERRS": 46, "GDDR_2_3_CORR_ERRS": 47, "GDDR_4_5_CORR_ERRS": 48,
+    "GDDR_6_7_CORR_ERRS": 49, "GDDR_UNCORR_ERRS": 50, "MAX_GDDR_TEMP": 51, "ASIC_LOCATION": 52,
+    "BOARD_POWER_LIMIT": 53, "INPUT_POWER": 54, "TDC_LIMIT_MAX": 55, "THM_LIMIT_THROTTLE": 56, "TT_FLASH_VERSION": 58,
+    "THERM_TRIP_COUNT": 60, "ASIC_ID_HIGH": 61, "ASIC_ID_LOW": 62, "AICLK_LIMIT_MAX": 63, "TDP_LIMIT_MAX": 64,
+    "AICLK_ARB_MIN": 65, "AICLK_ARB_MAX": 66, "ENABLED_MIN_ARB": 67, "ENABLED_MAX_ARB": 68,
+}
 
 # TT_SMC_MSG_* (FW_MESSAGES), the whole list: consts.MSG must use these numbers.
 FIRMWARE_MESSAGES = {
@@ -141,18 +154,18 @@ def test_every_risc_reset_bit_and_their_or():
 
 
 def test_every_telemetry_tag_number_is_the_firmware_s():
-    wrong = {n: (v, FIRMWARE_TAGS.get(n)) for n, v in K.TAGS.items() if FIRMWARE_TAGS.get(n) != v}
-    assert not wrong, f"tag (ours, {FW_TELEMETRY}): {wrong}"
+    """Each tag consts.TAGS names has the number the firmware (or tt-umd, by its name) gives it."""
+    def public(name):
+        return FIRMWARE_TAGS.get(name, UMD_TAGS_BY_NAME.get(name))
+    wrong = {n: (v, public(n)) for n, v in K.TAGS.items() if public(n) != v}
+    assert not wrong, f"tag (ours, {FW_TELEMETRY} / {UMD_TAGS}): {wrong}"
     assert K.TAG_NAMES == {v: n for n, v in K.TAGS.items()} and len(K.TAG_NAMES) == len(K.TAGS)
 
 
-def test_telemetry_tags_umd_also_names_agree():
-    for ours, theirs in UMD_TAG_NAMES.items():
-        if theirs is not None:
-            assert K.TAGS[ours] == UMD_TAG_NUMBERS[theirs], UMD_TAGS
-    for name, number in UMD_TAG_NUMBERS.items():
-        if name in K.TAGS:
-            assert K.TAGS[name] == number, f"{UMD_TAGS} {name} = {number}"
+def test_the_firmware_and_tt_umd_number_the_tags_alike():
+    both = set(FIRMWARE_TAGS) & set(UMD_TAGS_BY_NAME)
+    assert len(both) == 64 and all(FIRMWARE_TAGS[n] == UMD_TAGS_BY_NAME[n] for n in both)
+    assert FIRMWARE_TAGS["TELEM_ENUM_COUNT"] == UMD_TAGS_BY_NAME["TELEMETRY_ENUM_COUNT"] == 33
 
 
 def test_every_arc_message_number():
