@@ -1,7 +1,7 @@
 """The check DAG and its two policies: diagnosis (run everything possible) and bring-up (stop at first failure)."""
 import pytest
 
-from otpu_core.checks import Check, CheckContext, Registry, Result, Status, run_all, run_stages, summary
+from otpu_core.checks import Check, CheckContext, Registry, Result, Status, run_all, run_one, run_stages, summary
 from otpu_core.errors import DeviceBusy, UsageError
 
 
@@ -113,6 +113,30 @@ def test_stage_policy_shows_a_failing_hidden_prerequisite():
     rows, stopped = run_stages(reg, CheckContext("sim"), ["link"])
     assert stopped == "link" and rows[0].name == "driver" and rows[0].stage == "link"
 
+
+
+def test_stage_policy_stops_where_a_skipped_prerequisite_blocks_a_stage():
+    """A prerequisite that SKIPs (no sensor on this card) is no failure, but the check needing it
+    cannot run: its stage stops the bring-up there."""
+    ran = []
+    def rec(name, status=Status.PASS):
+        return lambda ctx: (ran.append(name), Result(status, name))[1]
+    reg = _registry(Check("i2c", "sensor", rec("sensor", Status.SKIP), stage="i2c"),
+                    Check("thermal", "temp", rec("temp"), stage="thermal", needs=("sensor",)),
+                    Check("mem", "pattern", rec("pattern"), stage="pattern"))
+    rows, stopped = run_stages(reg, CheckContext("sim"), ["i2c", "thermal", "pattern"])
+    assert stopped == "thermal" and ran == ["sensor"]
+    assert [(r.name, r.status, r.blocked_by) for r in rows] == [("sensor", Status.SKIP, None),
+                                                                ("temp", Status.SKIP, "sensor")]
+
+
+def test_a_check_whose_prerequisite_never_ran_is_skipped_not_run():
+    ran = []
+    check = Check("regs", "scratch", lambda ctx: (ran.append(1), Result(Status.PASS))[1], needs=("ID",))
+    ctx = CheckContext("sim")
+    row = run_one(check, ctx)
+    assert (row.status, row.message, row.blocked_by, ran) == (Status.SKIP, "needs ID (not run)", "ID", [])
+    assert ctx.rows["scratch"] is row
 
 def test_device_kind_filters_checks():
     reg = _registry(Check("tt", "telemetry", _ok(), devices=("tt",)), Check("platform", "ID", _ok()))

@@ -85,6 +85,18 @@ def test_lane_hints_sum_over_a_channel_and_address_bits_win():
         "address width"]
 
 
+
+def test_a_lane_fault_is_named_instead_of_the_interleave():
+    """A byte lane that fails every pattern also fails the interleave ones: the diagnosis names the
+    lane, and does not blame the host's split/join of beats, which is not broken."""
+    lanes, bits = np.zeros(8, int), np.zeros(64, int)
+    lanes[2], bits[17] = 9, 9
+    data = {"channel": 0, "lanes": lanes.tolist(), "bits": bits.tolist()}
+    rows = [row("mem", N.data_bits(0), F, data=data), row("mem", N.INTERLEAVE, F, data=data)]
+    assert diagnose(rows) == ["channel 0 byte lane 2 errors -> DQ[23:16] pinout / calibration of that lane; "
+                              "only DQ17 (stuck or shorted bit)"]
+    assert diagnose([row("mem", N.data_bits(0), P), row("mem", N.INTERLEAVE, F)])[0].startswith("interleave patterns")
+
 def test_platform_rules_in_order():
     rows = [row("platform", N.ID, F), row("platform", N.PCIE, F, data={"gts": 2.5, "width": 4}),
             row("platform", N.calib(1), F),

@@ -185,6 +185,35 @@ def test_tile_bytes_by_hand():
     assert h[:2].tobytes() == b"\x80\x3f"        # the tie rounds to the even 1.0
 
 
+
+@pytest.mark.parametrize("fmt", bfp.FORMATS, ids=[f.short for f in bfp.FORMATS])
+def test_unpack_reads_each_element_as_the_definition_says(fmt):
+    """bfp.unpack (what `weights check` compares with) against decode_tile, the element-by-element
+    reader written here from the format's text."""
+    rng = np.random.default_rng(int(fmt.code))
+    tiles = (rng.standard_normal((2, 32, 32)) * 2.0 ** rng.integers(-30, 30, (2, 32, 1))).astype(np.float32)
+    packed = bfp.pack(tiles, fmt)
+    got = bfp.unpack(packed, fmt).astype(np.float64)
+    for t in range(2):
+        assert np.array_equal(got[t], decode_tile(packed[t].tobytes(), fmt.code)), (fmt.name, t)
+
+@pytest.mark.parametrize("fmt", [bfp.BFP8_B, bfp.BFP4_B], ids=["bfp8", "bfp4"])
+def test_ties_of_tiny_rows_round_to_even_on_the_integer_path(fmt):
+    """Rows whose shared exponent field is below 24 (values near 2^-107) go through the packer's
+    integer steps; exact ties there round to the even magnitude like everywhere else."""
+    w, field = fmt.mantissa_bits, 20
+    unit = 2.0 ** (field - 127 - (w - 1))                        # one magnitude step of this row
+    tile = np.zeros((1, 32, 32))
+    tile[0, :, 0] = 2 ** (w - 1) * unit                          # the row maximum: exponent field 20
+    ties = np.arange(15, dtype=np.float64) % (2 ** (w - 1)) + 0.5  # k + 1/2 for k = 0, 1, 2, ...
+    tile[0, :, 1:16] = ties * unit * np.where(np.arange(32) % 2, -1, 1)[:, None]
+    x = tile.astype(np.float32)
+    assert np.array_equal(x.astype(np.float64), tile)           # every value exact in fp32
+    got = bfp.unpack(bfp.pack(x, fmt), fmt)[0].astype(np.float64)
+    want = expect(x[0], fmt, transposed=False)
+    assert np.array_equal(got, want), np.argwhere(got != want)[:5]
+    assert np.abs(got[:, 1:16]).min() == 0 and (np.abs(got[:, 1:16]) / unit % 2 == 0).all()   # even magnitudes
+
 @pytest.mark.parametrize("mutation", ["face order", "exponent row"])
 def test_mutations_turn_the_round_trip_red(tmp_path, monkeypatch, mutation):
     if mutation == "face order":
