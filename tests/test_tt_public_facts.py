@@ -199,9 +199,6 @@ def test_live_tensix_columns_fill_translated_x_in_noc0_order():
         assert live == {x: n for x, n in want.items() if x <= 14}, (i, j)
 
 
-@pytest.mark.xfail(strict=True, reason="harvested columns' translated x order differs from "
-                                       "tt-zephyr-platforms:lib/tenstorrent/bh_arc/noc_init.c "
-                                       "(ComputeNocTranslation); fixed on branch i12")
 def test_harvested_tensix_columns_take_translated_x_by_die_index():
     wrong = []
     for i, j in PAIRS:
