@@ -112,14 +112,14 @@ class Board:
 
     def __init__(self, transport: Transport, target: str | target_mod.Target | None = None, check: bool = True):
         self.t = transport
-        self.target = target if isinstance(target, target_mod.Target) else target_mod.load(target)
         self.in_run = False
         self.timed_out = False        # the last wait gave up on a run that did not halt
         self._run_t0 = 0.0
         self._trace_keep: str | None = None
         self._args: list[int] | None = None
         self._pipe: list[tuple[np.ndarray, np.ndarray]] | None = None
-        try:
+        try:        # a bad target or a failed check closes the transport, so its lock is not left held
+            self.target = target if isinstance(target, target_mod.Target) else target_mod.load(target)
             self.info = self.identify()
             if check:
                 self.check_config()

@@ -165,6 +165,14 @@ def test_second_user_is_told_who_holds_the_card():
     Board.open("sim", "sim-small").close()
 
 
+def test_a_refused_open_releases_the_lock():
+    Board.open("sim", "sim-small").close()
+    for target in ("no-such-target", "ypcb-00338"):           # unknown; a CFG_HASH that is not the card's
+        with pytest.raises(UsageError):
+            Board.open("sim", target)
+        Board.open("sim", "sim-small").close()        # not "busy": the failed open closed its transport
+
+
 def test_cli_bad_input_exit_codes(tmp_path):
     code, out = otpu("card", "info", "--dev", "nonsense")
     assert code == 2 and "unknown device 'nonsense'" in out

@@ -40,6 +40,7 @@ NEUTRAL = {   # required parameters: a value that works, so the hostile one is w
     ("sim", "trace", "PATH"): "{trace}", ("card", "run", "PROGRAM"): "{prog_s}", ("card", "reg", "NAME"): "SCRATCH",
     ("ol", "compile", "FILE"): "{kernel_py}", ("ol", "compile", "--kernel"): "scale",
     ("tt", "core", "probe", "XY"): "1,2",
+    ("lens", "open", "FILES"): "{empty}",     # a profile "x" written by a record case would be served until killed
 }
 BASE = {      # arguments every case of a command starts from: a cheap run on the shared test card
     ("diag",): [*CARD, "--only", "regs"], ("selftest",): CARD, ("smi",): CARD,
