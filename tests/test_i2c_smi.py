@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -36,7 +37,7 @@ def test_installed_plugin_measures_and_disabled_plugin_estimates():
 def test_measured_fields_in_process(capsys):
     assert run_app(smi_cli.app, "otpu-smi", ["--dev", "sim:i2c", "--target", "sim-small"]) == 0
     table = capsys.readouterr().out
-    assert "W measured · input " in table and " · core " in table and "estimate" not in table and "board " in table
+    assert re.search(r"W measured / \d+\.\d+ W max · input ", table) and " · core " in table and "estimate" not in table and "board " in table
     assert run_app(smi_cli.app, "otpu-smi", ["--dev", "sim:i2c", "--target", "sim-small", "--json"]) == 0
     card = json.loads(capsys.readouterr().out)[0]
     assert card["power"] == {"w": card["fields"]["power.draw"], "measured": True, "source": "measured"}

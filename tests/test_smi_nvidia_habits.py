@@ -90,7 +90,7 @@ def test_value_limit_columns_health_and_json(capsys):
         pass
     assert smi("--dev", "sim:a", "-t", "sim-small") == 0
     out = capsys.readouterr().out
-    assert re.search(r"die \d+\.\d+ C / 85\.00 C", out) and re.search(r"estimate / \d+\.\d+ W max", out)
+    assert re.search(r"die \d+\.\d+ C / 85\.00 C", out) and re.search(r"W (measured|estimate) / \d+\.\d+ W max", out)
     assert "│ Health  │ sim:a has injected faults: hot:c=90" in out
     assert smi("--dev", "sim:a", "-t", "sim-small", "--json") == 0
     doc = json.loads(capsys.readouterr().out)[0]

@@ -100,7 +100,7 @@ def card_table(report: dict[str, Any], history: History | None = None) -> Table:
     if pw is None or pw.value is None:
         power_text = "n/a"
     elif pw.source == "measured":
-        power_text = f"{pw.value:.1f}W measured" + "".join(
+        power_text = f"{pw.value:.1f}W measured / {_text(f, 'power.limit')} max" + "".join(
             f" · {label} {' '.join(f[k].text() for k in keys if k in f and f[k].value is not None)}"
             for label, keys in (("input", ("voltage.input", "current.input")), ("core", ("voltage.core", "current.core")))
             if keys[0] in f and f[keys[0]].value is not None)
