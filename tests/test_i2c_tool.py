@@ -128,6 +128,8 @@ def test_no_command_or_option_writes_a_data_byte(monkeypatch, tmp_path, capsys):
     (("read", "smbus", "0x60", "0x15"), "a STORE_ / RESTORE_ command"),
     (("read", "smbus", "0x41", "0x11"), "(0x41 is not)"),
     (("read", "sensor", "0x30", "0"), "0x30 is a DIMM SPD write-protect / page address"),
+    (("read", "sensor", "0x36", "0"), "0x36 is a DIMM SPD write-protect / page address"),    # SPA0: page 0
+    (("read", "sensor", "0x37", "0"), "0x37 is a DIMM SPD write-protect / page address"),    # SPA1: page 1
     (("read", "smbus", "0x0c", "1"), "0x0c is the SMBus alert response address"),
     (("read", "smbus", "0x61", "1"), "0x61 is the SMBus ARP address"),
 ])

@@ -54,6 +54,23 @@ def test_profile_numbers_equal_otpu_sim_run(name, tmp_path, capsys):
     assert p["traced"] == sum(seen) and p["instrs"]["data"]["pc"].size == sum(seen)
 
 
+def test_dram_streams_queue_behind_the_fetch_and_each_other():
+    from otpu_lens.analysis import dram_streams
+    rng = np.random.default_rng(3)
+    start = np.sort(rng.integers(0, 600, 300))
+    length = rng.integers(1, 40, 300) * (rng.random(300) < 0.7)
+    fetch = 17
+    ds, de = dram_streams(start, length, fetch)
+    free = fetch                          # port B first fetches the program, then serves streams in issue order
+    for i in range(start.size):
+        if length[i]:
+            begin = max(int(start[i]), free)
+            assert (ds[i], de[i]) == (begin, begin + length[i]), i
+            free = begin + int(length[i])
+        else:
+            assert ds[i] == de[i] == start[i]
+
+
 def test_cycle_account_streams_and_roofline_check_out():
     p = _sim_profile("attention")
     s = p["slices"][0]

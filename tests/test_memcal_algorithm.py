@@ -53,6 +53,8 @@ def test_no_window_is_all_zeros():
 def test_runs_linear_and_circular():
     assert longest_run([False, True, True, False, True]) == (1, 2)
     assert longest_run([]) == (0, 0)
+    assert longest_run([True, True, False, True, True, True]) == (3, 3)     # longer by one tap wins
+    assert longest_run([True, True, False, True, True]) == (0, 2)           # equals: the first
     assert circular_run([True, True, False, False, True, True, True], circular=True) == (4, 5)
     assert circular_run([True, True, False, False, True, True, True], circular=False) == (4, 3)
     assert circular_run([False] * 4, True) == (0, 0) and circular_run([True] * 4, True) == (0, 4)
