@@ -178,8 +178,8 @@ def test_the_checker_catches_missing_waits():
         check(prog, img)
 
 
-def test_generation_is_fast_on_a_big_program():
-    """The affine abstraction: a loop body is analysed once, whatever its trip count."""
+def test_a_big_program_with_a_long_loop_gets_its_waits():
+    """The affine abstraction on a loop of 600 trips; its speed is benchmarks/bench_ol.py's (no timings in tests)."""
     img = Image(T)
     n, d = 600, 64
     rng = np.random.default_rng(3)
@@ -192,8 +192,7 @@ def test_generation_is_fast_on_a_big_program():
         for _ in ol.static_range(8):
             ol.store(out, attention(ol.load(q), kv, n))
     prog = ol.compile_kernel(kern, T, q=q, kk=k, vv=v, kv=kv, out=out)
-    assert len(prog.instrs) > 300
-    assert prog.stats.waitc_s < 0.5 * max(1.0, len(prog.instrs) / 1000)
+    assert len(prog.instrs) > 300 and prog.stats.waits > 0
 
 
 def test_waitc_whole_decoder_step_resident():
