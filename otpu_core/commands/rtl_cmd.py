@@ -15,6 +15,7 @@ from rich.table import Table
 from ..console import print_json, stderr, stdout
 from ..errors import ChecksFailed, UsageError
 from ..hookspecs import hookimpl
+from .sim_cmd import read_text
 
 app = typer.Typer(name="rtl", no_args_is_help=True, add_completion=False,
                   help="The machine's RTL under Verilator, compared bit for bit with the golden simulator.")
@@ -85,7 +86,7 @@ def run_cmd(program: Path = typer.Argument(..., help="An assembly file (otpu asm
     """Run one program on the RTL and on the golden simulator; exit 1 if TMEM or DRAM differ."""
     from ..rtlcheck import compare_run, reset_state
     try:
-        text = program.read_text()
+        text = read_text(program, "program file")
     except OSError as e:
         raise UsageError(f"{program}: cannot read: {e.strerror}") from None
     be = _backend(target)
