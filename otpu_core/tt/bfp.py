@@ -131,10 +131,15 @@ def face_rows(x: np.ndarray, transposed: bool) -> np.ndarray:
     return groups.reshape(S, FACE, TILE * (C // FACE))
 
 
-def assemble(codes: np.ndarray, exp: np.ndarray, fmt: TileFormat, S: int, ct: int, transposed: bool) -> np.ndarray:
-    """Block-float tiles from `face_rows`-ordered codes (A, 16, M) and row exponents (A, M):
-    (S, ct, fmt.tile_bytes) uint8, exponents then codes, each in face order."""
-    if transposed:
+def assemble(codes: np.ndarray, exp: np.ndarray, fmt: TileFormat, S: int, ct: int, transposed: bool,
+             rows: bool = False) -> np.ndarray:
+    """Block-float tiles from `face_rows`-ordered codes (A, 16, M) and row exponents (A, M), or
+    (`rows`, SOURCE only) codes in the strips' own row order: (S, ct, fmt.tile_bytes) uint8,
+    exponents then codes, each in face order."""
+    if rows:
+        code_axes, exp_shape, exp_axes = (0, 3, 1, 4, 2, 5), (S, 2, FACE, ct, 2), (0, 3, 1, 4, 2)
+        code_shape = (S, 2, FACE, ct, 2, FACE)
+    elif transposed:
         code_axes, exp_shape, exp_axes = (0, 3, 4, 1, 5, 2), (S, 2, ct, 2, FACE), (0, 2, 3, 1, 4)
         code_shape = (S, 2, FACE, ct, 2, FACE)
     else:

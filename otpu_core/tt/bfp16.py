@@ -44,17 +44,26 @@ class Bits16:
                 raise NonFinite
             return bfp.pack_strips(self.decode.take(bits), fmt, transposed)
         S, ct = bits.shape[0] // bfp.TILE, bits.shape[1] // bfp.TILE
-        groups = bfp.face_rows(bits, transposed)
-        mag = np.bitwise_and(groups, 0x7FFF, out=bfp.scratch("mag16", groups.shape, np.uint16))
-        top = bfp.shared_maxima(mag)
+        # NMAJOR: a face row runs down 16 rows, `bfp.face_rows` brings it to axis 1 as a view.
+        # SOURCE: it is 16 adjacent values; only the magnitudes are transposed (numpy's max is
+        # fast across rows, slow along 16 adjacent values), the codes stay in row order.
+        if transposed:
+            groups = bfp.face_rows(bits, True)
+            mag = np.bitwise_and(groups, 0x7FFF, out=bfp.scratch("mag16", groups.shape, np.uint16))
+            top, axis = bfp.shared_maxima(mag), 1
+        else:
+            groups = bits.reshape(-1, bits.shape[1] // bfp.FACE, bfp.FACE)
+            across = bits.reshape(S, bfp.TILE, groups.shape[1], bfp.FACE).transpose(0, 3, 1, 2)
+            mag = np.bitwise_and(across, 0x7FFF, out=bfp.scratch("mag16", across.shape, np.uint16))
+            top, axis = bfp.shared_maxima(mag).reshape(groups.shape[:2]), 2
         if int(top.max(initial=0)) >= self.first_nonfinite:
             raise NonFinite
         exp = self.exponent.take(top)
         table = self._table(fmt.mantissa_bits, exp)
-        index = np.bitwise_or(groups, exp.astype(np.intp)[:, None, :] << EXPONENT_SHIFT,
+        index = np.bitwise_or(groups, np.expand_dims(exp.astype(np.intp) << EXPONENT_SHIFT, axis),
                               out=bfp.scratch("index16", groups.shape, np.intp))
         codes = table.take(index, out=bfp.scratch("codes16", groups.shape, np.uint8))
-        return bfp.assemble(codes, exp, fmt, S, ct, transposed)
+        return bfp.assemble(codes, exp, fmt, S, ct, transposed, rows=not transposed)
 
     def _table(self, width: int, exp: np.ndarray) -> np.ndarray:
         """The flat (256 << 16) code table for `width`, with the rows for the exponents in `exp`
