@@ -291,7 +291,8 @@ def test_selftest_flags_old_firmware_and_hints_the_full_command(capsys):
         finally:
             ctx.cache["tt.card"].close()
     r = rows("tt:sim:st1", "noc_stuck:x=3,y=4;old_fw")
-    assert r[FIRMWARE].status == Status.FAIL and "19.8.0.0 is older than 19.9.0.0" in r[FIRMWARE].message
+    # flagged, not failed: the card works, only a one-core recovery falls back to rung 4
+    assert r[FIRMWARE].status == Status.WARN and "19.8.0.0 is older than 19.9.0.0" in r[FIRMWARE].message
     assert r[CORES].hint.startswith("`otpu-tt core recover --all --yes --dev tt:sim:st1`")
     r = rows("tt:sim:st2", "link_lost")
     assert r[TELEMETRY].status == Status.FAIL and "`otpu-tt sim reset --dev tt:sim:st2`" in r[TELEMETRY].hint
