@@ -68,6 +68,11 @@ class Meter:
             self.bar.stop()
 
 
+def _rate(nbytes: int, seconds: float) -> str:
+    """A throughput in the units `_size` uses (a small file is KiB/s, not "0 MB/s")."""
+    return f"{_size(round(nbytes / seconds))}/s" if seconds > 0 else "instant"
+
+
 def _size(n: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
@@ -129,9 +134,8 @@ def convert_cmd(model: Path = typer.Argument(..., metavar="MODEL.gguf", help="Th
     for name, row in result.as_dict()["by_format"].items():
         table.add_row(name, str(row["tensors"]), _size(row["bytes"]))
     stdout().print(table)
-    rate = result.source_bytes / result.seconds / 1e6 if result.seconds else 0
     stdout().print(f"{_size(result.source_bytes)} of GGUF tensors to {_size(result.file_bytes)} in "
-                   f"{result.seconds:.1f} s ({rate:.0f} MB/s)", markup=False)
+                   f"{result.seconds:.1f} s ({_rate(result.source_bytes, result.seconds)})", markup=False)
 
 
 # ---- weights info / check --------------------------------------------------------------------
@@ -209,7 +213,6 @@ def upload_cmd(path: Path = typer.Argument(..., metavar="FILE", help="An FTTW fi
     if json_out:
         print_json({"path": str(path), "dev": spec, **result.as_dict()})
         return
-    rate = result.bytes / result.seconds / 1e6 if result.seconds else 0
     stdout().print(f"{spec}: {result.tensors} tensors, {_size(result.bytes)} into DRAM banks "
-                   f"{', '.join(map(str, result.banks))} in {result.seconds:.1f} s ({rate:.0f} MB/s)"
+                   f"{', '.join(map(str, result.banks))} in {result.seconds:.1f} s ({_rate(result.bytes, result.seconds)})"
                    + ("; read back and verified" if result.verified else ""), markup=False)
