@@ -323,3 +323,10 @@ def test_live_smi_shows_a_card_that_hangs_instead_of_quitting(capsys, monkeypatc
     monkeypatch.setattr(cli, "pause", pause)
     code, out, _ = run(["smi", "--dev", "tt:sim:lh", "-l", "1"], capsys)
     assert code == 0 and "tt:sim:lh" in out and "the NoC is hung" in out and "recover --all --yes" in out
+
+
+def test_a_lost_link_names_the_cards_own_power_cycle(capsys):
+    # a simulated card is power-cycled by `otpu-tt sim reset`, not by walking to the machine
+    code, out, err = run(["smi", "--dev", "tt:sim:ll2", "--fault", "link_lost"], capsys)
+    assert code == 3 and "BAR reads return all ones" in err
+    assert "recover --all --yes --dev tt:sim:ll2" in err and "`otpu-tt sim reset --dev tt:sim:ll2`" in err
