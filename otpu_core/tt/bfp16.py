@@ -60,8 +60,9 @@ class Bits16:
             raise NonFinite
         exp = self.exponent.take(top)
         table = self._table(fmt.mantissa_bits, exp)
-        index = np.bitwise_or(groups, np.expand_dims(exp.astype(np.intp) << EXPONENT_SHIFT, axis),
-                              out=bfp.scratch("index16", groups.shape, np.intp))
+        index = bfp.scratch("index16", groups.shape, np.intp)
+        np.copyto(index, groups)          # then OR in place: twice as fast as one mixed-type OR
+        index |= np.expand_dims(exp.astype(np.intp) << EXPONENT_SHIFT, axis)
         codes = table.take(index, out=bfp.scratch("codes16", groups.shape, np.uint8))
         return bfp.assemble(codes, exp, fmt, S, ct, transposed, rows=not transposed)
 
@@ -72,7 +73,8 @@ class Bits16:
             if width not in self._tables:
                 self._tables[width] = (np.zeros(256 << EXPONENT_SHIFT, np.uint8), np.zeros(256, bool))
             table, filled = self._tables[width]
-            if not filled.take(exp).all():
+            lo, hi = int(exp.min(initial=255)), int(exp.max(initial=0))
+            if not filled[lo:hi + 1].all():
                 for e in np.unique(exp[~filled.take(exp)]).tolist():
                     table[e << EXPONENT_SHIFT:(e + 1) << EXPONENT_SHIFT] = self._codes_under(e, width)
                     filled[e] = True
