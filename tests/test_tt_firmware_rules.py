@@ -217,3 +217,23 @@ def test_a_p100a_moves_its_harvested_bank_as_the_firmware_does():
                 assert struct.unpack("<I", os.pread(f.fileno(), 4, 0x100))[0] == 0xB0 + bank
         with pytest.raises(Exception, match="harvested"):
             card.tiles.dram(dead[0])
+
+
+def test_live_status_with_reprobe_reads_a_stuck_tile_once_not_every_frame(capsys, monkeypatch):
+    # `core status -l 1 --reprobe` left running: --reprobe asks for one more look at the stuck tile,
+    # not one per refresh (each is a NoC transaction that never completes; 64 of them hang the sim's NoC).
+    import otpu_tt.cliopts as cli
+    from otpu_core.cli import run_app
+    from otpu_tt.cli import app
+    frames = []
+
+    def pause(seconds):
+        frames.append(seconds)
+        if len(frames) == 5:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "pause", pause)
+    args = ["core", "status", "--dev", "tt:sim:lr2", "-l", "0.1", "--reprobe"]
+    assert run_app(app, "otpu-tt", args + ["--fault", "noc_stuck:x=3,y=4"]) == 0
+    capsys.readouterr()
+    with Card("tt:sim:lr2") as card:
+        assert stuck_reads(card, card.tiles.tile("tensix", 3, 4)) == 1 and card.memo.stuck() == {(3, 4)}

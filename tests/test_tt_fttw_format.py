@@ -219,10 +219,11 @@ def test_mutations_turn_the_round_trip_red(tmp_path, monkeypatch, mutation):
     if mutation == "face order":
         real = bfp.face_order
 
-        def swapped(a, axes):            # faces column-major (0, 2, 1, 3) instead of row-major
-            out = real(a, axes)
-            first = -4 if out.shape[-2:] == (16, 16) else -3
-            return np.ascontiguousarray(np.swapaxes(out, first, first + 1))
+        def swapped(a, axes, out=None):  # faces column-major (0, 2, 1, 3) instead of row-major
+            got = real(a, axes)
+            first = -4 if got.shape[-2:] == (16, 16) else -3
+            got = np.ascontiguousarray(np.swapaxes(got, first, first + 1))
+            return got if out is None else real(got, tuple(range(got.ndim)), out)
         monkeypatch.setattr(bfp, "face_order", swapped)
     else:
         monkeypatch.setattr(bfp, "shared_maxima", lambda g: np.roll(g.max(axis=1), 1, axis=-1))
@@ -252,13 +253,20 @@ def test_strip_blocks_and_threads_do_not_change_the_bytes(tmp_path, monkeypatch)
         assert (tmp_path / "big.fttw").read_bytes() == (tmp_path / f"one{jobs}.fttw").read_bytes()
 
 
-def test_every_half_value_reads_as_numpy_converts_it():
-    from otpu_core.gguf_source import half_to_float
+def test_every_16_bit_value_decodes_as_its_definition_says():
+    from otpu_core.gguf_source import DECODE16
     u = np.arange(1 << 16, dtype=np.uint16)
     want = u.view(np.float16).astype(np.float32)
-    assert np.array_equal(half_to_float(u), want, equal_nan=True)
     finite = np.isfinite(want)
-    assert np.array_equal(half_to_float(u).view(np.uint32)[finite], want.view(np.uint32)[finite])
+    assert np.array_equal(DECODE16["F16"].view(np.uint32)[finite], want.view(np.uint32)[finite])
+    assert np.array_equal(np.isnan(DECODE16["F16"]), np.isnan(want))
+    # bfloat16: the top half of a float32, from the format's fields (sign, 8-bit exponent, 7 bits)
+    s, e, f = u >> 15, (u >> 7) & 0xFF, (u & 0x7F).astype(np.float64)
+    with np.errstate(over="ignore"):
+        ref = np.where(e == 0, f * 2.0 ** -133, (1 + f / 128) * 2.0 ** (e.astype(np.float64) - 127)) * (-1.0) ** s
+    fin = e != 0xFF
+    assert np.array_equal(DECODE16["BF16"][fin].astype(np.float64), ref[fin])
+    assert np.isinf(DECODE16["BF16"][(e == 0xFF) & (f == 0)]).all() and np.isnan(DECODE16["BF16"][(e == 0xFF) & (f != 0)]).all()
 
 
 def test_quantised_sources_are_dequantised_by_gguf(tmp_path):

@@ -252,3 +252,12 @@ def test_gate_over_a_219_tensor_model(tmp_path, capsys, fmt, floor):
     print(f"{fmt}: worst PCC {worst['pcc']:.6f} ({worst['name']}), max-abs {worst['max_abs']:.4g} over 219 tensors")
     assert code == 0 and report["tensors"] == 219 and report["failed"] == 0
     assert floor < worst["pcc"] < 1.0 and 0 < worst["max_abs"] < 0.03
+
+
+@pytest.mark.parametrize("args,named", [
+    (["convert", "{m}", ""], "OUT.fttw ''"), (["convert", "", "{o}"], "MODEL.gguf ''"),
+    (["convert", "{m}", "{o}", "--ledger", ""], "--ledger ''"), (["weights", "info", ""], "FILE ''"),
+    (["weights", "check", "{o}", ""], "MODEL.gguf ''"), (["upload", "", "--dev", "tt:sim:e"], "FILE ''")])
+def test_an_empty_path_is_refused_by_name_not_read_as_the_current_directory(tmp_path, model, capsys, args, named):
+    code, _, err = run([a.format(m=model, o=tmp_path / "o.fttw") for a in args], capsys)
+    assert code == 2 and f"{named}: empty" in err

@@ -76,9 +76,13 @@ def from_faces(faces: np.ndarray) -> np.ndarray:
     return t.reshape(faces.shape[0], TILE, TILE)
 
 
-def face_order(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """`a` transposed to `axes`, contiguous: the one step that puts values in tile and face order."""
-    return np.ascontiguousarray(a.transpose(axes))
+def face_order(a: np.ndarray, axes: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
+    """`a` transposed to `axes`, contiguous (or written into `out`): the one step that puts values
+    in tile and face order."""
+    if out is None:
+        return np.ascontiguousarray(a.transpose(axes))
+    np.copyto(out, a.transpose(axes))
+    return out
 
 
 def shared_maxima(groups: np.ndarray) -> np.ndarray:
@@ -105,28 +109,49 @@ def pack_strips(strips: np.ndarray, fmt: TileFormat, transposed: bool) -> np.nda
         return to_faces(tiles).reshape(S, ct, -1).view(np.uint8)
     if not fmt.block_float:
         raise ValueError(f"no packer for {fmt.name}")
-    if transposed:      # (strip, column half of the tile, 16 rows of a face row, K)
-        groups = x.reshape(S * 2, FACE, C)
-        code_axes, exp_shape, exp_axes = (0, 3, 4, 1, 5, 2), (S, 2, ct, 2, FACE), (0, 2, 3, 1, 4)
-        code_shape = (S, 2, FACE, ct, 2, FACE)
-    else:               # bring each face row's 16 columns to axis 1: (strip, 16, row * group)
-        groups = _scratch("groups", (S, FACE, TILE, 2 * ct), np.float32)
-        np.copyto(groups, x.reshape(S, TILE, 2 * ct, FACE).transpose(0, 3, 1, 2))
-        groups = groups.reshape(S, FACE, TILE * 2 * ct)
-        code_axes, exp_shape, exp_axes = (0, 4, 2, 5, 3, 1), (S, 2, FACE, ct, 2), (0, 3, 1, 4, 2)
-        code_shape = (S, FACE, 2, FACE, ct, 2)
-    mag = np.abs(groups, out=_scratch("mag", groups.shape, np.float32))
+    groups = face_rows(x, transposed)
+    mag = np.abs(groups, out=scratch("mag", groups.shape, np.float32))
     exp = shared_maxima(mag).view(np.uint32) >> 23
     if np.any((exp > 0) & (exp < 24)):
-        codes = _codes_exact(groups, mag, exp.astype(np.int32), fmt.mantissa_bits)
+        codes = codes_exact(groups, mag, exp.astype(np.int32), fmt.mantissa_bits)
     else:
         codes = _codes_fast(groups, exp, fmt.mantissa_bits)
+    return assemble(codes, exp, fmt, S, ct, transposed)
+
+
+def face_rows(x: np.ndarray, transposed: bool) -> np.ndarray:
+    """(S*32, C) values as (A, 16, M): each face row's 16 elements on axis 1, in the order
+    `assemble` takes them (a view when `transposed`, else a reused work array of x's type)."""
+    S, C = x.shape[0] // TILE, x.shape[1]
+    if transposed:      # (strip, column half of the tile, 16 rows of a face row, K)
+        return x.reshape(S * 2, FACE, C)
+    # bring each face row's 16 columns to axis 1: (strip, 16, row * group)
+    groups = scratch(f"groups-{x.dtype}", (S, FACE, TILE, C // FACE), x.dtype)
+    np.copyto(groups, x.reshape(S, TILE, C // FACE, FACE).transpose(0, 3, 1, 2))
+    return groups.reshape(S, FACE, TILE * (C // FACE))
+
+
+def assemble(codes: np.ndarray, exp: np.ndarray, fmt: TileFormat, S: int, ct: int, transposed: bool,
+             rows: bool = False) -> np.ndarray:
+    """Block-float tiles from `face_rows`-ordered codes (A, 16, M) and row exponents (A, M), or
+    (`rows`, SOURCE only) codes in the strips' own row order: (S, ct, fmt.tile_bytes) uint8,
+    exponents then codes, each in face order."""
+    if rows:
+        code_axes, exp_shape, exp_axes = (0, 3, 1, 4, 2, 5), (S, 2, FACE, ct, 2), (0, 3, 1, 4, 2)
+        code_shape = (S, 2, FACE, ct, 2, FACE)
+    elif transposed:
+        code_axes, exp_shape, exp_axes = (0, 3, 4, 1, 5, 2), (S, 2, ct, 2, FACE), (0, 2, 3, 1, 4)
+        code_shape = (S, 2, FACE, ct, 2, FACE)
+    else:
+        code_axes, exp_shape, exp_axes = (0, 4, 2, 5, 3, 1), (S, 2, FACE, ct, 2), (0, 3, 1, 4, 2)
+        code_shape = (S, FACE, 2, FACE, ct, 2)
     out = np.empty((S, ct, fmt.tile_bytes), np.uint8)
     out[..., :FACE_ROWS] = face_order(exp.astype(np.uint8).reshape(exp_shape), exp_axes).reshape(S, ct, FACE_ROWS)
-    codes = face_order(codes.reshape(code_shape), code_axes).reshape(S, ct, TILE_ELEMS)
-    if fmt is BFP8_B:
-        out[..., FACE_ROWS:] = codes
+    if fmt is BFP8_B:                     # straight into place: one pass
+        placed = out[..., FACE_ROWS:].reshape(tuple(code_shape[i] for i in code_axes), copy=False)
+        face_order(codes.reshape(code_shape), code_axes, out=placed)
     else:
+        codes = face_order(codes.reshape(code_shape), code_axes).reshape(S, ct, TILE_ELEMS)
         out[..., FACE_ROWS:] = codes[..., 0::2] | (codes[..., 1::2] << 4)
     return out
 
@@ -134,7 +159,7 @@ def pack_strips(strips: np.ndarray, fmt: TileFormat, transposed: bool) -> np.nda
 _SCRATCH = threading.local()
 
 
-def _scratch(name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+def scratch(name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
     """A work array of this thread, reused from block to block (a fresh large array costs a page
     fault per page)."""
     arrays = _SCRATCH.__dict__
@@ -153,18 +178,18 @@ def _codes_fast(groups: np.ndarray, exp: np.ndarray, width: int) -> np.ndarray:
     A subnormal lands below 1 and truncates to zero; rows with E = 0 hold only zeros and subnormals.
     """
     scale = ((277 - np.maximum(exp, 24)) << 23).astype(np.uint32).view(np.float32)      # 2^(150 - E), normal
-    t = np.multiply(groups, scale[:, None, :], out=_scratch("t", groups.shape, np.float32))
+    t = np.multiply(groups, scale[:, None, :], out=scratch("t", groups.shape, np.float32))
     np.trunc(t, out=t)
     t *= np.float32(2.0 ** (width - 24))
     np.rint(t, out=t)
     top = np.float32((1 << width) - 1)
     np.clip(t, -top, top, out=t)
-    q = _scratch("q", groups.shape, np.int8)
+    q = scratch("q", groups.shape, np.int8)
     np.copyto(q, t, casting="unsafe")
     return _sign_magnitude(q, width)
 
 
-def _codes_exact(groups: np.ndarray, mag: np.ndarray, exp: np.ndarray, width: int) -> np.ndarray:
+def codes_exact(groups: np.ndarray, mag: np.ndarray, exp: np.ndarray, width: int) -> np.ndarray:
     """Sign-magnitude codes by tt-metal's integer steps (rows whose exponent is below 24 need them)."""
     bits = mag.view(np.uint32)
     own = (bits >> 23).astype(np.int32)
@@ -180,9 +205,9 @@ def _codes_exact(groups: np.ndarray, mag: np.ndarray, exp: np.ndarray, width: in
 
 def _sign_magnitude(q: np.ndarray, width: int) -> np.ndarray:
     """Signed int8 magnitudes to codes: the sign above `width` magnitude bits (zero has none)."""
-    sign = np.less(q, 0, out=_scratch("neg", q.shape, np.bool_)).view(np.uint8)
+    sign = np.less(q, 0, out=scratch("neg", q.shape, np.bool_)).view(np.uint8)
     np.left_shift(sign, width, out=sign)
-    code = np.abs(q, out=_scratch("code", q.shape, np.int8)).view(np.uint8)
+    code = np.abs(q, out=scratch("code", q.shape, np.int8)).view(np.uint8)
     np.bitwise_or(code, sign, out=code)
     return code
 

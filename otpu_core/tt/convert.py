@@ -3,9 +3,9 @@
 For each tensor the ledger picks format, layout and gate (`ledger`); the plan (`fttw.layout_plan`)
 gives every tensor its file offset and DRAM place before any data moves. Then each 2-D matrix is
 read in blocks of whole strips (at most `BLOCK_ELEMS` values), padded with zeros to whole tiles,
-packed (`bfp.pack_strips`) and written where its tiles go, with the tensor's CRC-32 kept as it
-goes; 1-D tensors are copied as fp32. Memory is a few strip-block buffers whatever the model's
-size. The output is written to `OUT.partial` and renamed over OUT only when complete, so a
+packed (`bfp.pack_strips`; F16 and BF16 sources straight from their bits, `bfp16`) and written
+where its tiles go, with the tensor's CRC-32 kept as it goes; 1-D tensors are copied as fp32.
+Memory is a few strip-block buffers whatever the model's size. The output is written to `OUT.partial` and renamed over OUT only when complete, so a
 failure (a NaN in a tensor, a full disk) leaves no half file and no lost earlier OUT.
 """
 from __future__ import annotations
@@ -23,10 +23,10 @@ import numpy as np
 
 from ..errors import UsageError
 from ..gguf_source import GgufModel, SourceTensor, open_gguf
-from . import bfp, fttw
+from . import bfp, bfp16, fttw
 from .ledger import NMAJOR, Ledger
 
-BLOCK_ELEMS = 1 << 20            # source values per block of strips (a whole strip if larger)
+BLOCK_ELEMS = 1 << 18            # source values per block of strips (a whole strip if larger)
 
 Progress = Callable[[int, int, str], None]      # (source bytes done, total, tensor name)
 
@@ -115,15 +115,19 @@ def _write_tensor(model: GgufModel, t: SourceTensor, e: fttw.Entry, out, pool: T
 
     def block(m: int, s0: int) -> np.ndarray:
         n_strips = min(per_block, e.strips - s0)
-        r0 = s0 * bfp.TILE
-        n_rows = min(n_strips * bfp.TILE, e.rows - r0)
-        values = model.read_rows(t, m * e.rows + r0, n_rows)
-        _check_finite(model, t, values, m * e.rows + r0)
-        if values.shape != (n_strips * bfp.TILE, cols_padded):       # pad to whole tiles with zeros
-            padded = np.zeros((n_strips * bfp.TILE, cols_padded), np.float32)
-            padded[:n_rows, :e.cols] = values
-            values = padded
-        return bfp.pack_strips(values, e.fmt, e.layout == NMAJOR)
+        row0 = m * e.rows + s0 * bfp.TILE
+        n_rows = min(n_strips * bfp.TILE, e.rows - s0 * bfp.TILE)
+        shape = (n_strips * bfp.TILE, cols_padded)
+        bits = model.read_bits16(t, row0, n_rows)
+        if bits is not None:            # F16, BF16: packed from the bits (the same bytes, faster)
+            source = bfp16.SOURCES[t.ggml_type]
+            try:
+                return source.pack_strips(_padded(bits, shape), e.fmt, e.layout == NMAJOR)
+            except bfp16.NonFinite:
+                _check_finite(model, t, source.decode.take(bits), row0)
+        values = model.read_rows(t, row0, n_rows)
+        _check_finite(model, t, values, row0)
+        return bfp.pack_strips(_padded(values, shape), e.fmt, e.layout == NMAJOR)
 
     crc = 0
     pending: deque = deque()
@@ -135,6 +139,15 @@ def _write_tensor(model: GgufModel, t: SourceTensor, e: fttw.Entry, out, pool: T
     while pending:
         crc = _emit(pending.popleft().result(), out, crc)
     return crc
+
+
+def _padded(a: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """`a` padded with zeros (+0.0 in every format) to whole tiles."""
+    if a.shape == shape:
+        return a
+    padded = np.zeros(shape, a.dtype)
+    padded[:a.shape[0], :a.shape[1]] = a
+    return padded
 
 
 def _emit(data: np.ndarray, out, crc: int) -> int:

@@ -160,7 +160,7 @@ class Noc:
         if self._bar.read32(K.NOC_NODE_ID) == MASK:
             raise LinkLost("the PCIe link to the card is gone (BAR reads return all ones)",
                            hint=f"`otpu-tt core recover --all --yes --dev {self.dev.spec}` tries a PCIe link reset and an "
-                                "ASIC reset (rung 6); if the link stays lost, the card needs its power cycled")
+                                f"ASIC reset (rung 6); if the link stays lost: {self.dev.power_cycle_hint()}")
         win, off = self._aim(self.tiles.pcie_noc0, K.PCIE_NIU_NOC_ADDR + K.NOC_NODE_ID)
         if win.read32(off) == MASK:
             raise NocHung("the NoC is hung: the PCIe tile does not answer over the NoC",

@@ -41,7 +41,9 @@ def status_cmd(dev: str = dev_option(), fault: str = fault_option(), loop: float
             print_json({"dev": card.spec, "tiles": card.tiles.as_dict(), "cores": [c.as_dict() for c in s],
                         "healthy": healthy, **({"broken": card.broken.message} if card.broken else {})})
         elif loop:
-            live(lambda: views.core_grid(card.tiles, card_states(card, reprobe)), loop)
+            # --reprobe is one more look at the stuck tiles (the first frame), not one per refresh
+            first = [reprobe]
+            live(lambda: views.core_grid(card.tiles, card_states(card, first.pop() if first else False)), loop)
             return
         else:
             s = card_states(card, reprobe)

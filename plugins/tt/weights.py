@@ -16,6 +16,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TaskProgressColum
 from rich.table import Table
 from rich.text import Text
 
+from otpu_core import cliopts
 from otpu_core.console import print_json, stderr, stdout
 from otpu_core.errors import EXIT_CHECKS_FAILED, UsageError
 from otpu_core.outpath import check_writable
@@ -68,6 +69,16 @@ class Meter:
             self.bar.stop()
 
 
+def _path(value: str | None, name: str, what: str) -> Path | None:
+    """A path argument; an empty one is refused by name (Path('') would quietly be '.')."""
+    return None if value is None else Path(cliopts.nonempty(value, name, what))
+
+
+def _rate(nbytes: int, seconds: float) -> str:
+    """A throughput in the units `_size` uses (a small file is KiB/s, not "0 MB/s")."""
+    return f"{_size(round(nbytes / seconds))}/s" if seconds > 0 else "instant"
+
+
 def _size(n: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
@@ -99,9 +110,9 @@ def _gate(min_pcc: float, max_abs: float | None) -> str:
 
 # ---- convert ---------------------------------------------------------------------------------
 
-def convert_cmd(model: Path = typer.Argument(..., metavar="MODEL.gguf", help="The GGUF checkpoint."),
-                out: Path = typer.Argument(..., metavar="OUT.fttw", help="The FTTW file to write."),
-                ledger: Path = typer.Option(None, "--ledger", metavar="FILE",
+def convert_cmd(model: str = typer.Argument(..., metavar="MODEL.gguf", help="The GGUF checkpoint."),
+                out: str = typer.Argument(..., metavar="OUT.fttw", help="The FTTW file to write."),
+                ledger: str = typer.Option(None, "--ledger", metavar="FILE",
                                             help="Precision ledger (TOML): per-tensor format, layout and gate."),
                 default: str = typer.Option("bfp8", "--default", metavar="FORMAT",
                                             help="Format of 2-D tensors no ledger rule names: bfp8, bfp4, bf16 or fp32."),
@@ -111,6 +122,8 @@ def convert_cmd(model: Path = typer.Argument(..., metavar="MODEL.gguf", help="Th
     Streams 32-row strips, so memory stays at a few strip buffers whatever the model's size. 1-D tensors
     stay fp32; embeddings (*embd.weight) keep GGUF's row order (SOURCE); other matrices are transposed to
     K x N with column-major tiles (MATMUL_NMAJOR). A ledger can change any of it per tensor."""
+    model, out, ledger = _path(model, "MODEL.gguf", "a GGUF file"), _path(out, "OUT.fttw", "a file to write"), \
+        _path(ledger, "--ledger", "a ledger file")
     fmt = _format_option(default)
     book = Ledger.load(ledger) if ledger is not None else Ledger()
     check_writable(out, "OUT.fttw")
@@ -129,17 +142,17 @@ def convert_cmd(model: Path = typer.Argument(..., metavar="MODEL.gguf", help="Th
     for name, row in result.as_dict()["by_format"].items():
         table.add_row(name, str(row["tensors"]), _size(row["bytes"]))
     stdout().print(table)
-    rate = result.source_bytes / result.seconds / 1e6 if result.seconds else 0
     stdout().print(f"{_size(result.source_bytes)} of GGUF tensors to {_size(result.file_bytes)} in "
-                   f"{result.seconds:.1f} s ({rate:.0f} MB/s)", markup=False)
+                   f"{result.seconds:.1f} s ({_rate(result.source_bytes, result.seconds)})", markup=False)
 
 
 # ---- weights info / check --------------------------------------------------------------------
 
 @weights_app.command("info")
-def info_cmd(path: Path = typer.Argument(..., metavar="FILE", help="An FTTW file."),
+def info_cmd(path: str = typer.Argument(..., metavar="FILE", help="An FTTW file."),
              json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """The tensor directory: name, shape, source type, format, layout, tile grid, file offset, DRAM place, gate."""
+    path = _path(path, "FILE", "an FTTW file")
     with FttwFile(path) as f:
         h, entries = f.header, f.entries
     if json_out:
@@ -159,12 +172,13 @@ def info_cmd(path: Path = typer.Argument(..., metavar="FILE", help="An FTTW file
 
 
 @weights_app.command("check")
-def check_cmd(path: Path = typer.Argument(..., metavar="FILE", help="An FTTW file."),
-              model: Path = typer.Argument(..., metavar="MODEL.gguf", help="The GGUF checkpoint it was converted from."),
+def check_cmd(path: str = typer.Argument(..., metavar="FILE", help="An FTTW file."),
+              model: str = typer.Argument(..., metavar="MODEL.gguf", help="The GGUF checkpoint it was converted from."),
               json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """The precision gate: every tensor unpacked and compared with its fp32 source, PCC and max-abs error.
     A tensor fails under its gate (set by the ledger at convert time) or when its CRC-32 does not match.
     Exit 0 all pass, 1 any fails."""
+    path, model = _path(path, "FILE", "an FTTW file"), _path(model, "MODEL.gguf", "a GGUF file")
     with Meter("check") as meter:
         results = check(path, model, progress=meter)
     failed = [r for r in results if not r.passed]
@@ -195,7 +209,7 @@ def check_cmd(path: Path = typer.Argument(..., metavar="FILE", help="An FTTW fil
 
 # ---- upload ----------------------------------------------------------------------------------
 
-def upload_cmd(path: Path = typer.Argument(..., metavar="FILE", help="An FTTW file."),
+def upload_cmd(path: str = typer.Argument(..., metavar="FILE", help="An FTTW file."),
                dev: str = typer.Option(None, "--dev", "-d", help="Card: tt:0 (first real card), tt:sim or tt:sim:NAME "
                                        "(simulated). Default: first /dev/tenstorrent node, else tt:sim."),
                verify: bool = typer.Option(False, "--verify", help="Read every chunk back and compare (slow on a "
@@ -203,13 +217,13 @@ def upload_cmd(path: Path = typer.Argument(..., metavar="FILE", help="An FTTW fi
                json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Copy an FTTW file into card DRAM over the NoC: header and directory to bank 0 at 0, each tensor to the
     bank and address its directory entry names. A byte copy: the file is already in the card's format."""
+    path = _path(path, "FILE", "an FTTW file")
     with FttwFile(path) as f, opened(dev) as card, Meter("upload") as meter:
         result = upload(card, f, verify=verify, progress=meter)
         spec = card.spec
     if json_out:
         print_json({"path": str(path), "dev": spec, **result.as_dict()})
         return
-    rate = result.bytes / result.seconds / 1e6 if result.seconds else 0
     stdout().print(f"{spec}: {result.tensors} tensors, {_size(result.bytes)} into DRAM banks "
-                   f"{', '.join(map(str, result.banks))} in {result.seconds:.1f} s ({rate:.0f} MB/s)"
+                   f"{', '.join(map(str, result.banks))} in {result.seconds:.1f} s ({_rate(result.bytes, result.seconds)})"
                    + ("; read back and verified" if result.verified else ""), markup=False)
