@@ -396,6 +396,36 @@ def rld(word: Tile, *, raw: bool = False, scale: int = 1) -> DevVar:
     return v
 
 
+# -- host handshakes and program chaining --------------------------------------------------------
+WAITW_CMP = {"eq": 0, "ne": 1, "ge": 2}
+
+
+def waitw(word: Tensor, dst: Tile, ref: int = 0, cmp: str = "ne", mask: int = 0xFFFFFFFF, interval: int = 64,
+          timeout: int = 0) -> None:
+    """WAITW: poll the DRAM word until `(word & mask) cmp ref` holds, then copy it into `dst` (one
+    TMEM word): a mailbox the host writes while the program runs."""
+    if word.cols != 1 or len(word.shape) != 1 or dst.rows * dst.cols != 1:
+        raise CompileError(f"waitw polls one DRAM word into one TMEM word, not {word.shape} into {dst.shape}")
+    if cmp not in WAITW_CMP:
+        raise CompileError(f"waitw compare {cmp!r}: one of {', '.join(WAITW_CMP)}")
+    current().emit(Node("WAITW", {"addr": word.base, "dst": dst.base, "ref": Affine(ref & 0xFFFFFFFF)},
+                        {"mask": mask, "interval": interval, "timeout": timeout, "cmp": WAITW_CMP[cmp]},
+                        [Access(DRAM, word.base, 4)], [Access(TMEM, dst.base, 1)]))
+    dst.buf.version += 1
+    dst.producer = dst.fusion = None
+
+
+def halt_chain(addr: DevVar, length: DevVar) -> None:
+    """End the program with HALT CHAIN: the card loads the program image at DRAM byte address
+    `addr` (`length` instructions, both device values from `rld`) and runs it in the same run."""
+    b = current()
+    if not isinstance(addr, DevVar) or not isinstance(length, DevVar):
+        raise CompileError("halt_chain takes the program address and length as device values (ol.rld)")
+    if b.loops:
+        raise CompileError("halt_chain ends the program: call it outside every loop")
+    b.chain = (addr, length)
+
+
 # -- KV cache -----------------------------------------------------------------------------------
 @dataclass(eq=False)
 class KVCache:
@@ -447,4 +477,4 @@ def kv_append(kv: KVCache, pos, k: Tile, v: Tile) -> None:
 __all__ = ["LOG2E", "LN2", "config", "block_size", "mxu_columns", "act_rows", "empty", "full", "zeros",
            "load", "store", "quantize", "quantize_for", "dot", "exp2", "log2", "recip", "rsqrt", "abs", "copy", "maximum",
            "minimum", "silu", "sum", "max", "argmax", "range", "static_range", "runvar", "rld", "KVCache",
-           "kv_append"]
+           "kv_append", "waitw", "halt_chain"]
