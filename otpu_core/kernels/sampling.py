@@ -32,10 +32,10 @@ PAIR = 2
 STEP_GAIN = 2.0 ** 127          # |x| * 2^127 >= 1 for every normal x
 
 
-def _column(pairs: Tile, n: int) -> Tile:
-    """The values of n (value, index) pairs as a contiguous (n,) tile (one strided COPY)."""
+def _column(pairs: Tile, n: int, stride: int = PAIR) -> Tile:
+    """The values of n (value, index) pairs `stride` words apart as a contiguous (n,) tile (one strided COPY)."""
     col = ol.empty((n,))
-    ol.copy(Tile(pairs.buf, pairs.base, (n, 1), PAIR), out=col.reshape(n, 1))
+    ol.copy(Tile(pairs.buf, pairs.base, (n, 1), stride), out=col.reshape(n, 1))
     return col
 
 
@@ -148,7 +148,8 @@ def _below(x):
 def sample_top(top: Tile, k: int, prm: SampleParams) -> Tile:
     """One (value, index) pair drawn from the k best `top` (k, 2) (best first): temperature,
     top-p and the uniform u as in the module docstring."""
-    v = _column(top, k)
+    stride = top.rs if top.ndim == 2 else PAIR
+    v = _column(top, k, stride)
     p = ol.exp2((v - v[0:1]) * prm.tinv)
     if k == 1:
         out = ol.empty((PAIR,))
@@ -160,9 +161,9 @@ def sample_top(top: Tile, k: int, prm: SampleParams) -> Tile:
     keep[1:k].set(_below(cum[0:k - 1] - cum[k - 1:k] * prm.top_p))
     t = ol.sum(p * keep) * prm.u
     pick = ol.sum(keep * _below(cum - t))
-    j2 = ol.rld(pick, scale=PAIR)
+    at = ol.rld(pick, scale=stride)
     out = ol.empty((PAIR,))
-    ol.copy(Tile(top.buf, top.base + j2, (PAIR,)), out=out)
+    ol.copy(Tile(top.buf, top.base + at, (PAIR,)), out=out)
     return out
 
 
