@@ -518,11 +518,13 @@ def _check_features(cfg, caps_or_cfg: dict[str, bool], where: str) -> None:
 class IsaBackend:
     """The golden simulator behind the Backend interface; its DRAM may be a caller's buffer (adopted)."""
 
-    def __init__(self, target: str | target_mod.Target | None = None, dram: np.ndarray | None = None):
+    def __init__(self, target: str | target_mod.Target | None = None, dram: np.ndarray | None = None,
+                 timing: bool = True):
+        """`timing=False` skips the timing model (no cycles or counters; results are the same bits)."""
         from .isasim import Machine
         self.target = target if isinstance(target, target_mod.Target) else target_mod.load(target)
         self.cfg = self.target.config()
-        self.machine = Machine(self.target, drams=[dram] if dram is not None else None)
+        self.machine = Machine(self.target, drams=[dram] if dram is not None else None, timing=timing)
         self._t0 = 0.0
 
     def attach(self, cfg) -> None:
@@ -541,7 +543,7 @@ class IsaBackend:
         self.machine.load(isa.decode_program(prepare(program).image.view(np.uint32)), args)
         self._t0 = time.monotonic()
 
-    def poll(self, budget: int = 1 << 14) -> bool:
+    def poll(self, budget: int = 1024) -> bool:
         """Run up to `budget` instructions; True while the program has not halted (a WAITW the
         host has not answered yet leaves it running, as on a card)."""
         from .isasim import HALTED

@@ -131,7 +131,8 @@ def _fp32(words) -> np.ndarray: return np.asarray(words, np.float32)
 
 class Engine:
     def __init__(self, conv: Converted, cfg, backend, target: Target, opts: ImageOptions = ImageOptions(),
-                 progress: Callable[[int, int, str], None] | None = None, core_hz: float | None = None):
+                 progress: Callable[[int, int, str], None] | None = None, core_hz: float | None = None,
+                 program_cache: bool = True):
         self.cfg, self.backend, self.target, self.opts = cfg, backend, target, opts
         tcfg = target.config()
         if conv.fmt.name != opts.fmt or conv.D != tcfg.D:
@@ -144,13 +145,14 @@ class Engine:
         self.kv = KVStore(opts.pages)
         self.core_hz = core_hz or target.core_hz
         self._programs: dict = {}
+        self.program_cache = program_cache
         self._free_slots = list(range(opts.slots))
 
     # -- programs ---------------------------------------------------------------------------------------
     def program(self, spec) -> Prepared:
         prog = self._programs.get(spec)
         if prog is None:
-            p = programs.compile_program(self.plan, spec, self.target)
+            p = programs.compile_program(self.plan, spec, self.target, cache=self.program_cache)
             prog = self._programs[spec] = (self.backend.prepare(p.instrs), p.image(with_waits=self.seq_wc))
         return prog[0]
 
@@ -248,21 +250,34 @@ class Engine:
             p += n
             seq.kv_len = p
 
-    def logits(self, seq: Sequence, cost: RunCost | None = None) -> np.ndarray:
-        """Feed every token not in the cache and return the logits after the last one (float32 [vocab])."""
-        if seq.kv_len >= len(seq.tokens):
-            raise ModelError("no token to feed: submit() one first")
+    def logits(self, seqs, cost: RunCost | None = None):
+        """Feed every token not yet in the cache and return the logits after each sequence's last one
+        (float32 [vocab]; a list for a list of sequences). The sequences' last tokens go through one
+        run together, one row group per sequence (batched decode)."""
+        many = isinstance(seqs, (list, tuple))
+        seqs = list(seqs) if many else [seqs]
+        if len({s.slot for s in seqs}) != len(seqs):
+            raise ModelError("two of the sequences share a slot")
+        if len(seqs) > self.plan.logits.rows:
+            raise ModelError(f"{len(seqs)} sequences in one step; the image has {self.plan.logits.rows} logits rows")
         cost = cost if cost is not None else RunCost()
-        self.prefill(seq, cost)
-        p = seq.kv_len
-        self._ensure_pages(seq, p)
-        self._write_ids(seq, p, seq.tokens[p:p + 1])
-        spec = programs.StepSpec((programs.Group(seq.slot, 1, tuple(seq.pages[:p // self.opts.page + 1])),),
-                                 logits=True)
-        self._write_state(seq, p)
-        self._run(self.program(spec), cost, 1)
-        seq.kv_len = p + 1
-        return self.backend.read(self.plan.logits.base.const, 4 * self.cfg.vocab).view(np.float32).copy()
+        groups = []
+        for seq in seqs:
+            if seq.kv_len >= len(seq.tokens):
+                raise ModelError("no token to feed: submit() one first")
+            self.prefill(seq, cost)
+            p = seq.kv_len
+            self._ensure_pages(seq, p)
+            self._write_ids(seq, p, seq.tokens[p:p + 1])
+            self._write_state(seq, p)
+            groups.append(programs.Group(seq.slot, 1, tuple(seq.pages[:p // self.opts.page + 1])))
+        self._run(self.program(programs.StepSpec(tuple(groups), logits=True)), cost, len(seqs))
+        V = self.cfg.vocab
+        rows = self.backend.read(self.plan.logits.base.const, 4 * V * len(seqs)).view(np.float32).reshape(-1, V)
+        for seq in seqs:
+            seq.kv_len += 1
+        out = [r.copy() for r in rows]
+        return out if many else out[0]
 
     # -- the generate loop -------------------------------------------------------------------------------
     def generate(self, seq: Sequence, s: Sampling, max_tokens: int, stop_ids: tuple[int, ...] = (),

@@ -41,23 +41,41 @@ def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def open_gguf(path: Path) -> Checkpoint:
-    from gguf import GGUFReader
+def _reader(path: Path):
+    """gguf's reader, checking each tensor's type and extent before it maps the tensor."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
+
+    class Reader(GGUFReader):
+        def _build_tensors(self, start_offs, fields):
+            size = int(self.data.size)
+            for f in fields:
+                _, name, _, dims, raw_type, offset = f.parts
+                name = bytes(name).decode("utf-8", "replace")
+                try:
+                    qt = GGMLQuantizationType(int(raw_type[0]))
+                except ValueError:
+                    raise ModelError(f"{path}: tensor '{name}' has GGML type {int(raw_type[0])}, which this loader "
+                                     "does not know", hint=f"supported: {', '.join(SUPPORTED_TYPES)}") from None
+                block, nbytes = GGML_QUANT_SIZES[qt]
+                end = int(start_offs) + int(offset[0]) + int(np.prod(dims)) * nbytes // block
+                if end > size:
+                    raise ModelError(f"{path}: truncated: tensor '{name}' needs bytes up to {end} but the file has "
+                                     f"{size}", hint="download the file again")
+            super()._build_tensors(start_offs, fields)
+
     size = path.stat().st_size
     try:
-        reader = GGUFReader(str(path))
+        return Reader(str(path))
     except ValueError as e:
         raise ModelError(f"{path}: not a readable GGUF file: {e}") from None
-    except (IndexError, TypeError, OverflowError, MemoryError) as e:
+    except (IndexError, TypeError, OverflowError, MemoryError, UnicodeDecodeError) as e:
         raise ModelError(f"{path}: the GGUF header is cut short or damaged ({type(e).__name__}: {e}); "
                          f"the file has {size} bytes", hint="download the file again") from None
-    tensors = {}
-    for t in reader.tensors:
-        end = int(t.data_offset) + int(t.n_bytes)
-        if end > size:
-            raise ModelError(f"{path}: truncated: tensor '{t.name}' needs bytes up to {end} but the file has {size}",
-                             hint="download the file again")
-        tensors[t.name] = t
+
+
+def open_gguf(path: Path) -> Checkpoint:
+    reader = _reader(path)
+    tensors = {t.name: t for t in reader.tensors}
     meta = _meta(reader)
     arch = str(meta.get("general.architecture", ""))
     fam = families.for_gguf(arch, str(path)) if arch else None

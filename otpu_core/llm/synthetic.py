@@ -48,7 +48,11 @@ def tokenizer(size: int = 384):
     return tk
 
 
-def random_weights(cfg: ModelConfig, seed: int = 0, gain: float = 1.0) -> dict[str, np.ndarray]:
+EMBED_STD = 0.05                 # like trained models: small embeddings, so the first norm's epsilon matters
+
+
+def random_weights(cfg: ModelConfig, seed: int = 0, gain: float = 1.5) -> dict[str, np.ndarray]:
+    """Norm weights 1 + 0.1 N(0, 1); matrices N(0, gain^2 / fan_in); embeddings N(0, EMBED_STD^2)."""
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in cfg.tensor_shapes().items():
@@ -56,7 +60,7 @@ def random_weights(cfg: ModelConfig, seed: int = 0, gain: float = 1.0) -> dict[s
         if len(shape) == 1:
             out[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
         else:
-            scale = gain / np.sqrt(shape[1]) if kind not in ("embed", "head") else 1.0
+            scale = EMBED_STD if kind == "embed" else gain / np.sqrt(shape[1])
             out[name] = (scale * rng.standard_normal(shape)).astype(np.float32)
     return out
 

@@ -175,3 +175,7 @@ def convert_cmd(model: str = typer.Argument(..., help="Model name or path (GGUF 
 
 def main() -> None:
     tool_main(app, "otpu-chat")
+
+
+if __name__ == "__main__":
+    main()
