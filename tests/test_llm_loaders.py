@@ -5,13 +5,12 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import llmtiny
-from otpu_core.llm import checkpoint, config as config_mod, families
+from otpu_core.llm import checkpoint, families
 from otpu_core.llm.errors import ModelError
 
 
