@@ -81,14 +81,21 @@ def _run(engine_cls, conv, cfg, backend, tgt, opts, prompt_ids, tokens):
     return turn, kv
 
 
+def prepare_model(ctx: CheckContext) -> None:
+    """Open --model before the run: a wrong name or a bad file is a usage error (exit 2), not a FAIL row."""
+    from otpu_core.llm.models import open_model
+    ctx.cache["model.checkpoint"] = open_model(ctx.options.get("model"))
+
+
 def model_row(ctx: CheckContext) -> Result:
     from otpu_core.board import BoardBackend, IsaBackend
     from otpu_core.corechecks import device
     from otpu_core.llm import convert
     from otpu_core.llm.engine import Engine
     from otpu_core.llm.layout import ImageOptions
-    from otpu_core.llm.models import open_model
-    model = open_model(ctx.options.get("model"))
+    if "model.checkpoint" not in ctx.cache:
+        prepare_model(ctx)
+    model = ctx.cache["model.checkpoint"]
     tokens = int(ctx.options.get("tokens") or 8)
     tgt = device.target(ctx)
     fmt = "int8"
@@ -105,16 +112,19 @@ def model_row(ctx: CheckContext) -> Result:
     board = device.board(ctx)
     ctx.cache.pop("opcheck_image", None)          # the model image overwrites the op-check area
     card_turn, card_kv = _run(Engine, conv, model.config, BoardBackend(board), tgt, opts, prompt_ids, tokens)
-    gold_turn, gold_kv = _run(Engine, conv, model.config, IsaBackend(tgt), tgt, opts, prompt_ids, tokens)
-    data = {"model": model.name, "format": fmt, "tokens": card_turn.tokens, "golden_tokens": gold_turn.tokens,
-            "cycles": card_turn.decode.cycles}
-    name = f"{model.name} {fmt}"
+    gold_turn, gold_kv = _run(Engine, conv, model.config, IsaBackend(tgt, timing=False), tgt, opts, prompt_ids, tokens)
+    return compare(f"{model.name} {fmt}", card_turn, card_kv, gold_turn, gold_kv)
+
+
+def compare(name: str, card_turn, card_kv, gold_turn, gold_kv) -> Result:
+    """The model row's verdict: tokens, then every logit as a 32-bit word, then the KV bytes."""
+    data = {"tokens": card_turn.tokens, "golden_tokens": gold_turn.tokens, "cycles": card_turn.decode.cycles}
     if card_turn.tokens != gold_turn.tokens:
         i = next(i for i, (a, b) in enumerate(zip(card_turn.tokens + [-1], gold_turn.tokens + [-1])) if a != b)
-        return Result(Status.FAIL, f"{name}: token {i} is {card_turn.tokens[i] if i < len(card_turn.tokens) else 'none'}"
-                      f" on the card, {gold_turn.tokens[i] if i < len(gold_turn.tokens) else 'none'} on the golden "
-                      "simulator", data, hint="otpu-diag names the op-check groups that break; compare with "
-                                              "`otpu-chat --check`")
+        got = card_turn.tokens[i] if i < len(card_turn.tokens) else "none"
+        want = gold_turn.tokens[i] if i < len(gold_turn.tokens) else "none"
+        return Result(Status.FAIL, f"{name}: token {i} is {got} on the card, {want} on the golden simulator", data,
+                      hint="otpu-diag names the op-check groups that break; compare with `otpu-chat --check`")
     for i, (a, b) in enumerate(zip(card_turn.logits, gold_turn.logits)):
         bad = np.flatnonzero(a.view(np.uint32) != b.view(np.uint32))
         if bad.size:

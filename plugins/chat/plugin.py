@@ -17,6 +17,7 @@ def otpu_checks(registry) -> None:
     from otpu_core.checks import Check
     from otpu_core.corechecks import names as N
 
-    from .check import model_row
+    from .check import model_row, prepare_model
     registry.add(Check(section="model", name=MODEL_ROW, fn=model_row, needs=(N.DEMO,), stage="model",
-                       title="a model's greedy tokens, logits and KV cache on the card against the golden simulator"))
+                       title="a model's greedy tokens, logits and KV cache on the card against the golden simulator",
+                       prepare=prepare_model))
