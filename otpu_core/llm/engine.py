@@ -37,7 +37,7 @@ from .layout import (MAX_STOP_IDS, S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_S
 from .sampling import Sampling
 
 LOG2E = 1.4426950408889634
-BOARD_POLL_S = 0.002
+BOARD_POLL_S = 0.01            # host polls of a running card: streaming granularity, and the GIL for the simulated card
 UTIL_COUNTERS = ("MXU_BUSY", "VPU_BUSY", "DMA_BUSY", "QNT_BUSY")
 
 
