@@ -11,9 +11,26 @@ import functools
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from otpu_core.llm import synthetic
 from otpu_core.llm.config import ModelConfig, llama3_factors
+
+@pytest.fixture(scope="module", autouse=True)
+def shared_cache(tmp_path_factory):
+    """One program and conversion cache for a test module (import this fixture and `_shared` into it).
+    Module fixtures run before the per-test environment exists, so this one sets OTPU_CACHE itself."""
+    with pytest.MonkeyPatch.context() as mp:
+        d = tmp_path_factory.mktemp("llm-cache")
+        mp.setenv("OTPU_CACHE", str(d))
+        yield d
+
+
+@pytest.fixture(autouse=True)
+def _shared(shared_cache, monkeypatch):
+    """Each test back on the module's cache (conftest gives every test its own first)."""
+    monkeypatch.setenv("OTPU_CACHE", str(shared_cache))
+
 
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                   "original_max_position_embeddings": 64}

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import llmtiny
+from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program cache per module)
 from otpu_core.checks import Status
 from otpu_core.cli import run_app
 from otpu_chat import check as chat_check
@@ -15,19 +16,6 @@ from otpu_diag import cli as diag_cli
 from otpu_selftest import cli as selftest_cli
 
 DEV = ["--dev", "sim:mc", "--target", "sim-small"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def shared_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        d = tmp_path_factory.mktemp("check-cache")
-        mp.setenv("OTPU_CACHE", str(d))
-        yield d
-
-
-@pytest.fixture(autouse=True)
-def _cache(shared_cache, monkeypatch):
-    monkeypatch.setenv("OTPU_CACHE", str(shared_cache))
 
 
 @pytest.fixture(scope="module")

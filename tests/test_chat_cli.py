@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import llmtiny
+from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program cache per module)
 from otpu_core.cli import run_app
 from otpu_core.llm.models import open_model
 from otpu_chat import cli as chat_cli
@@ -24,17 +25,8 @@ def model(tmp_path_factory):
     return str(llmtiny.write(tmp_path_factory.mktemp("m"), llmtiny.config("qwen3", D=32), "gguf")[0])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def shared_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        d = tmp_path_factory.mktemp("chat-cache")
-        mp.setenv("OTPU_CACHE", str(d))
-        yield d
-
-
 @pytest.fixture(autouse=True)
-def _cache(shared_cache, monkeypatch):
-    monkeypatch.setenv("OTPU_CACHE", str(shared_cache))
+def _sim_small(monkeypatch):
     monkeypatch.setenv("OTPU_TARGET", "sim-small")          # the card (and the quantised golden) of the tiny model
 
 

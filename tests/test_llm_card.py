@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import llmtiny
+from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program cache per module)
 from otpu_core.board import IsaBackend
 from otpu_core.kernels import reference as R
 from otpu_core.llm import checkpoint, convert, engine, layout, reference
@@ -21,20 +22,6 @@ from otpu_core.target import load as load_target
 
 T = "sim-small"
 GREEDY = Sampling(temperature=0)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def shared_cache(tmp_path_factory):
-    """One program cache for this module's tests (module fixtures run before the per-test env is set)."""
-    with pytest.MonkeyPatch.context() as mp:
-        d = tmp_path_factory.mktemp("llm-cache")
-        mp.setenv("OTPU_CACHE", str(d))
-        yield d
-
-
-@pytest.fixture(autouse=True)
-def _programs_shared(shared_cache, monkeypatch):
-    monkeypatch.setenv("OTPU_CACHE", str(shared_cache))
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import llmtiny
+from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program cache per module)
 from otpu_core.board import Board, BoardBackend, IsaBackend
 from otpu_core.llm import checkpoint, convert, engine, layout
 from otpu_core.llm.chat_template import ChatTemplate
@@ -19,19 +20,6 @@ PROMPTS = ["What is the capital of France? Answer in one sentence.", "Why is the
            "List the first five prime numbers.", "Say good morning in French and in Spanish.",
            "What is the capital of Japan, and what is it famous for?", "Describe the water cycle in one paragraph."]
 STEPS = 32
-
-
-@pytest.fixture(scope="module", autouse=True)
-def shared_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        d = tmp_path_factory.mktemp("path-cache")
-        mp.setenv("OTPU_CACHE", str(d))
-        yield d
-
-
-@pytest.fixture(autouse=True)
-def _cache(shared_cache, monkeypatch):
-    monkeypatch.setenv("OTPU_CACHE", str(shared_cache))
 
 
 def _model(tmp_path, family, kind):

@@ -2,13 +2,13 @@
 
 `rmsnorm_quantized` is the form a matmul consumes: one RSSQ, the rsqrt, and one QACT that folds
 the row scale (RSCALE) and the weight (CSCALE) in, so the normalised tile is never written.
-Given the weight it feeds, it quantises the way that weight's format wants (one scale per row
-with sub-block offsets for the seed formats, per-block scales for the public ones).
+Given the weight it feeds, it quantises the way that weight's format wants (`ol.quant_mode_for`:
+one scale per row with sub-block offsets for the seed formats, per-block scales for the public
+ones, DUP for MM PAIR where a 4-bit weight can use it).
 """
 from __future__ import annotations
 
 from .. import ol
-from ..isa import WF_SEED
 from ..ol import QTensor, Stationary, Tile
 
 
@@ -22,5 +22,6 @@ def rmsnorm(x: Tile, w: Tile, eps: float = 1e-6) -> Tile:
 
 
 def rmsnorm_quantized(x: Tile, w: Tile, eps: float = 1e-6, weight: QTensor | None = None) -> Stationary:
+    mode = ol.quant_mode_for(x, weight) if weight is not None else {}
     r = _inv_rms(x, eps)
-    return ol.quantize((x * r[:, None]) * w[None, :], suboffsets=weight is not None and weight.wf in WF_SEED)
+    return ol.quantize((x * r[:, None]) * w[None, :], **mode)

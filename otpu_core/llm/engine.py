@@ -37,7 +37,7 @@ from .layout import (MAX_STOP_IDS, S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_S
 from .sampling import Sampling
 
 LOG2E = 1.4426950408889634
-BOARD_POLL_S = 0.01            # host polls of a running card: streaming granularity, and the GIL for the simulated card
+POLL_MIN_S, POLL_MAX_S = 0.005, 0.2   # host polls of a running card: a quarter of the time a token takes
 UTIL_COUNTERS = ("MXU_BUSY", "VPU_BUSY", "DMA_BUSY", "QNT_BUSY")
 
 
@@ -127,6 +127,15 @@ class Turn:
 
 
 def _fp32(words) -> np.ndarray: return np.asarray(words, np.float32)
+
+
+def room_for(seq: Sequence, limit: int, max_tokens: int) -> int:
+    """How many tokens may follow the sequence's last one within `limit` positions (refused when none)."""
+    last = len(seq.tokens) - 1
+    if limit - 1 - last < 1:
+        raise ModelError(f"context full: {last + 1} tokens leave no room in the {limit} positions",
+                         hint="/reset starts a new conversation; --ctx gives more positions")
+    return min(max_tokens, limit - 1 - last)
 
 
 class Engine:
@@ -294,11 +303,7 @@ class Engine:
         if want_logits and not self.opts.ring:
             raise ModelError("this engine keeps no logits ring: build it with ImageOptions(ring=True)")
         last = len(seq.tokens) - 1
-        room = self.limit - 1 - last
-        if room < 1:
-            raise ModelError(f"context full: {last + 1} tokens leave no room in the {self.limit} positions",
-                             hint="/reset starts a new conversation; --ctx gives more positions")
-        max_new = min(max_tokens, room)
+        max_new = room_for(seq, self.limit, max_tokens)
         clamped = max_new < max_tokens
         self._ensure_pages(seq, last + max_new - 1)
         self.prefill(seq, turn.prefill)
@@ -323,6 +328,7 @@ class Engine:
         before = self.backend.counters()
         self.backend.start(first)
         seen_pos, stopping, board = last, False, not hasattr(self.backend, "machine")
+        sleep, last_seen = 2 * POLL_MIN_S, time.monotonic()
         while True:
             running = self.backend.poll()
             pos_now = int(self._read_state(seq)[S_POS])
@@ -330,7 +336,10 @@ class Engine:
                 new = self._read_ids(seq, seen_pos + 1, pos_now - seen_pos)
                 if want_logits:
                     turn.logits += self._ring_rows(seq, seen_pos, pos_now)
-                now = time.monotonic() - t0
+                now_abs = time.monotonic()
+                now = now_abs - t0
+                sleep = min(POLL_MAX_S, max(POLL_MIN_S, 0.25 * (now_abs - last_seen) / len(new)))
+                last_seen = now_abs
                 for tok in new:
                     turn.tokens.append(tok)
                     turn.times.append(now)
@@ -349,7 +358,7 @@ class Engine:
             if not running:
                 break
             if board:
-                time.sleep(BOARD_POLL_S)
+                time.sleep(sleep)
         stats = self.backend.wait()
         turn.decode.add(stats, before, self.backend.counters(), len(turn.tokens))
         st = self._read_state(seq)

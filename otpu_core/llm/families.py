@@ -15,15 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ModelError
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """A family's recommended sampling (what `otpu-chat` uses unless told otherwise)."""
-    temperature: float = 0.7
-    top_k: int = 20
-    top_p: float = 0.8
-    repeat_penalty: float = 1.0
+from .sampling import Sampling
 
 
 @dataclass(frozen=True)
@@ -34,7 +26,7 @@ class Family:
     qk_norm: bool                    # per-head RMSNorm of q and k before RoPE (Qwen3)
     gguf_permuted_qk: bool           # llama.cpp stored q/k rows permuted for interleaved-pair RoPE
     nope_every: int = 0              # default: every n-th layer (1-based) has no RoPE (SmolLM3: 4)
-    sampling: Sampling = Sampling()
+    sampling: Sampling = Sampling()  # recommended: what otpu-chat uses unless told otherwise (seed aside)
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
@@ -77,17 +69,17 @@ def by_name(name: str) -> Family:
         raise ModelError(f"model family '{name}' is not supported", hint=f"supported: {', '.join(FAMILIES)}") from None
 
 
-def for_hf(architecture: str, where: str) -> Family:
+def _find(names: str, arch: str, where: str, key: str) -> Family:
     for f in FAMILIES.values():
-        if architecture in f.hf_architectures:
+        if arch in getattr(f, names):
             return f
-    known = ", ".join(a for f in FAMILIES.values() for a in f.hf_architectures)
-    raise ModelError(f"{where}: architecture '{architecture}' is not supported", hint=f"supported: {known}")
+    known = ", ".join(a for f in FAMILIES.values() for a in getattr(f, names))
+    raise ModelError(f"{where}: {key} '{arch}' is not supported", hint=f"supported: {known}")
+
+
+def for_hf(architecture: str, where: str) -> Family:
+    return _find("hf_architectures", architecture, where, "architecture")
 
 
 def for_gguf(architecture: str, where: str) -> Family:
-    for f in FAMILIES.values():
-        if architecture in f.gguf_architectures:
-            return f
-    known = ", ".join(a for f in FAMILIES.values() for a in f.gguf_architectures)
-    raise ModelError(f"{where}: general.architecture '{architecture}' is not supported", hint=f"supported: {known}")
+    return _find("gguf_architectures", architecture, where, "general.architecture")

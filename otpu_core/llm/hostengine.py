@@ -13,8 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from .engine import Sequence, Turn
-from .errors import ModelError
+from .engine import Sequence, Turn, room_for
 from .reference import Golden
 from .sampling import Sampling, choose
 
@@ -44,11 +43,7 @@ class HostEngine:
         t0 = time.monotonic()
         turn = Turn(prompt_tokens=len(seq.tokens) - seq.kv_len)
         last = len(seq.tokens) - 1
-        room = self.limit - 1 - last
-        if room < 1:
-            raise ModelError(f"context full: {last + 1} tokens leave no room in the {self.limit} positions",
-                             hint="/reset starts a new conversation")
-        max_new = min(max_tokens, room)
+        max_new = room_for(seq, self.limit, max_tokens)
         u = uniforms if uniforms is not None else np.random.default_rng(s.seed).random(max_new)
         for t in seq.tokens[seq.kv_len:last]:
             self.golden.step(t)

@@ -27,18 +27,18 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from .. import formats, isa
+from .. import formats, isa, ol
 from ..ol import Affine, KVCache, QTensor, Tensor
 from ..target import Config
 from .config import ModelConfig
 from .errors import ModelError
+from .sampling import KMAX
 
 ALIGN = 128
 BLOCK_ALIGN = 4096
 BASE = 4096                       # address 0 stays unused: a zero address is usually a bug
 STATE_WORDS = 16
 MAX_STOP_IDS = 8
-KMAX = 64                         # the largest top-k the card samples from
 (S_POS, S_LEFT, S_ALIVE, S_STOP, S_TINV, S_TOPP, S_PEN_A, S_PEN_B) = range(8)
 S_STOP_IDS = 8                    # words 8..15: stop token ids (-1 = unused)
 
@@ -102,23 +102,12 @@ class LayerPlan:
 
     def at(self, l) -> "LayerPlan":
         delta = Affine.of(l) * self.stride
-        return dataclasses.replace(self, **{f.name: shift(getattr(self, f.name), delta)
+        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
                                             for f in dataclasses.fields(self)[:13]})
 
     def page(self, p, g: int) -> KVCache:
         """Page p (affine: a loop over a run of pages) of KV head g."""
-        return shift(self.kv, Affine.of(p) * self.page_stride + g * self.head_stride)
-
-
-def shift(obj, delta):
-    delta = Affine.of(delta)
-    if isinstance(obj, Tensor):
-        return Tensor(obj.base + delta, obj.shape, obj.rs)
-    if isinstance(obj, QTensor):
-        return dataclasses.replace(obj, data=obj.data + delta, scale=None if obj.scale is None else obj.scale + delta)
-    if isinstance(obj, KVCache):
-        return KVCache(obj.k + delta, obj.k_scale + delta, obj.vt + delta, obj.v_scale + delta, obj.cap, obj.d)
-    raise TypeError(type(obj).__name__)
+        return ol.shift(self.kv, Affine.of(p) * self.page_stride + g * self.head_stride)
 
 
 class _Cursor:

@@ -170,30 +170,28 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
         gate = ol.load(Ly.gate)
         c, s = cos * gate[0:1] + gate[1:2], sin * gate[0:1]
     qn, kn = (ol.load(Ly.qn), ol.load(Ly.kn)) if cfg.qk_norm else (None, None)
-    qs = []
     for r, (g, j) in enumerate(rows.of):
+        # Row r appends its K and V^T, then attends; its mask hides every later slot of the page, so
+        # whether later rows appended yet does not change a bit (a run of R rows = R runs of one).
+        grp = rows.groups[g]
         qr, kr = _row(q, r).reshape(H, hd), _row(k, r).reshape(KV, hd)
         if qn is not None:
             qr, kr = rmsnorm(qr, qn, eps), rmsnorm(kr, kn, eps)
         qr, kr = rope(qr, _row(c, r), _row(s, r)), rope(kr, _row(c, r), _row(s, r))
         vr = _row(v, r)
-        grp = rows.groups[g]
         for kh in ol.static_range(KV):
             page = rows.token_slot(Ly.page(grp.pages[-1], kh), g, j)
             ol.kv_append(page, 0, kr[kh], vr[kh * hd:(kh + 1) * hd])
-        qs.append(qr)
         del kr, vr
-    del q, k, v
-    att = rows.tile(H * hd)
-    for r, (g, j) in enumerate(rows.of):
-        grp, ar = rows.groups[g], _row(att, r).reshape(H, hd)
+        ar = _row(q, r).reshape(H, hd)       # the attention output takes row r of q: it is read already
         for kh in ol.static_range(KV):
             pages = [Ly.page(p, kh) for p in grp.pages]
             for h0 in range(kh * grp_size, (kh + 1) * grp_size, mcols):
                 h1 = min(h0 + mcols, (kh + 1) * grp_size)
-                ar[h0:h1].set(paged_attention(qs[r][h0:h1], pages, last_mask=rows.mask_row(g, j)))
-        qs[r] = None
-    return ol.dot(att, Ly.wo)
+                ar[h0:h1].set(paged_attention(qr[h0:h1], pages, last_mask=rows.mask_row(g, j)))
+        del qr
+    del k, v
+    return ol.dot(q, Ly.wo)
 
 
 def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:

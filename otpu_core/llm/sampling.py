@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ModelError
-from .layout import KMAX
+
+KMAX = 64                         # the largest top-k the card samples from (layout.KMAX)
 
 
 @dataclass(frozen=True)

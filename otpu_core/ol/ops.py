@@ -8,6 +8,7 @@ temporary (its reference count, calibrated in vector.py) before asking `peephole
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import sys
 from dataclasses import dataclass
 
@@ -170,13 +171,18 @@ def quantize(x: Tile, *, row: bool = False, dup: bool = False, cscale: Tile | No
     return Stationary(src.rows, kb, cfg.D, chunks, dup=dup, owner=hold, row=row, suboffsets=suboffsets)
 
 
-def quantize_for(x: Tile, w: QTensor) -> Stationary:
-    """quantize x the way weight w wants it: one scale per row with sub-block offsets for the
-    seed formats (their exact path uses the offsets), DUP (for MM PAIR) for a 4-bit weight when
-    the target has PAIR and the rows fit half the MXU columns."""
+def quant_mode_for(x: Tile, w: QTensor) -> dict:
+    """The `quantize` keywords weight w wants for activations x: one scale per row with sub-block
+    offsets for the seed formats (their exact path uses the offsets), DUP (for MM PAIR) for a
+    4-bit weight when the target has PAIR and the rows fit half the MXU columns."""
     cfg = current().cfg
     dup = cfg.PAIR and w.four_bit and 2 * x.rows <= cfg.MCOLS and _pair_aligned(w)
-    return quantize(x, suboffsets=w.wf in WF_SEED, dup=dup)
+    return {"suboffsets": w.wf in WF_SEED, "dup": dup}
+
+
+def quantize_for(x: Tile, w: QTensor) -> Stationary:
+    """quantize x the way weight w wants it (`quant_mode_for`)."""
+    return quantize(x, **quant_mode_for(x, w))
 
 
 def _pair_aligned(w: QTensor) -> bool:
@@ -454,6 +460,21 @@ class KVCache:
         return Tensor(self.v_scale + 4 * t0, (n,))
 
 
+def shift(obj, delta):
+    """A DRAM layout (Tensor, QTensor or KVCache; a list of them) moved by `delta` bytes (affine):
+    the same data in another identical block, e.g. layer l's at l * stride."""
+    delta = Affine.of(delta)
+    if isinstance(obj, Tensor):
+        return Tensor(obj.base + delta, obj.shape, obj.rs)
+    if isinstance(obj, QTensor):
+        return dataclasses.replace(obj, data=obj.data + delta, scale=None if obj.scale is None else obj.scale + delta)
+    if isinstance(obj, KVCache):
+        return KVCache(obj.k + delta, obj.k_scale + delta, obj.vt + delta, obj.v_scale + delta, obj.cap, obj.d)
+    if isinstance(obj, (list, tuple)):
+        return [shift(o, delta) for o in obj]
+    raise CompileError(f"shift moves DRAM layouts, not a {type(obj).__name__}")
+
+
 def kv_append(kv: KVCache, pos, k: Tile, v: Tile) -> None:
     """Two QSTs: K as token row `pos` (per-block scales), V as column `pos` of V^T (one scale)."""
     b = current()
@@ -475,6 +496,6 @@ def kv_append(kv: KVCache, pos, k: Tile, v: Tile) -> None:
 
 
 __all__ = ["LOG2E", "LN2", "config", "block_size", "mxu_columns", "act_rows", "empty", "full", "zeros",
-           "load", "store", "quantize", "quantize_for", "dot", "exp2", "log2", "recip", "rsqrt", "abs", "copy", "maximum",
+           "load", "store", "quantize", "quantize_for", "quant_mode_for", "dot", "exp2", "log2", "recip", "rsqrt", "abs", "copy", "maximum",
            "minimum", "silu", "sum", "max", "argmax", "range", "static_range", "runvar", "rld", "KVCache",
-           "kv_append", "waitw", "halt_chain"]
+           "kv_append", "shift", "waitw", "halt_chain"]
