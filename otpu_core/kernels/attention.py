@@ -51,19 +51,27 @@ class _Flash:
 
     def block(self, kv: KVCache, t0, n: int, mask_row: Tile | None) -> None:
         """Keys [t0, t0+n) of `kv`; a partial block (mask_row given, or n short of whole blocks) is masked."""
-        D, m, l = self.D, self.m, self.l
+        self.softmax_block(kv, t0, n, *self.scores(kv, t0, n, mask_row))
+
+    def scores(self, kv: KVCache, t0, n: int, mask_row: Tile | None) -> tuple[Tile, Tile]:
+        """The block's MXU half: scores (masked where asked) and the new row maxima."""
+        D, m = self.D, self.m
         npad = -(-n // D) * D
         if mask_row is None and npad == n:
             s = ol.dot(self.qs, kv.keys(t0, npad, D), rowmax=True)
-            m_new = ol.maximum(m, s.rowmax)
-        else:
-            s = ol.dot(self.qs, kv.keys(t0, npad, D))
-            if mask_row is None and npad > n:
-                mask_row = ol.zeros((npad,))
-                mask_row[n:npad].set(MASKED)
-            if mask_row is not None:
-                s += mask_row[None, :]
-            m_new = ol.maximum(m, ol.max(s))
+            return s, ol.maximum(m, s.rowmax)
+        s = ol.dot(self.qs, kv.keys(t0, npad, D))
+        if mask_row is None and npad > n:
+            mask_row = ol.zeros((npad,))
+            mask_row[n:npad].set(MASKED)
+        if mask_row is not None:
+            s += mask_row[None, :]
+        return s, ol.maximum(m, ol.max(s))
+
+    def softmax_block(self, kv: KVCache, t0, n: int, s: Tile, m_new: Tile) -> None:
+        """The block's VPU half and P.V^T: p, alpha, the rescaled accumulation, l and m."""
+        D, m, l = self.D, self.m, self.l
+        npad = -(-n // D) * D
         p = ol.exp2(s - m_new[:, None])
         alpha = ol.exp2(m - m_new)
         vs = ol.zeros((npad,)) if npad > n else ol.empty((npad,))
@@ -140,6 +148,49 @@ def page_runs(pages: list[KVCache]) -> list[tuple[KVCache, int, int]]:
     return runs
 
 
+class PagedAttention:
+    """`paged_attention` in two halves, so a caller can interleave several: `start()` issues every
+    full page and the last page's scores (MXU work), `finish()` the last page's softmax and P.V^T
+    and returns the output. Starting unit u+1 before finishing unit u lets the MXU stream u+1's
+    scores while the VPU works through u's softmax (the same instructions, another order)."""
+
+    def __init__(self, q: Tile, pages: list[KVCache], *, last_n: int | None = None, last_mask: Tensor | None = None):
+        if not pages:
+            raise CompileError("paged_attention needs at least one page")
+        P = pages[0].cap
+        if (last_n is None) == (last_mask is None):
+            raise CompileError("paged_attention: give the last page's token count (last_n) or its mask row (last_mask)")
+        if last_n is not None and not 0 < last_n <= P:
+            raise CompileError(f"paged_attention: {last_n} tokens in a page of {P}")
+        if last_mask is not None and last_mask.shape != (P,):
+            raise CompileError(f"paged_attention: the mask row must be ({P},), not {last_mask.shape}")
+        self.q, self.pages, self.P = q, pages, P
+        self.last_n, self.last_mask = last_n if last_n is not None else P, last_mask
+        self._pending = None
+
+    def start(self) -> "PagedAttention":
+        q2 = _query(self.q, self.pages[0].d)
+        f = _Flash(q2, self.pages[0].d)
+        P = self.P
+        for first, n, stride in page_runs(self.pages[:-1]):
+            if n == 1:
+                f.block(first, 0, P, None)
+                continue
+            for b in ol.range(n):
+                f.block(KVCache(first.k + b * stride, first.k_scale + b * stride, first.vt + b * stride,
+                                first.v_scale + b * stride, first.cap, first.d), 0, P, None)
+        mask = ol.load(self.last_mask) if self.last_mask is not None else None
+        self._pending = (f, f.scores(self.pages[-1], 0, self.last_n, mask))
+        return self
+
+    def finish(self) -> Tile:
+        f, (s, m_new) = self._pending
+        self._pending = None
+        f.softmax_block(self.pages[-1], 0, self.last_n, s, m_new)
+        out = f.result()
+        return out if self.q.ndim == 2 else out.reshape(self.pages[0].d)
+
+
 def paged_attention(q: Tile, pages: list[KVCache], *, last_n: int | None = None,
                     last_mask: Tensor | None = None) -> Tile:
     """softmax(q K^T / sqrt(d)) V for q (g, d) over a sequence's KV pages, P = pages[0].cap tokens each.
@@ -148,28 +199,6 @@ def paged_attention(q: Tile, pages: list[KVCache], *, last_n: int | None = None,
     a whole page whose scores get the additive mask row `last_mask` (one row of `mask_table(P)`
     at a run-time offset: the position is known only on the card). Runs of pages equally far
     apart in DRAM are one hardware loop, so a sequence laid out in consecutive pages costs one
-    loop body whatever its length; a page list in any order still works, one block per page."""
-    if not pages:
-        raise CompileError("paged_attention needs at least one page")
-    P = pages[0].cap
-    if (last_n is None) == (last_mask is None):
-        raise CompileError("paged_attention: give the last page's token count (last_n) or its mask row (last_mask)")
-    if last_n is not None and not 0 < last_n <= P:
-        raise CompileError(f"paged_attention: {last_n} tokens in a page of {P}")
-    if last_mask is not None and last_mask.shape != (P,):
-        raise CompileError(f"paged_attention: the mask row must be ({P},), not {last_mask.shape}")
-    q2 = _query(q, pages[0].d)
-    f = _Flash(q2, pages[0].d)
-    for first, n, stride in page_runs(pages[:-1]):
-        if n == 1:
-            f.block(first, 0, P, None)
-            continue
-        for b in ol.range(n):
-            f.block(KVCache(first.k + b * stride, first.k_scale + b * stride, first.vt + b * stride,
-                            first.v_scale + b * stride, first.cap, first.d), 0, P, None)
-    if last_mask is not None:
-        f.block(pages[-1], 0, P, ol.load(last_mask))
-    else:
-        f.block(pages[-1], 0, last_n, None)
-    out = f.result()
-    return out if q.ndim == 2 else out.reshape(pages[0].d)
+    loop body whatever its length; a page list in any order still works, one block per page.
+    `PagedAttention` is the same in two halves, for interleaving."""
+    return PagedAttention(q, pages, last_n=last_n, last_mask=last_mask).start().finish()

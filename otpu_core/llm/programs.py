@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import ol
-from ..kernels.attention import paged_attention
+from ..kernels.attention import PagedAttention
 from ..kernels.embedding import embed
 from ..kernels.mlp import swiglu_mlp
 from ..kernels.norm import rmsnorm, rmsnorm_quantized
@@ -170,6 +170,7 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
         gate = ol.load(Ly.gate)
         c, s = cos * gate[0:1] + gate[1:2], sin * gate[0:1]
     qn, kn = (ol.load(Ly.qn), ol.load(Ly.kn)) if cfg.qk_norm else (None, None)
+    pending = None
     for r, (g, j) in enumerate(rows.of):
         # Row r appends its K and V^T, then attends; its mask hides every later slot of the page, so
         # whether later rows appended yet does not change a bit (a run of R rows = R runs of one).
@@ -188,9 +189,14 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
             pages = [Ly.page(p, kh) for p in grp.pages]
             for h0 in range(kh * grp_size, (kh + 1) * grp_size, mcols):
                 h1 = min(h0 + mcols, (kh + 1) * grp_size)
-                ar[h0:h1].set(paged_attention(qr[h0:h1], pages, last_mask=rows.mask_row(g, j)))
+                unit = PagedAttention(qr[h0:h1], pages, last_mask=rows.mask_row(g, j)).start()
+                if pending is not None:      # one unit in flight: its scores stream while the last one's softmax runs
+                    pending[0][pending[1]:pending[2]].set(pending[3].finish())
+                pending = (ar, h0, h1, unit)
         del qr
-    del k, v
+    if pending is not None:
+        pending[0][pending[1]:pending[2]].set(pending[3].finish())
+    del k, v, pending
     return ol.dot(q, Ly.wo)
 
 

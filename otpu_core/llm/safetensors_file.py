@@ -88,7 +88,10 @@ class _Files:
         if dtype == "BF16":
             n = int(np.prod(info["shape"])) if info["shape"] else 1
             raw = np.memmap(f, dtype=np.uint16, mode="r", offset=info["start"], shape=(n,))
-            return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32).reshape(info["shape"])
+            wide = raw.astype(np.uint32)
+            del raw
+            wide <<= np.uint32(16)                   # in place: one float32-sized copy at a time
+            return wide.view(np.float32).reshape(info["shape"])
         from safetensors import safe_open
         with safe_open(str(f), framework="numpy") as h:
             return h.get_tensor(name).astype(np.float32, copy=False)
