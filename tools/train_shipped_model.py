@@ -494,6 +494,41 @@ def save_state(model, path: Path) -> None:
     torch.save(model.state_dict(), path)
 
 
+def train_phase(model, stream, args, lrs: list[float], log, label: str, log_every, checkpoint) -> list[float]:
+    """Optimizer steps at the given learning rates; returns the losses. checkpoint=(held_docs, total)
+    evaluates the held-out paragraphs and saves --state every 60 steps."""
+    import torch
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95))
+    vocab = model.embed.weight.shape[0]
+    losses, t0 = [], time.time()
+    for step, lr in enumerate(lrs):
+        for g in opt.param_groups:
+            g["lr"] = lr
+        b = torch.from_numpy(stream.batch(args.batch, args.seq))
+        logits = model(b[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), b[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if log_every(step):
+            el = time.time() - t0
+            tps = (step + 1) * args.batch * args.seq / el
+            eta = (len(lrs) - step - 1) * el / (step + 1)
+            log(f"step {step + 1}{label} loss {np.mean(losses[-10:]):.4f} lr {lr:.2e} "
+                f"{tps:.0f} tok/s eta {eta / 60:.1f} min")
+        if checkpoint and (step + 1) % 60 == 0 and step + 1 < checkpoint[1]:
+            nll, _ = eval_nll(model, checkpoint[0])
+            log(f"held-out paragraph perplexity {math.exp(nll):.2f}")
+            if args.state:  # a checkpoint, so a stopped run still leaves weights to export
+                save_state(model, args.state)
+    return losses
+
+
 def generate(model, tok, question: str, max_new: int = 160, system: str | None = None) -> str:
     import torch
     msgs = ([("system", system)] if system else []) + [("user", question)]
@@ -523,12 +558,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="GGUF file to write")
     ap.add_argument("--steps", type=int, default=360, help="optimizer steps (default 360)")
+    ap.add_argument("--stop-after", type=int, help="end training after this step; the learning-rate schedule still spans --steps")
     ap.add_argument("--batch", type=int, default=8, help="rows per step (default 8)")
     ap.add_argument("--seq", type=int, default=512, help="tokens per row (default 512, the context)")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     ap.add_argument("--state", type=Path, help="save the trained torch weights here (or load them with --skip-training)")
+    ap.add_argument("--cooldown", type=int, default=0, help="after --stop-after: this many more steps with a fresh optimizer, learning rate falling linearly to 0")
+    ap.add_argument("--resume", type=Path, help="weights saved by a run with the same --steps/--stop-after: skip those steps, go on with --cooldown")
     ap.add_argument("--skip-training", action="store_true", help="load --state instead of training, then export")
     args = ap.parse_args(argv)
 
@@ -569,43 +607,31 @@ def main(argv: list[str] | None = None) -> int:
         f"{cfg.head_dim}, ffn {cfg.ffn}, vocab {cfg.vocab_size}, context {cfg.context}: {n_params:,} parameters")
 
     final_loss = float("nan")
-    if args.skip_training:
-        if not args.state:
+    trained_steps = min(args.steps, args.stop_after or args.steps)
+    warm = max(args.steps // 20, 1)
+    sched = lambda s: (s + 1) / warm if s < warm else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - warm) / max(args.steps - warm, 1)))
+    if args.skip_training or args.resume:
+        path = args.resume or args.state
+        if not path:
             print("error: --skip-training needs --state FILE", file=sys.stderr)
             return 2
-        model.load_state_dict(torch.load(args.state))
-        log(f"loaded weights from {args.state}")
-    else:
-        decay = [p for p in model.parameters() if p.dim() == 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                                lr=args.lr, betas=(0.9, 0.95))
-        warm = max(args.steps // 20, 1)
-        sched = lambda s: (s + 1) / warm if s < warm else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - warm) / max(args.steps - warm, 1)))
+        model.load_state_dict(torch.load(path))
+        log(f"loaded weights from {path}")
+    if args.resume:  # the data stream goes on where the run that saved the weights stopped
+        for _ in range(trained_steps):
+            stream.batch(args.batch, args.seq)
+        log(f"resumed after step {trained_steps}")
+    if not args.skip_training:
         losses = []
-        for step in range(args.steps):
-            for g in opt.param_groups:
-                g["lr"] = args.lr * sched(step)
-            b = torch.from_numpy(stream.batch(args.batch, args.seq))
-            logits = model(b[:, :-1])
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), b[:, 1:].reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            losses.append(loss.item())
-            if (step + 1) % 10 == 0 or step == 0:
-                el = time.time() - t_start
-                tps = (step + 1) * args.batch * args.seq / el
-                eta = (args.steps - step - 1) * el / (step + 1)
-                log(f"step {step + 1}/{args.steps} loss {np.mean(losses[-10:]):.4f} lr {args.lr * sched(step):.2e} "
-                    f"{tps:.0f} tok/s eta {eta / 60:.1f} min")
-            if (step + 1) % 60 == 0 and step + 1 < args.steps:
-                nll, _ = eval_nll(model, held_docs)
-                log(f"held-out paragraph perplexity {math.exp(nll):.2f}")
-                if args.state:  # a checkpoint, so a stopped run still leaves weights to export
-                    save_state(model, args.state)
-        final_loss = float(np.mean(losses[-50:]))
+        log_every = lambda step: (step + 1) % 10 == 0 or step == 0
+        if not args.resume:
+            lrs = [args.lr * sched(step) for step in range(trained_steps)]
+            losses += train_phase(model, stream, args, lrs, log, f"/{args.steps}", log_every, checkpoint=(held_docs, args.steps))
+        if args.cooldown:  # a fresh optimizer, learning rate from where the schedule stopped down to 0
+            lr0 = args.lr * sched(trained_steps - 1)
+            lrs = [lr0 * (1 - (k + 1) / (args.cooldown + 1)) for k in range(args.cooldown)]
+            losses += train_phase(model, stream, args, lrs, log, f"/{args.cooldown} (cooldown)", log_every, checkpoint=None)
+        final_loss = float(np.mean(losses[-min(50, len(losses)):]))
         if args.state:
             save_state(model, args.state)
             log(f"saved torch weights to {args.state}")
@@ -624,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
 
     desc = (f"Qwen3-architecture model trained from scratch by tools/train_shipped_model.py on the Python "
             f"{sys.version_info.major}.{sys.version_info.minor} pydoc_data.topics (PSF licence), "
-            f"{args.steps} steps x {args.batch} x {args.seq} tokens, seed {args.seed}")
+            f"{trained_steps} of {args.steps} scheduled steps + {args.cooldown} cooldown steps x {args.batch} x {args.seq} tokens, seed {args.seed}")
     tensors = gguf_tensors(model, cfg)
     write_gguf(args.out, cfg, tensors, tokens, merges, desc)
     size = args.out.stat().st_size
