@@ -43,7 +43,7 @@ def make(path, fmt="int8", target=T, page=32, ring=True, rows=4, cfg=None, cache
 
 def goldens(ck, conv, eng, fmt="int8"):
     numerics = reference.CardNumerics(eng.plan.D, eng.opts.page, fmt in ("int8x", "fp4x6"))
-    return (reference.Golden(ck.config, reference.CardWeights(conv, eng.plan.embed_shared), numerics,
+    return (reference.Golden(ck.config, reference.CardWeights(conv, eng.plan.embed_kind), numerics,
                              positions=eng.opts.ctx),
             reference.Golden(ck.config, reference.SourceWeights(ck), positions=eng.opts.ctx))
 
@@ -74,6 +74,7 @@ def test_qwen3_generate_loop_prefill_rows_and_references(models):
     loop's logits against the references, teacher-forced."""
     prompt = llmtiny.prompts(1, 384, length=28)[0]
     eng, ck, conv, be = make(models["qwen3"])
+    assert eng.plan.embed_kind == "f32"                                  # a small table: one LD per token
     seq = eng.new_sequence()
     eng.submit(seq, prompt)
     turn = eng.generate(seq, GREEDY, 8, want_logits=True)
@@ -93,9 +94,11 @@ def test_qwen3_generate_loop_prefill_rows_and_references(models):
     _against_references(prompt, turn, ck, conv, eng, "qwen3 (safetensors)")
 
 
-def test_two_sequences_in_one_step_equal_two_steps(models):
+def test_two_sequences_in_one_step_equal_two_steps(models, monkeypatch):
+    monkeypatch.setattr("otpu_core.llm.layout.EMBED_F32_BYTES", 0)      # embeddings from the tied int8 head
     pa, pb = llmtiny.prompts(2, 384, length=3)
     eng, *_ = make(models["qwen3"], slots=2)
+    assert eng.plan.embed_kind == "head"
     a, b = eng.new_sequence(), eng.new_sequence()
     eng.submit(a, pa), eng.submit(b, pb)
     both = eng.logits([a, b])
@@ -108,8 +111,10 @@ def test_two_sequences_in_one_step_equal_two_steps(models):
         one.release(s)
 
 
-def test_llama_against_the_references_teacher_forced(models):
+def test_llama_against_the_references_teacher_forced(models, monkeypatch):
+    monkeypatch.setattr("otpu_core.llm.layout.EMBED_F32_BYTES", 0)      # its own int8 table, gathered by the MXU
     eng, ck, conv, be = make(models["llama"])
+    assert eng.plan.embed_kind == "int8"
     prompt = llmtiny.prompts(1, ck.config.vocab, length=12)[0]
     seq = eng.new_sequence()
     eng.submit(seq, prompt)

@@ -3,8 +3,8 @@
 `convert(ckpt, fmt, target)` quantises every matrix with `formats.quantize` (the format
 definitions of docs/formats.md) in the card format's layer and head formats, splits W_down into
 its F-chunk column parts (each part quantised on its own, as the MLP kernel reads it), keeps the
-norms as fp32, and makes the int8 embedding table the card gathers from (the head itself when
-it is tied and int8). Tensors are read one at a time and large ones quantised in row chunks,
+norms as fp32, and makes the embedding table the card gathers from (`layout.embed_kind`: fp32
+rows for a small table, else int8 rows, the head itself when it is tied and int8). Tensors are read one at a time and large ones quantised in row chunks,
 and each result is appended to the cache file as soon as it exists, so memory stays near one
 source tensor.
 
@@ -31,9 +31,9 @@ from .. import formats, isa
 from ..target import Target
 from .checkpoint import Checkpoint, models_cache
 from .errors import ModelError
-from .layout import CardFormat, card_format, f_chunk_for
+from .layout import CardFormat, card_format, embed_kind, f_chunk_for
 
-CONVERT_VERSION = 1
+CONVERT_VERSION = 2
 ROW_CHUNK = 8192                   # rows quantised at once (bounds the float64 temporaries)
 Progress = Callable[[int, int, str], None]   # (done, total, what)
 
@@ -68,14 +68,16 @@ def _plan_tensors(ckpt: Checkpoint, fmt: CardFormat) -> list[tuple[str, str, int
             out.append((f"{k}.{i}", f"{k}.{i}", wf))
     out.append(("final_norm", "final_norm", None))
     out.append(("head", "head", fmt.head_wf))
-    if not (cfg.tied and fmt.head_wf == isa.WF_INT8):
-        out.append(("embed", "embed", isa.WF_INT8))
+    kind = embed_kind(cfg, fmt)
+    if kind != "head":
+        out.append(("embed", "embed", isa.WF_INT8 if kind == "int8" else None))
     return out
 
 
 def cache_key(ckpt: Checkpoint, fmt: CardFormat, target: Target, f_chunk: int) -> str:
     parts = (CONVERT_VERSION, ckpt.fingerprint(), fmt.name, fmt.layer_wf, fmt.head_wf, target.arch_hash(),
-             target.config().D, f_chunk, hashlib.sha256(Path(formats.__file__).read_bytes()).hexdigest())
+             target.config().D, f_chunk, embed_kind(ckpt.config, fmt),
+             hashlib.sha256(Path(formats.__file__).read_bytes()).hexdigest())
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
 
 

@@ -87,8 +87,10 @@ def write_model(backend, plan: ImagePlan, conv: Converted, seq_wc: bool = False,
         progress(cfg.layers, total, "head")
     backend.write(plan.final_norm.base.const, T["final_norm"])
     _packed(backend, plan.head, T["head"], "head")
-    if not plan.embed_shared:
+    if plan.embed_kind == "int8":
         _packed(backend, plan.embed, T["embed"], "embed")
+    elif plan.embed_kind == "f32":
+        backend.write(plan.embed.base.const, np.ascontiguousarray(T["embed"], np.float32))
     write_tables(backend, plan)
     backend.write(plan.halt_slot, np.frombuffer(halt_image(seq_wc), np.uint8))
     clear_io(backend, plan)

@@ -17,8 +17,9 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
   per KV head K token-major [page, head_dim] int8 with fp32 scales per (token, D-block) and
   V^T dim-major [head_dim, page] int8 with one fp32 scale per token. A sequence owns a list of
   page numbers (the same page number in every layer and head), so whoever schedules
-  sequences owns the pages; the final norm, the LM head and the int8 embedding table (the
-  head itself when it is tied and int8);
+  sequences owns the pages; the final norm, the LM head and the embedding table (`embed_kind`:
+  fp32 rows gathered by one LD when the table is at most 64 MiB, else int8 rows gathered through
+  the MXU: the head itself when it is tied and int8);
 - the program slots the generate loop chains through (a one-instruction HALT and two bucket
   programs, double-buffered).
 """
@@ -41,6 +42,7 @@ STATE_WORDS = 16
 MAX_STOP_IDS = 8
 (S_POS, S_LEFT, S_ALIVE, S_STOP, S_TINV, S_TOPP, S_PEN_A, S_PEN_B) = range(8)
 S_STOP_IDS = 8                    # words 8..15: stop token ids (-1 = unused)
+EMBED_F32_BYTES = 64 << 20        # an embedding table this small stays fp32 (one LD per token)
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ class ImagePlan:
     layer: LayerPlan
     final_norm: Tensor
     head: QTensor
-    embed: QTensor
+    embed: QTensor | Tensor      # int8 rows (a QTensor: the head itself when shared) or fp32 rows (a Tensor)
     cos: Tensor
     sin: Tensor
     mask: Tensor
@@ -144,7 +146,7 @@ class ImagePlan:
     prog_bytes: int = 0
     layers_at: int = 0
     end: int = 0
-    embed_shared: bool = True
+    embed_kind: str = "head"          # embed_kind(): "f32", "head" or "int8"
 
     def io(self, slot: int) -> dict[str, Tensor]: return self.slot_io[slot]
 
@@ -170,6 +172,14 @@ def _parts(cur: _Cursor, n: int, k: int, part: int, wf: int, D: int) -> QTensor:
     else:
         q.part_stride = (q.rs * n + ALIGN, q.srs * n + ALIGN)
     return q
+
+
+def embed_kind(cfg: ModelConfig, fmt: CardFormat) -> str:
+    """How the card gets a token's embedding: "f32" (an fp32 table, one LD), "head" (the tied int8
+    head, through the MXU) or "int8" (an int8 table of its own, through the MXU)."""
+    if cfg.vocab * cfg.d * 4 <= EMBED_F32_BYTES:
+        return "f32"
+    return "head" if cfg.tied and fmt.head_wf == isa.WF_INT8 else "int8"
 
 
 def f_chunk_for(ffn: int, D: int, want: int = 0) -> int:
@@ -248,8 +258,13 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     gc = _Cursor(layers_at + cfg.layers * stride)
     final_norm = Tensor(gc.take(4 * d), (d,))
     head = _weight(gc, V, d, fmt.head_wf, D)
-    shared = cfg.tied and fmt.head_wf == isa.WF_INT8
-    embed = head if shared else _weight(gc, V, d, isa.WF_INT8, D)
+    ekind = embed_kind(cfg, fmt)
+    if ekind == "head":
+        embed = head
+    elif ekind == "f32":
+        embed = Tensor(gc.take(4 * V * d), (V, d))
+    else:
+        embed = _weight(gc, V, d, isa.WF_INT8, D)
     halt_slot = gc.take(isa.BYTES_PER_INSTR, BLOCK_ALIGN)
     prog_bytes = tcfg.imem_instrs * (isa.BYTES_PER_INSTR + 8)
     slots = (gc.take(prog_bytes, BLOCK_ALIGN), gc.take(prog_bytes, BLOCK_ALIGN))
@@ -260,4 +275,4 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
                          f"DRAM; the card has {tcfg.DRAM_BYTES / 2**20:.0f} MiB",
                          hint="use fewer KV pages (--ctx) or a 4-bit --format")
     return ImagePlan(cfg, opts, D, fmt, layer, final_norm, head, embed, cos, sin, mask, tri, logits, mailbox, chain,
-                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, shared)
+                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind)

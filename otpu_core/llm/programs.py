@@ -148,7 +148,11 @@ def _embed_rows(plan: ImagePlan, rows: _Rows) -> Tile:
         ids = plan.io(grp.slot)["ids"]
         for j in range(grp.n):
             tok = ol.load(_word(ids, pos.times(4) + 4 * j))
-            e = embed(plan.embed, tok)
+            if plan.embed_kind == "f32":          # one LD of the fp32 row
+                t = plan.embed
+                e = ol.load(Tensor(t.base + ol.rld(tok, scale=4 * t.rs), (t.cols,)))
+            else:                                 # int8 rows, gathered through the MXU
+                e = embed(plan.embed, tok)
             if rows.R == 1:
                 h = e
             else:

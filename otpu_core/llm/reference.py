@@ -5,7 +5,7 @@
   q/k norms, grouped-query softmax attention, SwiGLU, tied or untied head.
 - quantised golden (`Golden(cfg, CardWeights(conv), CardNumerics(...))`): the same forward with
   the card's quantisation points applied exactly and nothing else: the weights the MXU
-  multiplies (formats.py's dequantisation of the converted tensors), the int8 embedding row,
+  multiplies (formats.py's dequantisation of the converted tensors), the embedding row the card reads,
   every matmul input quantised as QACT does (per row and D-block, or one scale per row with
   sub-block offsets for the seed formats, F-chunk by F-chunk in the MLP), K stored per
   (token, D-block) and V per token as QST does, q quantised with log2(e)/sqrt(d) folded in, and
@@ -54,8 +54,8 @@ class SourceWeights:
 class CardWeights:
     """What the card multiplies: the converted tensors, dequantised by the format definitions."""
 
-    def __init__(self, conv, shared_embed: bool):
-        self.conv, self.shared = conv, shared_embed
+    def __init__(self, conv, embed_kind: str):
+        self.conv, self.embed_kind = conv, embed_kind      # layout.embed_kind: "f32", "head" or "int8"
         self._cache: dict[str, np.ndarray] = {}
 
     def get(self, name: str) -> np.ndarray:
@@ -70,7 +70,9 @@ class CardWeights:
         return self._cache[name]
 
     def embed(self, tok: int) -> np.ndarray:
-        t = self.conv.tensors["head" if self.shared else "embed"]
+        if self.embed_kind == "f32":
+            return np.asarray(self.conv.tensors["embed"][tok], np.float64)
+        t = self.conv.tensors["head" if self.embed_kind == "head" else "embed"]
         row = formats.PackedWeights(t.wf, t.d, 1, t.k, np.asarray(t.rows[tok:tok + 1]), np.asarray(t.scales[tok:tok + 1]))
         return row.dequantize()[0]
 
