@@ -24,4 +24,7 @@ def rmsnorm(x: Tile, w: Tile, eps: float = 1e-6) -> Tile:
 def rmsnorm_quantized(x: Tile, w: Tile, eps: float = 1e-6, weight: QTensor | None = None) -> Stationary:
     mode = ol.quant_mode_for(x, weight) if weight is not None else {}
     r = _inv_rms(x, eps)
-    return ol.quantize((x * r[:, None]) * w[None, :], **mode)
+    # keywords spelled out: a ** call holds the temporary once more, and quantize would take it
+    # for a named tile and keep the two MULs instead of folding them into the QACT
+    return ol.quantize((x * r[:, None]) * w[None, :], suboffsets=mode.get("suboffsets", False),
+                       dup=mode.get("dup", False))

@@ -184,12 +184,15 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
             qr, kr = rmsnorm(qr, qn, eps), rmsnorm(kr, kn, eps)
         qr, kr = rope(qr, _row(c, r), _row(s, r)), rope(kr, _row(c, r), _row(s, r))
         vr = _row(v, r)
+        slots = [rows.token_slot(Ly.page(grp.pages[-1], kh), g, j) for kh in range(KV)]
         for kh in ol.static_range(KV):
-            page = rows.token_slot(Ly.page(grp.pages[-1], kh), g, j)
-            ol.kv_append(page, 0, kr[kh], vr[kh * hd:(kh + 1) * hd])
-        del kr, vr
+            ol.kv_append_k(slots[kh], 0, kr[kh])
+        del kr
         ar = _row(q, r).reshape(H, hd)       # the attention output takes row r of q: it is read already
         for kh in ol.static_range(KV):
+            # each head's V^T append (a byte-strided store, the slow one) just before its queries:
+            # it overlaps the heads before it instead of holding up the quantiser ahead of all of them
+            ol.kv_append_v(slots[kh], 0, vr[kh * hd:(kh + 1) * hd])
             pages = [Ly.page(p, kh) for p in grp.pages]
             for h0 in range(kh * grp_size, (kh + 1) * grp_size, mcols):
                 h1 = min(h0 + mcols, (kh + 1) * grp_size)
@@ -197,7 +200,7 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
                 if pending is not None:      # one unit in flight: its scores stream while the last one's softmax runs
                     pending[0][pending[1]:pending[2]].set(pending[3].finish())
                 pending = (ar, h0, h1, unit)
-        del qr
+        del qr, vr
     if pending is not None:
         pending[0][pending[1]:pending[2]].set(pending[3].finish())
     del k, v, pending

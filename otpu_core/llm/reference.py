@@ -33,7 +33,7 @@ LOG2E = 1.4426950408889634
 
 
 class SourceWeights:
-    """The checkpoint's own weights (float32 as stored, used as float64)."""
+    """The checkpoint's own weights, held as float64 (8 bytes a weight: a 0.6B model needs 4.8 GB)."""
 
     def __init__(self, ckpt):
         self.ckpt = ckpt
@@ -41,7 +41,7 @@ class SourceWeights:
 
     def get(self, name: str) -> np.ndarray:
         if name not in self._cache:
-            self._cache[name] = self.ckpt.get(name)
+            self._cache[name] = self.ckpt.get(name).astype(np.float64)
         return self._cache[name]
 
     def embed(self, tok: int) -> np.ndarray:
@@ -96,10 +96,10 @@ class Golden:
         self.reset()
 
     def reset(self) -> None:
-        L = self.cfg.layers
-        self.k: list[list] = [[] for _ in range(L)]        # per layer: per token (KV, hd) keys as stored
-        self.v: list[list] = [[] for _ in range(L)]        # values (fp) or V codes (card)
-        self.vs: list[list] = [[] for _ in range(L)]       # card: V scale per (token, head)
+        c, n = self.cfg, self.cos.shape[0]
+        self.k = np.zeros((c.layers, n, c.kv_heads, c.head_dim))      # keys as stored (card: dequantised)
+        self.v = np.zeros((c.layers, n, c.kv_heads, c.head_dim))      # values (fp) or V codes (card)
+        self.vs = np.zeros((c.layers, n, c.kv_heads))                 # card: V scale per (token, head)
         self.n = 0
 
     # -- the card's quantisation points ----------------------------------------------------------
@@ -113,26 +113,27 @@ class Golden:
         return R.quantize_rows(x[None, :], self.card.D)[0]
 
     def _store_kv(self, layer: int, k: np.ndarray, v: np.ndarray) -> None:
+        t = self.n
         if self.card is None:
-            self.k[layer].append(k)
-            self.v[layer].append(v)
+            self.k[layer, t], self.v[layer, t] = k, v
             return
-        self.k[layer].append(R.quantize_rows(k, self.card.D))
+        self.k[layer, t] = R.quantize_rows(k, self.card.D)
         codes, scale = F.quantize(v.astype(np.float32))            # one scale per token and head (QST ROW)
-        self.v[layer].append(codes.astype(np.float64))
-        self.vs[layer].append(F.to_float(scale).astype(np.float64))
+        self.v[layer, t], self.vs[layer, t] = codes, F.to_float(scale)
 
     # -- attention ---------------------------------------------------------------------------------
     def _attend(self, layer: int, q: np.ndarray) -> np.ndarray:
-        cfg = self.cfg
-        K, V = np.stack(self.k[layer]), np.stack(self.v[layer])           # [n, KV, hd]
+        cfg, n = self.cfg, self.n + 1
+        K, V = self.k[layer, :n], self.v[layer, :n]                       # [n, KV, hd]
+        if self.card is None:                                             # softmax(q K^T / sqrt(d)) V, per group
+            qg = q.reshape(cfg.kv_heads, cfg.group, cfg.head_dim)
+            s = np.einsum("kgd,nkd->kgn", qg, K) / np.sqrt(cfg.head_dim)
+            p = np.exp(s - s.max(axis=-1, keepdims=True))
+            return (np.einsum("kgn,nkd->kgd", p, V) / p.sum(axis=-1)[..., None]).reshape(q.shape)
         out = np.empty_like(q)
         for g in range(cfg.kv_heads):
             rows = slice(g * cfg.group, (g + 1) * cfg.group)
-            if self.card is None:
-                out[rows] = R.attention(q[rows], K[:, g], V[:, g])
-            else:
-                out[rows] = self._flash(q[rows], K[:, g], V[:, g], np.stack(self.vs[layer])[:, g])
+            out[rows] = self._flash(q[rows], K[:, g], V[:, g], self.vs[layer, :n, g])
         return out
 
     def _flash(self, q: np.ndarray, K: np.ndarray, Vq: np.ndarray, vs: np.ndarray) -> np.ndarray:
@@ -192,11 +193,12 @@ class Golden:
         return np.stack([self.step(int(t)) for t in tokens])
 
 
-def perplexity(golden: Golden, tokens) -> float:
-    """exp(mean negative log-likelihood of each next token) over `tokens` from a fresh sequence."""
+def next_token_nll(golden: Golden, tokens, start: int = 1) -> tuple[float, int]:
+    """From a fresh sequence: (sum of -log p(token t | tokens before t) over t >= start, how many t);
+    exp(sum / count) is the perplexity of tokens[start:] (start = 1: the whole text)."""
     golden.reset()
     logits = golden.forward(tokens[:-1])
     z = logits - logits.max(axis=1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-    nll = -logp[np.arange(len(tokens) - 1), np.asarray(tokens[1:])]
-    return float(np.exp(nll.mean()))
+    idx = np.arange(start - 1, len(tokens) - 1)
+    return -float(logp[idx, np.asarray(tokens)[idx + 1]].sum()), int(idx.size)

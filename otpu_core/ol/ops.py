@@ -477,17 +477,34 @@ def shift(obj, delta):
 
 def kv_append(kv: KVCache, pos, k: Tile, v: Tile) -> None:
     """Two QSTs: K as token row `pos` (per-block scales), V as column `pos` of V^T (one scale)."""
+    kv_append_k(kv, pos, k)
+    kv_append_v(kv, pos, v)
+
+
+def _kv_check(kv: KVCache, name: str, t: Tile) -> None:
+    if t.rows * t.cols != kv.d:
+        raise CompileError(f"shape mismatch in kv_append: {name} of shape {t.shape}, head dim {kv.d}")
+
+
+def kv_append_k(kv: KVCache, pos, k: Tile) -> None:
+    """One QST: K as token row `pos` of the token-major K, with its per-block scales."""
     b = current()
-    D = b.cfg.D
-    for name, t in (("k", k), ("v", v)):
-        if t.rows * t.cols != kv.d:
-            raise CompileError(f"shape mismatch in kv_append: {name} of shape {t.shape}, head dim {kv.d}")
+    _kv_check(kv, "k", k)
     pos = Affine.of(pos)
-    kb = kv.d // D
+    kb = kv.d // b.cfg.D
     kdst, ksd = kv.k + pos * kv.d, kv.k_scale + pos * (4 * kb)
     b.emit(Node("QST", {"src": k.base, "dst": kdst, "sdst": ksd},
                 {"rows": 1, "kb": kb, "srs": kv.d, "drs": kv.d, "es": 1, "row": False, "half": False},
                 [Access(TMEM, k.base, kv.d)], [Access(DRAM, kdst, kv.d), Access(DRAM, ksd, 4 * kb)]))
+
+
+def kv_append_v(kv: KVCache, pos, v: Tile) -> None:
+    """One QST: V as column `pos` of the dim-major V^T (element stride = capacity), one scale (the
+    slow byte-strided store: a program places it where its cost overlaps other work)."""
+    b = current()
+    _kv_check(kv, "v", v)
+    pos = Affine.of(pos)
+    kb = kv.d // b.cfg.D
     vdst, vsd = kv.vt + pos, kv.v_scale + 4 * pos
     b.emit(Node("QST", {"src": v.base, "dst": vdst, "sdst": vsd},
                 {"rows": 1, "kb": kb, "srs": kv.d, "drs": 1, "es": kv.cap, "row": True, "half": False},
@@ -498,4 +515,4 @@ def kv_append(kv: KVCache, pos, k: Tile, v: Tile) -> None:
 __all__ = ["LOG2E", "LN2", "config", "block_size", "mxu_columns", "act_rows", "empty", "full", "zeros",
            "load", "store", "quantize", "quantize_for", "quant_mode_for", "dot", "exp2", "log2", "recip", "rsqrt", "abs", "copy", "maximum",
            "minimum", "silu", "sum", "max", "argmax", "range", "static_range", "runvar", "rld", "KVCache",
-           "kv_append", "shift", "waitw", "halt_chain"]
+           "kv_append", "kv_append_k", "kv_append_v", "shift", "waitw", "halt_chain"]
