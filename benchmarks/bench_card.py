@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from otpu_core.card import regs
-from otpu_core.card.i2c import LM73_ADDR, BitBangMaster
+from otpu_core.card.i2c import LM73_ADDR
+from otpu_i2c.bitbang import BitBangMaster
 from otpu_core.card.simcard import SimCard
 
 

@@ -33,6 +33,7 @@ from .transport import DMA_CHUNK, DMA_PLACE, Transport, as_bytes, buffer_address
 PIPE = 2 * DMA_CHUNK          # logical bytes per pipelined piece of a large transfer
 SCRUB_BLOCK = 64 << 20        # zero buffer the scrub writes repeatedly
 WR_SETTLE = 2e-3
+STOP_WAIT_S = 2.0             # how long a stopped run may take to leave STATUS RUN
 
 
 class ConfigMismatch(UsageError):
@@ -60,12 +61,31 @@ class CardInfo:
     running: bool
     link: dict[str, Any]
     faults: tuple[str, ...] = ()     # injected into the card (a simulated card's fault spec tokens)
+    fault_note: str = ""             # the card's sentence on its faults and what clears them
+    engine: tuple[str, ...] = ()     # what is wrong with the DMA engine now, each with what clears it
+
+    @property
+    def problems(self) -> list[str]:
+        """What the card reports wrong with itself now: the DMA engine, STATUS ERROR / AXI_ERR,
+        each with what clears it (empty: healthy as far as it can tell)."""
+        out = list(self.engine)
+        if self.status & regs.ST_ERROR:
+            out.append("STATUS ERROR: the last run stopped on an error (the next run or CTRL CLEAR clears it)")
+        if self.status & regs.ST_AXI_ERR:
+            out.append("STATUS AXI_ERR: the memory path reported an error (CTRL CLEAR clears it; check calibration)")
+        return out
+
+    @property
+    def health(self) -> list[str]:
+        """`problems` and the injected faults: all a monitor's health column shows."""
+        return self.problems + ([self.fault_note] if self.fault_note else [])
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["cfg_hash"] = None if self.cfg_hash is None else f"0x{self.cfg_hash:08x}"
         out["build_id"] = None if self.build_id is None else f"0x{self.build_id:08x}"
         out["status_bits"] = [f.name for f in regs.STATUS_FIELDS if self.status & (1 << f.lsb)]
+        out["health"] = self.health
         return out
 
 
@@ -95,13 +115,14 @@ class Board:
 
     def __init__(self, transport: Transport, target: str | target_mod.Target | None = None, check: bool = True):
         self.t = transport
-        self.target = target if isinstance(target, target_mod.Target) else target_mod.load(target)
         self.in_run = False
+        self.timed_out = False        # the last wait gave up on a run that did not halt
         self._run_t0 = 0.0
         self._trace_keep: str | None = None
         self._args: list[int] | None = None
         self._pipe: list[tuple[np.ndarray, np.ndarray]] | None = None
-        try:
+        try:        # a bad target or a failed check closes the transport, so its lock is not left held
+            self.target = target if isinstance(target, target_mod.Target) else target_mod.load(target)
             self.info = self.identify()
             if check:
                 self.check_config()
@@ -151,7 +172,7 @@ class Board:
         calibrated = (bool(status & regs.ST_CALIB0), bool(status & regs.ST_CALIB1))
         return CardInfo(self.t.dev, ident, d, mcols, lanes, regmap, caps, core_khz, build_id, cfg_hash, temp_c, ddr_mts,
                         act_rows, status, calibrated, bool(status & regs.ST_RUN and not status & regs.ST_HALTED),
-                        self.t.link(), self.t.injected_faults())
+                        self.t.link(), self.t.injected_faults(), self.t.fault_note(), self.t.engine_health())
 
     def _with_faults(self, hint: str | None) -> str | None:
         """A failure hint, followed by the card's note on its injected faults when it has any."""
@@ -413,13 +434,18 @@ class Board:
     def wait(self, timeout: float = 600.0, expect: float = 0.0) -> RunStats:
         """Wait for HALTED, read the run's counters (and trace), raise on ERROR or AXI_ERR."""
         st_off = regs.off("STATUS")
+        self.timed_out = False
         try:
             self.t.poll(st_off, regs.ST_HALTED, regs.ST_HALTED, timeout=timeout,
                         expect=max(0.0, expect - (time.monotonic() - self._run_t0)))
         except DeviceError:
-            self._stop()
+            self.timed_out = True
+            stopped = self._stop()
             waited = time.monotonic() - self._run_t0
-            raise DeviceError(f"{self.t.dev}: the program did not halt within {waited:.1f}s; the run was stopped",
+            what = ("the run was stopped" if stopped else
+                    f"the core still reports RUN {STOP_WAIT_S:g}s after CTRL=0: host writes stay in "
+                    f"{regs.RUN_H2C}-byte calls until it stops")
+            raise DeviceError(f"{self.t.dev}: the program did not halt within {waited:.1f}s; {what}",
                               hint=self._with_faults("a loop that never ends, a WAITW nobody answers, or a hung sequencer")) from None
         settle = time.monotonic() + WR_SETTLE
         while not self.status() & regs.ST_WR_IDLE and time.monotonic() < settle:
@@ -452,12 +478,23 @@ class Board:
         self.start(trace)
         return self.wait(timeout, expect)
 
-    def _stop(self) -> None:
+    def _stop(self) -> bool:
+        """Clear RUN and wait (up to STOP_WAIT_S) until the core says it stopped. Until STATUS RUN
+        clears, the card is still running: every host write keeps to the run-time rule (at most
+        RUN_H2C per call), as `write` decides from STATUS. Returns whether it stopped."""
         self.t.reg_write(regs.off("CTRL"), 0)
-        self.in_run = self.t.in_run = False
         if self._trace_keep:
             self.t.reg_write(regs.off("TRACE_CTRL"), 0)
             self._trace_keep = None
+        deadline = time.monotonic() + STOP_WAIT_S
+        while (st := self.status()) & regs.ST_RUN and not st & regs.ST_HALTED:
+            if time.monotonic() >= deadline:
+                self.in_run = False
+                self.t.in_run = True
+                return False
+            time.sleep(0.002)
+        self.in_run = self.t.in_run = False
+        return True
 
     def _read_trace(self) -> dict[str, Any]:
         rd, w = self.t.reg_read, self.t.reg_write
@@ -509,7 +546,7 @@ def prepare(program) -> Prepared:
     return Prepared(image, image.size // 32)
 
 
-def _check_features(cfg, caps_or_cfg: dict[str, bool], where: str) -> None:
+def check_features(cfg, caps_or_cfg: dict[str, bool], where: str) -> None:
     for name in ("PAIR", "DSTEP", "STREAM"):
         if getattr(cfg, name) and not caps_or_cfg.get(name.lower()):
             raise ConfigMismatch(f"the program is compiled with {name} but {where} has none")
@@ -529,7 +566,7 @@ class IsaBackend:
 
     def attach(self, cfg) -> None:
         """Refuse a program compiled for features this target lacks."""
-        _check_features(cfg, {k.lower(): getattr(self.cfg, k) for k in ("PAIR", "DSTEP", "STREAM")},
+        check_features(cfg, {k.lower(): getattr(self.cfg, k) for k in ("PAIR", "DSTEP", "STREAM")},
                         f"target {self.target.name}")
 
     def write(self, addr: int, data) -> None: self.machine.write_dram(addr, as_bytes(data))
@@ -588,7 +625,7 @@ class BoardBackend:
 
     def attach(self, cfg) -> None:
         """Refuse a program compiled for features this bitstream lacks (CAPS PAIR / DSTEP / STREAM)."""
-        _check_features(cfg, self.board.info.caps, f"the bitstream on {self.board.t.dev}")
+        check_features(cfg, self.board.info.caps, f"the bitstream on {self.board.t.dev}")
 
     def write(self, addr: int, data) -> None: self.board.write(addr, data)
 

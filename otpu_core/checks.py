@@ -18,7 +18,10 @@ from .errors import DeviceError, UsageError
 
 
 class Status(str, enum.Enum):
+    """PASS; WARN (inside its limits, but near one: DCGM's Warn); FAIL; SKIP (checked nothing);
+    INFO (a figure, no verdict)."""
     PASS = "PASS"
+    WARN = "WARN"
     FAIL = "FAIL"
     SKIP = "SKIP"
     INFO = "INFO"
@@ -26,16 +29,23 @@ class Status(str, enum.Enum):
     def __str__(self) -> str: return self.value
 
 
-OK_STATUSES = (Status.PASS, Status.INFO)
+OK_STATUSES = (Status.PASS, Status.WARN, Status.INFO)
 
 
 @dataclass
 class Result:
-    """What a check function returns."""
+    """What a check function returns.
+
+    A SKIP that is `vacuous` says there was nothing to check on this card (no ECC to scrub,
+    no stream engine): it is reported as SKIP, yet the checks that need it still run, since
+    nothing they rely on is missing. `blocked_by` names a check whose failure kept this one
+    from running (the row is then "not run", never FAIL)."""
     status: Status
     message: str = ""
     data: dict[str, Any] | None = None
     hint: str | None = None
+    vacuous: bool = False
+    blocked_by: str | None = None
 
 
 @dataclass
@@ -82,6 +92,12 @@ class Row:
     group: str | None = None
     stage: str | None = None
     blocked_by: str | None = None  # set when SKIPped because this prerequisite did not pass
+    vacuous: bool = False          # a SKIP with nothing to check: dependents still run
+
+    @property
+    def satisfies(self) -> bool:
+        """Whether checks that need this one may run."""
+        return self.status in OK_STATUSES or (self.status == Status.SKIP and self.vacuous)
 
     @property
     def stops(self) -> bool:
@@ -91,7 +107,7 @@ class Row:
     def as_dict(self) -> dict[str, Any]:
         return {"section": self.section, "name": self.name, "status": self.status.value, "message": self.message,
                 "seconds": round(self.seconds, 3), "data": self.data, "hint": self.hint, "group": self.group,
-                "stage": self.stage, "blocked_by": self.blocked_by}
+                "stage": self.stage, "blocked_by": self.blocked_by, "vacuous": self.vacuous}
 
 
 class Registry:
@@ -182,10 +198,15 @@ def _say(report, text: str) -> None:
 
 
 def run_one(check: Check, ctx: CheckContext) -> Row:
-    """Run one check, or SKIP it when a prerequisite did not pass."""
+    """Run one check, or SKIP it when a prerequisite did not pass.
+
+    A busy or vanished card (DeviceError) and an input error found while running (UsageError:
+    a bad --power-json, a fault spec the card refuses) end the whole run, with their exit codes;
+    any other exception is a FAIL row saying the check itself broke (the traceback's tail in
+    its data), never an exception class name in the message."""
     for need in check.needs:
         row = ctx.rows.get(need)
-        if row is None or row.status not in OK_STATUSES:
+        if row is None or not row.satisfies:
             status = row.status.value if row else "not run"
             out = Row(check.section, check.name, Status.SKIP, f"needs {need} ({status})", 0.0,
                       group=check.group, stage=check.stage, blocked_by=need)
@@ -196,13 +217,16 @@ def run_one(check: Check, ctx: CheckContext) -> Row:
         res = check.fn(ctx)
         if not isinstance(res, Result):
             raise TypeError(f"check returned {type(res).__name__}, not Result")
-    except DeviceError:
-        raise  # a busy or vanished card ends the whole run with exit 3
+    except (DeviceError, UsageError):
+        raise
     except Exception as e:
         tail = traceback.format_exc().strip().splitlines()[-3:]
-        res = Result(Status.FAIL, f"{type(e).__name__}: {e}", {"traceback": tail})
+        why = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or "no message"
+        res = Result(Status.FAIL, f"the check itself failed: {why}", {"traceback": tail},
+                     hint="a bug in this check, not a finding about the card: report it with the traceback "
+                          "in the --json rows")
     out = Row(check.section, check.name, res.status, res.message, time.perf_counter() - t0, res.data, res.hint,
-              check.group, check.stage)
+              check.group, check.stage, blocked_by=res.blocked_by, vacuous=res.vacuous and res.status == Status.SKIP)
     ctx.rows[check.name] = out
     return out
 
@@ -254,6 +278,38 @@ def run_stages(registry: Registry, ctx: CheckContext, stages: Iterable[str],
             if row.stops:
                 return rows, stage
     return rows, None
+
+
+# Exit code of a run with failures: 1 plus a bit per part of the board that failed (memtester's
+# bit-OR habit), so a script tells a DRAM failure (9) from a core failure (17). 2 (usage) and
+# 3 (card busy or absent) stay codes of their own, never combined with these bits.
+FAIL_BITS = {"platform": 4, "dram": 8, "core": 16, "i2c": 32, "other": 64}
+DRAM_CHECKS = ("DDR3 calibration channel", "DRAM initialized")
+
+
+def failure_part(row: Row) -> str:
+    """Which part of FAIL_BITS a failed row belongs to."""
+    if row.section == "mem" or row.name.startswith(DRAM_CHECKS):
+        return "dram"
+    if row.section in ("regs", "isa", "system"):
+        return "core"
+    return row.section if row.section in FAIL_BITS else "other"
+
+
+def exit_code(rows: Iterable[Row]) -> int:
+    """0 without a FAIL, else 1 | the FAIL_BITS of every part that failed."""
+    parts = {failure_part(r) for r in rows if r.status == Status.FAIL}
+    if not parts:
+        return 0
+    code = 1
+    for part in parts:
+        code |= FAIL_BITS[part]
+    return code
+
+
+def skipped(rows: Iterable[Row]) -> int:
+    """How many rows are SKIP (checked nothing): a verdict counts them, never reads them as PASS."""
+    return sum(r.status == Status.SKIP for r in rows)
 
 
 def summary(rows: Iterable[Row]) -> dict[str, dict[str, int]]:

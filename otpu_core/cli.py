@@ -6,14 +6,16 @@ user.
 """
 from __future__ import annotations
 
+import os
 import sys
+import weakref
 
 import typer
 from rich.table import Table
 
 from . import __version__, plugins
 from .console import print_error, print_json, stdout
-from .errors import EXIT_USAGE, OtpuError, UsageError
+from .errors import EXIT_INTERNAL, EXIT_USAGE, OtpuError, UsageError
 
 try:  # typer >= 0.16 vendors click; older releases use the click package
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
@@ -22,13 +24,22 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+_COMMANDS: "weakref.WeakKeyDictionary[typer.Typer, object]" = weakref.WeakKeyDictionary()
 
 
 def run_app(app: typer.Typer, prog_name: str, args: list[str] | None = None) -> int:
-    """Run a Typer app; returns the exit code instead of raising."""
-    app.info.context_settings = {**(app.info.context_settings or {}), **HELP_OPTIONS}
+    """Run a Typer app; returns the exit code instead of raising. `--version` (alone) works on
+    every tool, as the first argument."""
+    argv = sys.argv[1:] if args is None else args
+    if argv == ["--version"]:
+        print(f"{prog_name} {__version__}")
+        return 0
+    command = _COMMANDS.get(app)
+    if command is None:      # building the click tree costs ~0.2 s: once per app object
+        app.info.context_settings = {**(app.info.context_settings or {}), **HELP_OPTIONS}
+        command = _COMMANDS[app] = typer.main.get_command(app)
     try:
-        rv = app(args=args, prog_name=prog_name, standalone_mode=False)
+        rv = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
     except typer.Exit as e:
         return e.exit_code
     except NoArgsIsHelpError as e:
@@ -45,13 +56,27 @@ def run_app(app: typer.Typer, prog_name: str, args: list[str] | None = None) -> 
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader went away (`otpu-smi -l 1 | head`): stop quietly, as other tools do
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
     except OSError as e:
-        # A file the user named could not be read or written; commands check what they can up
-        # front, this keeps the rest from reaching the user as a traceback.
-        if e.filename is None:
-            raise
-        print_error(UsageError(f"{e.filename}: {e.strerror or e}"), prog_name)
+        # A file the user named could not be read or written, or an output that fails on write
+        # (/dev/full): commands check what they can up front, this keeps the rest from reaching
+        # the user as a traceback.
+        where = f"{e.filename}: " if e.filename is not None else ""
+        print_error(UsageError(f"{where}{e.strerror or e}"), prog_name)
         return EXIT_USAGE
+    except Exception as e:
+        if os.environ.get("OTPU_DEBUG") == "1":
+            raise
+        print_error(OtpuError(f"internal error: {e}" if str(e) else "internal error",
+                              hint="a bug in otpu, not in your input: run again with OTPU_DEBUG=1 for the "
+                                   "traceback and report it"), prog_name)
+        return EXIT_INTERNAL
     return rv if isinstance(rv, int) else 0
 
 
@@ -60,10 +85,17 @@ def tool_main(app: typer.Typer, prog_name: str) -> None:
     sys.exit(run_app(app, prog_name))
 
 
-def _version(value: bool) -> None:
-    if value:
-        print(f"otpu {__version__}")
-        raise typer.Exit(0)
+def add_version_option(app: typer.Typer, prog: str) -> None:
+    """Give a tool's Typer app (one with sub-commands) a `--version` that prints `<prog> <version>`."""
+    def show(value: bool) -> None:
+        if value:
+            print(f"{prog} {__version__}")
+            raise typer.Exit(0)
+
+    @app.callback()
+    def _root(version: bool = typer.Option(False, "--version", callback=show, is_eager=True,
+                                           help="Print the version and exit.")) -> None:
+        pass
 
 
 def _plugins_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -85,11 +117,7 @@ def build_app() -> typer.Typer:
     app = typer.Typer(name="otpu", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                       help="openTPU tools: bring up, calibrate, watch, debug and run models on openTPU cards.")
 
-    @app.callback()
-    def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                           help="Print the version and exit.")) -> None:
-        """openTPU tools."""
-
+    add_version_option(app, "otpu")
     app.command("plugins")(_plugins_cmd)
     mgr = plugins.get()
     # One call per implementation so a plugin whose commands fail to mount takes only itself down.

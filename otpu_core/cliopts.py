@@ -6,9 +6,12 @@ fault: cliopts.Fault = None)`, then `Board.open(dev, target, check=not no_check,
 """
 from __future__ import annotations
 
+import math
 from typing import Annotated, Optional
 
 import typer
+
+from .errors import UsageError
 
 Dev = Annotated[Optional[str], typer.Option(
     "--dev", envvar="OTPU_DEV", show_envvar=True,
@@ -27,3 +30,33 @@ Fault = Annotated[Optional[str], typer.Option(
 ResetFault = Annotated[Optional[str], typer.Option(
     "--fault", envvar="OTPU_SIM_FAULTS", show_envvar=True,
     help="Faults the card comes back with, e.g. 'hang' (default: none).")]
+
+
+MAX_SECONDS = 86400.0
+
+
+def seconds(value: float | None, option: str, low: float = 0.0, high: float = MAX_SECONDS,
+            low_inclusive: bool = False) -> float | None:
+    """A period or timeout: a finite number of seconds above `low` (or from it) and at most
+    `high`, else a UsageError naming the option (click's ranges let nan through). None stays None."""
+    if value is None:
+        return None
+    above = value >= low if low_inclusive else value > low
+    if not math.isfinite(value) or not above or value > high:
+        edge = "from" if low_inclusive else "above"
+        raise UsageError(f"{option} {value:g}: must be a number of seconds {edge} {low:g} and at most {high:g}")
+    return value
+
+
+def positive(value: float, option: str, unit: str = "") -> float:
+    """A finite number above 0, else a UsageError naming the option."""
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{option} {value:g}: must be a finite number above 0{(' ' + unit) if unit else ''}")
+    return value
+
+
+def nonempty(value: str | None, option: str, what: str) -> str | None:
+    """None (not given) stays None; an empty or blank string is a UsageError naming the option."""
+    if value is not None and not value.strip():
+        raise UsageError(f"{option} {value!r}: empty; name {what}")
+    return value

@@ -56,8 +56,19 @@ def default_dev() -> str:
     return cards[0] if cards else "sim"
 
 
+def chosen(dev: str | None) -> str:
+    """The `--dev` a command works on: the default when none was given; an empty or blank spec
+    is a usage error (never a silent `sim`)."""
+    if dev is None:
+        return default_dev()
+    if not dev.strip():
+        raise UsageError(f"--dev {dev!r}: empty device spec",
+                         hint="name a card: /dev/xdmaN, sim or sim:NAME (omit --dev for the default)")
+    return dev
+
+
 def resolve(dev: str | None) -> tuple[TransportSpec, str]:
-    dev = dev or default_dev()
+    dev = chosen(dev)
     all_specs = specs()
     for spec in all_specs:
         if spec.matches(dev):

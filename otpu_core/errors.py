@@ -1,12 +1,14 @@
 """The errors a user may see, each with the exit code the CLI turns it into.
 
-Exit codes are the suite's contract: 0 ok, 1 checks failed, 2 usage or input error,
-3 device busy or absent. Anything raised as an `OtpuError` reaches the user as its message
+Exit codes are the suite's contract: 0 ok, 1 checks failed (selftest and diag add bits for
+the part that failed, see `checks.exit_code`), 2 usage or input error, 3 device busy or absent,
+70 an internal error (a bug; `OTPU_DEBUG=1` shows its traceback). Anything raised as an `OtpuError` reaches the user as its message
 (plus its hint) and never as a traceback.
 """
 from __future__ import annotations
 
 EXIT_OK, EXIT_CHECKS_FAILED, EXIT_USAGE, EXIT_DEVICE = 0, 1, 2, 3
+EXIT_INTERNAL = 70   # sysexits EX_SOFTWARE: a bug, never an input error
 
 
 class OtpuError(Exception):

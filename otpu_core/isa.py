@@ -67,7 +67,7 @@ class Op(IntEnum):
 
 
 class Unit(IntEnum):
-    """RTL unit classes (rtl/top/otpu_pkg.sv `unit_of`); SEQ runs in the sequencer itself."""
+    """RTL unit classes (rtl/core/otpu_defs.svh `unit_of`); SEQ runs in the sequencer itself."""
     DMA = 0
     MXU = 1
     Q = 2

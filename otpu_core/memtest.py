@@ -138,13 +138,45 @@ def tag_offsets(channel_bytes: int) -> list[int]:
     return offs
 
 
+_ONES = (1 << 64) - 1
+_OFFSET_MASK = (1 << 40) - 1
+WORDS = BEAT // 8
+
+
 def address_tag(ch: int, offset: int) -> np.ndarray:
-    """The unique 64-byte tag of a beat: eight copies of ADDR_TAG | ch << 40 | offset."""
-    return _words_as_bytes(np.full(BEAT // 8, ADDR_TAG | ch << 40 | offset, np.uint64))
+    """The 64-byte tag of the beat at `offset`: word i holds ADDR_TAG | ch << 40 | its own offset
+    (offset + 8i), complemented when i has an odd number of bits set. Each word names its
+    address, so an aliased line inside the beat (bits 3..5) shows as well as one between beats;
+    and every DQ bit is 1 in half the words and 0 in the other half (the complement pattern
+    differs from every offset bit inside the beat), so a stuck or shorted data bit changes only
+    some words and can never make the beat read as another address's tag: only an address
+    fault can."""
+    words = [(ADDR_TAG | ch << 40 | (offset + 8 * i)) ^ (_ONES if bin(i).count("1") % 2 else 0)
+             for i in range(WORDS)]
+    return _words_as_bytes(np.array(words, np.uint64))
+
+
+def _beat_alias(ch: int, off: int, got: np.ndarray, offs: list[int]) -> tuple[int, str] | None:
+    """(offset it reads instead, what) when a beat holds exactly another tagged beat, or its own
+    words in the order an aliased line inside the beat (bit 3, 4 or 5) leaves them; else None
+    (data errors, not an alias)."""
+    other = int(got[:8].view("<u8")[0]) & _OFFSET_MASK
+    if other != off and other in offs and np.array_equal(got, address_tag(ch, other)):
+        return other, f"aliases with offset 0x{other:x} (0x{off:x} reads its tag)"
+    words = address_tag(ch, off).view("<u8")
+    got_words = got.view("<u8")
+    for bit in range(3, 6):
+        m = 1 << (bit - 3)
+        if np.array_equal(got_words, words[np.arange(WORDS) | m]):
+            return off ^ (1 << bit), (f"aliases inside the beat (bytes 0x{off:x}+8k read those at +8k+{8 * m}, "
+                                      f"for k without bit {bit - 3})")
+    return None
 
 
 def address_bits(mem: ChannelMemory, ch: int) -> MemResult:
-    """Tag offset 0 and each power of two, read all back: a beat holding another's tag names an aliased bit."""
+    """Tag offset 0 and each power of two, read all back: a beat holding another's whole tag (or
+    its own words moved by one address line) names the address bits that alias; anything else
+    wrong is a data fault, counted by lane and DQ bit like the other tests."""
     offs = tag_offsets(mem.channel_bytes)
     for off in offs:
         mem.write_channel(ch, off, address_tag(ch, off))
@@ -152,21 +184,22 @@ def address_bits(mem: ChannelMemory, ch: int) -> MemResult:
     for off in offs:
         expected = address_tag(ch, off)
         got = mem.read_channel(ch, off, BEAT)
-        tally.add(off, expected, got)
         if np.array_equal(got, expected):
             continue
-        word = int(got[:8].view("<u8")[0])
-        if word >> 40 == (ADDR_TAG | ch << 40) >> 40 and (word & ((1 << 40) - 1)) in offs:
-            other = word & ((1 << 40) - 1)
-            for bit in range((off ^ other).bit_length()):
-                if (off ^ other) >> bit & 1:
-                    aliases.setdefault(bit, f"aliases with offset 0x{other:x} (0x{off:x} reads its tag)")
-    if tally.ok:
-        msg = f"{len(offs)} tags at 0 and 2^6..2^{len(offs) + 4}"
-    elif aliases:
+        alias = _beat_alias(ch, off, got, offs)
+        if alias is None:
+            tally.add(off, expected, got)
+            continue
+        other, what = alias
+        for bit in range((off ^ other).bit_length()):
+            if (off ^ other) >> bit & 1:
+                aliases.setdefault(bit, what)
+    if aliases:
         msg = "; ".join(f"address bit {b} {aliases[b]}" for b in sorted(aliases))
+    elif tally.ok:
+        msg = f"{len(offs)} tags at 0 and 2^6..2^{len(offs) + 4}"
     else:
-        msg = _fail_message(tally)
+        msg = "data errors, no aliased address bit: " + _fail_message(tally)
     return MemResult("address bits", ch, len(offs) * BEAT, tally, msg, aliases)
 
 

@@ -23,7 +23,6 @@ generation), ``MxuError``.
 """
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 
 import numpy as np
@@ -199,7 +198,8 @@ class WeightCache:
 
     def __init__(self, max_bytes: int | None = None):
         if max_bytes is None:
-            max_bytes = int(os.environ.get("OTPU_MXU_CACHE_MB", DEFAULT_CACHE_MB)) << 20
+            from .envvars import number
+            max_bytes = int(number("OTPU_MXU_CACHE_MB", DEFAULT_CACHE_MB, 0, 1 << 20, integer=True)) << 20
         self.max_bytes = max_bytes
         self.bytes = 0
         self.hits = 0

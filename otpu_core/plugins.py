@@ -21,7 +21,8 @@ from . import hookspecs
 ENTRY_POINT_GROUP = "otpu"
 # Built-ins are ordinary plugins registered through the same manager (commands of the core).
 BUILTIN_PLUGINS = ("otpu_core.commands.target_cmd", "otpu_core.commands.asm_cmd", "otpu_core.commands.sim_cmd",
-                   "otpu_core.commands.card_cmd", "otpu_core.corechecks.plugin", "otpu_core.commands.ol_cmd")
+                   "otpu_core.commands.card_cmd", "otpu_core.corechecks.plugin", "otpu_core.commands.ol_cmd",
+                   "otpu_core.commands.setup_cmd", "otpu_core.commands.rtl_cmd")
 
 
 @dataclass

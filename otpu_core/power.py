@@ -11,6 +11,7 @@ from the board figures below, which are marked as such in every estimate.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -70,8 +71,10 @@ def load(path: str | Path | None) -> PowerModel | None:
         return None
     try:
         doc = json.loads(p.read_text())
+    except UnicodeDecodeError:
+        raise UsageError(f"{p}: not a power report (not UTF-8 text)") from None
     except (OSError, ValueError) as e:
-        raise UsageError(f"{p}: not a readable power report: {e}") from None
+        raise UsageError(f"{p}: not a readable power report: {getattr(e, 'strerror', None) or e}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
         raise UsageError(f"{p}: not an {FORMAT} version {VERSION} file",
                          hint="write one from the build's Vivado power report")
@@ -81,7 +84,22 @@ def load(path: str | Path | None) -> PowerModel | None:
         fixed = float(doc.get("fixed_w", total - sum(units.values())))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise UsageError(f"{p}: power report lacks total_w or units ({e})") from None
+    bad = [f"{k}={v}" for k, v in (("total_w", total), ("fixed_w", fixed), *units.items())
+           if not math.isfinite(v) or v < 0]
+    if bad:
+        raise UsageError(f"{p}: power figures must be finite watts >= 0, got {', '.join(bad)}")
     return PowerModel(fixed, units, total, f"power report {p.name}")
+
+
+def require(path: str | Path, option: str = "--power-json") -> PowerModel:
+    """The model of a power report the user named: a missing file, a directory or a malformed
+    report is a usage error naming the option and the path."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{option} {p}: is a directory, not a power report")
+    if not p.is_file():
+        raise UsageError(f"{option} {p}: no such file")
+    return load(p)
 
 
 def model(path: str | Path | None = None) -> PowerModel:

@@ -19,6 +19,15 @@ from .errors import TargetError
 
 DEFAULT_TARGET = "ypcb-00338"
 TARGETS_DIR = Path(__file__).resolve().parent.parent / "targets"
+RTL_DIR = Path(__file__).resolve().parent.parent / "rtl"
+# The machine's RTL in build order: the headers its modules include, then the units, then the slice top.
+RTL_SOURCES = ("fp/otpu_fp_funcs.svh", "core/otpu_defs.svh", "fp/otpu_fp_add.sv", "fp/otpu_fp_mul.sv", "fp/otpu_fp_i2f.sv",
+               "fp/otpu_fp_composite.sv", "core/otpu_tmem.sv", "core/otpu_actram.sv", "core/otpu_seq.sv",
+               "core/otpu_dma.sv", "core/otpu_mxu.sv", "core/otpu_qnt.sv", "core/otpu_vpu.sv", "core/otpu_coll.sv",
+               "core/otpu_core.sv")
+# otpu_core's parameters (rtl/core/otpu_core.sv), all of them in rtl_params()
+RTL_CORE_PARAMS = ("D", "MCOLS", "LANES", "ACT_BLOCKS", "ACT_ROWS", "TMEM_WORDS", "IMEM_WORDS", "DSTEP", "SEQ_WC", "WIN",
+                   "FIFO_DEPTH", "TMEM_IMPL", "MXU_LATENCY", "COMPOSITE_COLS_PER_CYCLE", "DRAM_BYTES_PER_CYCLE")
 
 
 def _pow2(lo: int, hi: int) -> tuple[Callable[[Any], bool], str]:
@@ -86,6 +95,8 @@ SCHEMA: dict[str, dict[str, tuple[type, tuple, bool]]] = {
         "core_mhz": (float, _positive(), True),
         "pcie_vendor": (int, _within(0, 0xFFFF), False),
         "pcie_device": (int, _within(0, 0xFFFF), False),
+        "input_monitor": (str, _ANY, False),            # the board's input power monitor, "bus:addr" (smbus:0x40)
+        "input_shunt_mohm": (float, _positive(), False),  # its current-sense shunt
     },
 }
 TOP_KEYS = {"name": str, "description": str}
@@ -163,6 +174,11 @@ class Target:
         return {**self.sim_uarch(), "TECH": self.tech["family"], "DEVICE": self.tech.get("device") or self.tech.get("pdk", ""),
                 "CORE_MHZ": self.platform["core_mhz"], "CFG_HASH": self.arch_hash()}
 
+    def sources(self) -> list[Path]:
+        """The RTL files of this target's machine in build order: headers (included by the modules),
+        then modules (the same set for every target today: rtl_params() specialises them)."""
+        return [RTL_DIR / f for f in RTL_SOURCES]
+
     def arch_hash(self) -> int: return arch_hash(self.arch)
 
     @property
@@ -180,6 +196,25 @@ def arch_hash(cfg: Config) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
 
 
+def rtl_missing(t: Target) -> list[str]:
+    """What of this target's arch the RTL does not implement (empty: it can be built)."""
+    a, ua = t.arch, t.uarch
+    missing = [name for name, bad in (("S > 1 (collectives across slices)", a.S > 1), ("PAIR (column reuse)", a.PAIR),
+                                      ("STREAM (the stream engine)", a.STREAM)) if bad]
+    if ua.DRAM_BYTES_PER_CYCLE != a.D:
+        missing.append(f"DRAM_BYTES_PER_CYCLE = {ua.DRAM_BYTES_PER_CYCLE} different from D = {a.D} "
+                       "(the RTL streams one D-byte chunk per DRAM beat)")
+    return missing
+
+
+def check_rtl_buildable(t: Target) -> None:
+    """Refuse a target whose arch the RTL does not implement, naming what is missing."""
+    missing = rtl_missing(t)
+    if missing:
+        raise TargetError(f"{t.path}: the RTL cannot be built for target {t.name}: it has no " + "; no ".join(missing),
+                          hint="RTL targets: " + ", ".join(n for n in names() if not rtl_missing(load(n))))
+
+
 def names() -> list[str]:
     return sorted(p.stem for p in TARGETS_DIR.glob("*.toml"))
 
@@ -187,6 +222,8 @@ def names() -> list[str]:
 def resolve(name_or_path: str | os.PathLike | None = None) -> Path:
     """A target name (`ypcb-00338`) or a path to a .toml; None means `$OTPU_TARGET` or the default."""
     spec = str(name_or_path if name_or_path is not None else os.environ.get("OTPU_TARGET") or DEFAULT_TARGET)
+    if not spec.strip():
+        raise TargetError("empty target name", hint=f"known targets: {', '.join(names())}")
     path = Path(spec)
     if spec.endswith(".toml") or os.sep in spec:
         if path.is_dir():

@@ -165,6 +165,14 @@ def test_second_user_is_told_who_holds_the_card():
     Board.open("sim", "sim-small").close()
 
 
+def test_a_refused_open_releases_the_lock():
+    Board.open("sim", "sim-small").close()
+    for target in ("no-such-target", "ypcb-00338"):           # unknown; a CFG_HASH that is not the card's
+        with pytest.raises(UsageError):
+            Board.open("sim", target)
+        Board.open("sim", "sim-small").close()        # not "busy": the failed open closed its transport
+
+
 def test_cli_bad_input_exit_codes(tmp_path):
     code, out = otpu("card", "info", "--dev", "nonsense")
     assert code == 2 and "unknown device 'nonsense'" in out
@@ -219,7 +227,11 @@ def test_two_processes_counters_move_and_no_write_is_lost():
             seen.append(watcher.snapshot()["RUNNING"])
             watcher.write(0x400000 + len(seen) * 65536, np.full(65536, 100 + len(seen), np.uint8))
             time.sleep(0.25)
-        assert all(b > a for a, b in zip(seen, seen[1:])), seen      # the counters move
+        deadline = time.monotonic() + 60          # a loaded machine slows the runner, it never stops it
+        while sum(b > a for a, b in zip(seen, seen[1:])) < 3 and time.monotonic() < deadline:
+            time.sleep(0.25)
+            seen.append(watcher.snapshot()["RUNNING"])
+        assert all(b >= a for a, b in zip(seen, seen[1:])) and sum(b > a for a, b in zip(seen, seen[1:])) >= 3, seen
         line = runner.stdout.readline().split()
         assert runner.wait(timeout=120) == 0 and line[0] == "cycles" and int(line[1]) > 0
         for k in range(64):
@@ -341,7 +353,7 @@ def test_card_run_command(tmp_path):
     code, out = otpu("card", "run", str(oob), "--dev", "sim", "--target", "sim-small")
     assert code == 2 and "illegal instruction" in out and "pc 0" in out
     code, out = otpu("card", "run", str(good), "--dev", "sim", "--target", "sim-small", "--arg", "9=1")
-    assert code == 2 and "N must be 0..7" in out
+    assert code == 2 and "argument number must be 0..7" in out
 
 
 def test_injected_faults_are_shown_and_named_in_failure_hints(tmp_path):
@@ -353,7 +365,7 @@ def test_injected_faults_are_shown_and_named_in_failure_hints(tmp_path):
     code, out = otpu("card", "info", *sim, "--json")            # no --fault: the card keeps its faults
     assert code == 0 and json.loads(out)["faults"] == ["hang"]
     code, out = otpu("card", "info", *sim)
-    assert re.search(r"injected faults\s*│\s*hang", out)
+    assert re.search(r"injected faults\s*│\s*sim:h2 has injected faults: hang", out)
     code, out = otpu("card", "run", str(prog), *sim, "--timeout", "0.3")
     assert code == 3 and "sim:h2 has injected faults: hang" in out and "otpu sim reset --dev sim:h2" in out
     code, out = otpu("sim", "reset", *sim)

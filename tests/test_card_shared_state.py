@@ -8,7 +8,8 @@ import textwrap
 import pytest
 
 from otpu_core.card import regs
-from otpu_core.card.i2c import INA226_ADDR, LM73_ADDR, BitBangMaster
+from otpu_core.card.i2c import INA226_ADDR, LM73_ADDR
+from otpu_i2c.bitbang import BitBangMaster
 from otpu_core.card.simcard import SimCard
 
 # The other process: executes one bit-bang step per stdin line and prints what it returned.
@@ -16,7 +17,7 @@ STEPPER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from otpu_core.card import regs
-    from otpu_core.card.i2c import BitBangMaster
+    from otpu_i2c.bitbang import BitBangMaster
     from otpu_core.card.simcard import SimCard
     card = SimCard("sim-two", "sim-small", directory=Path(sys.argv[1]))
     base = regs.I2C_BASE

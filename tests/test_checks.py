@@ -1,7 +1,7 @@
 """The check DAG and its two policies: diagnosis (run everything possible) and bring-up (stop at first failure)."""
 import pytest
 
-from otpu_core.checks import Check, CheckContext, Registry, Result, Status, run_all, run_stages, summary
+from otpu_core.checks import Check, CheckContext, Registry, Result, Status, run_all, run_one, run_stages, summary
 from otpu_core.errors import DeviceBusy, UsageError
 
 
@@ -33,8 +33,8 @@ def test_diag_policy_skips_dependents_of_a_failure_and_runs_the_rest():
     assert rows["ch0 data"].status == Status.SKIP and rows["ch0 data"].message == "needs calib 0 (FAIL)"
     assert rows["interleave"].blocked_by == "calib 0"
     assert rows["ch1 data"].status == Status.PASS
-    assert summary(rows.values()) == {"platform": {"PASS": 2, "FAIL": 1, "SKIP": 0, "INFO": 0},
-                                      "mem": {"PASS": 1, "FAIL": 0, "SKIP": 2, "INFO": 0}}
+    assert summary(rows.values()) == {"platform": {"PASS": 2, "WARN": 0, "FAIL": 1, "SKIP": 0, "INFO": 0},
+                                      "mem": {"PASS": 1, "WARN": 0, "FAIL": 0, "SKIP": 2, "INFO": 0}}
 
 
 def test_needs_run_first_even_when_registered_later():
@@ -58,11 +58,37 @@ def test_exception_becomes_fail_row_but_device_busy_propagates():
         raise ZeroDivisionError("x")
     reg = _registry(Check("s", "boom", boom))
     row = run_all(reg, CheckContext("sim"))[0]
-    assert row.status == Status.FAIL and row.message == "ZeroDivisionError: x" and row.data["traceback"]
+    assert row.status == Status.FAIL and row.message == "the check itself failed: x" and row.data["traceback"]
+    assert "ZeroDivisionError" not in row.message + (row.hint or "")
     def busy(ctx):
         raise DeviceBusy("busy: held by PID 1 (x)")
     with pytest.raises(DeviceBusy):
         run_all(_registry(Check("s", "busy", busy)), CheckContext("sim"))
+    def bad_input(ctx):
+        raise UsageError("--power-json p.json: not a power report")
+    with pytest.raises(UsageError):       # an input error found while checking ends the run with exit 2
+        run_all(_registry(Check("s", "input", bad_input)), CheckContext("sim"))
+
+
+def test_a_vacuous_skip_lets_dependents_run_and_a_plain_skip_does_not():
+    reg = _registry(Check("p", "scrub", lambda ctx: Result(Status.SKIP, "no ECC: nothing to do", vacuous=True)),
+                    Check("p", "pins", lambda ctx: Result(Status.SKIP, "no I2C")),
+                    Check("m", "data", _ok(), needs=("scrub",)), Check("i", "scan", _ok(), needs=("pins",)))
+    rows = {r.name: r for r in run_all(reg, CheckContext("sim"))}
+    assert rows["scrub"].status == Status.SKIP and rows["data"].status == Status.PASS
+    assert rows["scan"].status == Status.SKIP and rows["scan"].blocked_by == "pins"
+
+
+def test_exit_code_is_a_bit_mask_of_the_parts_that_failed():
+    from otpu_core.checks import Row, exit_code
+    def r(section, name, status=Status.FAIL):
+        return Row(section, name, status, "", 0.0)
+    assert exit_code([r("mem", "x", Status.PASS)]) == 0
+    assert exit_code([r("mem", "channel 0 data bits")]) == 1 | 8
+    assert exit_code([r("platform", "DDR3 calibration channel 1")]) == 1 | 8
+    assert exit_code([r("isa", "vpu: ADD")]) == 1 | 16
+    assert exit_code([r("isa", "vpu: ADD"), r("mem", "y"), r("platform", "ID register")]) == 1 | 4 | 8 | 16
+    assert exit_code([r("i2c", "I2C pins"), r("model", "m")]) == 1 | 32 | 64
 
 
 def test_stage_policy_stops_at_first_failure_and_tolerates_plain_skips():
@@ -87,6 +113,30 @@ def test_stage_policy_shows_a_failing_hidden_prerequisite():
     rows, stopped = run_stages(reg, CheckContext("sim"), ["link"])
     assert stopped == "link" and rows[0].name == "driver" and rows[0].stage == "link"
 
+
+
+def test_stage_policy_stops_where_a_skipped_prerequisite_blocks_a_stage():
+    """A prerequisite that SKIPs (no sensor on this card) is no failure, but the check needing it
+    cannot run: its stage stops the bring-up there."""
+    ran = []
+    def rec(name, status=Status.PASS):
+        return lambda ctx: (ran.append(name), Result(status, name))[1]
+    reg = _registry(Check("i2c", "sensor", rec("sensor", Status.SKIP), stage="i2c"),
+                    Check("thermal", "temp", rec("temp"), stage="thermal", needs=("sensor",)),
+                    Check("mem", "pattern", rec("pattern"), stage="pattern"))
+    rows, stopped = run_stages(reg, CheckContext("sim"), ["i2c", "thermal", "pattern"])
+    assert stopped == "thermal" and ran == ["sensor"]
+    assert [(r.name, r.status, r.blocked_by) for r in rows] == [("sensor", Status.SKIP, None),
+                                                                ("temp", Status.SKIP, "sensor")]
+
+
+def test_a_check_whose_prerequisite_never_ran_is_skipped_not_run():
+    ran = []
+    check = Check("regs", "scratch", lambda ctx: (ran.append(1), Result(Status.PASS))[1], needs=("ID",))
+    ctx = CheckContext("sim")
+    row = run_one(check, ctx)
+    assert (row.status, row.message, row.blocked_by, ran) == (Status.SKIP, "needs ID (not run)", "ID", [])
+    assert ctx.rows["scratch"] is row
 
 def test_device_kind_filters_checks():
     reg = _registry(Check("tt", "telemetry", _ok(), devices=("tt",)), Check("platform", "ID", _ok()))

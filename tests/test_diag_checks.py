@@ -50,7 +50,7 @@ def test_register_check_reports_stuck_bits(ctx, monkeypatch):
 
 @pytest.mark.parametrize("speed,width,status,text", [
     ("5.0 GT/s PCIe", 8, Status.PASS, "5.0 GT/s PCIe x8"),
-    ("2.5 GT/s PCIe", 8, Status.PASS, "2.5 GT/s PCIe x8 (the target's link runs 5 GT/s)"),
+    ("2.5 GT/s PCIe", 8, Status.WARN, "2.5 GT/s PCIe x8: slower than the target's 5 GT/s"),
     ("2.5 GT/s PCIe", 4, Status.FAIL, "2.5 GT/s PCIe x4, below Gen1 x8"),
     (None, 0, Status.FAIL, "no PCIe link (link speed unknown, width 0)"),
 ])
@@ -89,17 +89,3 @@ def test_sticky_status_error_bits_fail(ctx, monkeypatch):
     _patch_reads(monkeypatch, t, regs.off("STATUS"), lambda v: v | regs.ST_AXI_ERR)
     res = platform.status_errors(ctx)
     assert res.status == Status.FAIL and "ERROR / AXI_ERR stay set after CLEAR" in res.message
-
-
-def test_a_stuck_i2c_line_fails_pins_and_scan(ctx, monkeypatch):
-    from otpu_core.card import i2c
-    from otpu_core.corechecks import i2cchecks
-    t = device.transport(ctx)
-    _patch_reads(monkeypatch, t, regs.off("I2C_IN"), lambda v: v & ~i2c.sda_bit(1))   # bus 1 SDA held low
-    pins = i2cchecks.pins(ctx)
-    assert pins.status == Status.FAIL and pins.message == "bus 1 SDA low while released"
-    scan = i2cchecks.scan(ctx, bus=1)
-    assert scan.status == Status.FAIL and "busy" in scan.message and "pull-up" in scan.hint
-    assert i2cchecks.scan(ctx, bus=0).message == "bus 0 (sensor): 0x4a LM73"
-    monkeypatch.undo()
-    assert i2cchecks.scan(ctx, bus=1).data["found"] == {"0x40": "INA226", "0x60": "PMBus 1.2"}

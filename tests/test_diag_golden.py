@@ -37,7 +37,7 @@ def test_only_sections_and_json(tmp_path, capsys):
     doc = json.loads(report.read_text())
     assert {r["section"] for r in doc["rows"]} == {"platform", "regs"}
     assert doc["tool"] == "otpu-diag" and doc["failed"] == 0 and doc["hints"] == []
-    assert doc["summary"]["regs"] == {"PASS": 5, "FAIL": 0, "SKIP": 0, "INFO": 0}
+    assert doc["summary"]["regs"] == {"PASS": 5, "WARN": 0, "FAIL": 0, "SKIP": 0, "INFO": 0}
 
 
 def test_mem_full_adds_march_and_soak_counts_rounds(tmp_path, capsys):
@@ -86,7 +86,30 @@ def test_soak_reports_intermittent_programs(monkeypatch):
         device.close(ctx)
     assert res.status == Status.FAIL
     assert res.message == "intermittent dma: LD/ST aligned 1/3"
-    assert res.data == {"rounds": 3, "failures": {"dma: LD/ST aligned": 1}}
+    assert res.data["failures"] == {"dma: LD/ST aligned": 1} and res.data["deterministic"] == {}
+    assert "drift" in res.hint
+
+
+def test_soak_calls_a_program_that_fails_every_round_deterministic(monkeypatch):
+    from otpu_core.checks import CheckContext, Status
+    from otpu_core.corechecks import device, isachecks, programs
+
+    real = programs.run_check
+
+    def broken(ctx, check):
+        if check.title == "dma: LD/ST aligned":
+            return programs.Outcome(None, None, "injected failure")
+        return real(ctx, check)
+
+    monkeypatch.setattr(programs, "run_check", broken)
+    ctx = CheckContext("sim:soak", {"target": "sim-small", "soak": 2})
+    try:
+        res = isachecks.soak(ctx)
+    finally:
+        device.close(ctx)
+    assert res.status == Status.FAIL and "intermittent" not in res.message
+    assert res.message == "dma: LD/ST aligned fails every round (2/2): deterministic"
+    assert res.data["deterministic"] == {"dma: LD/ST aligned": 2} and "not intermittent" in res.hint
 
 
 def test_a_blackhole_card_runs_its_plugins_checks(capsys, tmp_path):
@@ -94,7 +117,7 @@ def test_a_blackhole_card_runs_its_plugins_checks(capsys, tmp_path):
     assert run_app(cli.app, "otpu-diag", ["--dev", "tt:sim", "--json", str(report)]) == 0
     doc = json.loads(report.read_text())
     assert doc["target"] is None and {r["section"] for r in doc["rows"]} == {"tt"}
-    assert capsys.readouterr().out.splitlines()[0] == "Tenstorrent Blackhole diagnostics on tt:sim"   # no --mem
+    assert capsys.readouterr().out.splitlines()[0] == "Tenstorrent Blackhole diagnostics on tt:sim, run level 2 (medium)"
 
 
 @pytest.mark.parametrize("where", ["dir", "missing"])

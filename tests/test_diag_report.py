@@ -85,8 +85,21 @@ def test_lane_hints_sum_over_a_channel_and_address_bits_win():
         "address width"]
 
 
+
+def test_a_lane_fault_is_named_instead_of_the_interleave():
+    """A byte lane that fails every pattern also fails the interleave ones: the diagnosis names the
+    lane, and does not blame the host's split/join of beats, which is not broken."""
+    lanes, bits = np.zeros(8, int), np.zeros(64, int)
+    lanes[2], bits[17] = 9, 9
+    data = {"channel": 0, "lanes": lanes.tolist(), "bits": bits.tolist()}
+    rows = [row("mem", N.data_bits(0), F, data=data), row("mem", N.INTERLEAVE, F, data=data)]
+    assert diagnose(rows) == ["channel 0 byte lane 2 errors -> DQ[23:16] pinout / calibration of that lane; "
+                              "only DQ17 (stuck or shorted bit)"]
+    assert diagnose([row("mem", N.data_bits(0), P), row("mem", N.INTERLEAVE, F)])[0].startswith("interleave patterns")
+
 def test_platform_rules_in_order():
-    rows = [row("platform", N.ID, F), row("platform", N.PCIE, F), row("platform", N.calib(1), F),
+    rows = [row("platform", N.ID, F), row("platform", N.PCIE, F, data={"gts": 2.5, "width": 4}),
+            row("platform", N.calib(1), F),
             row("mem", N.INTERLEAVE, F), row("i2c", N.I2C_PINS, F), row("system", N.SOAK, F),
             row("mem", N.bandwidth(0), F), row("platform", N.TEMP, F, data={"temp_c": 95.0})]
     hints = diagnose(rows)
@@ -104,13 +117,15 @@ def test_report_matrix_lists_and_verdict():
     print_summary(Console(file=buf, width=120, color_system=None), rows, ["a hint"])
     out = buf.getvalue()
     matrix = [line for line in out.splitlines() if line.startswith(("platform", "mem", "total"))]
-    counts = [line.replace("│", " ").split()[-4:] for line in matrix]
-    assert counts == [["1", "0", "0", "1"], ["0", "1", "1", "0"], ["1", "1", "1", "1"]]
+    counts = [line.replace("│", " ").split()[-5:] for line in matrix]      # PASS WARN FAIL SKIP INFO
+    assert counts == [["1", "0", "0", "0", "1"], ["0", "0", "1", "1", "0"], ["1", "0", "1", "1", "1"]]
     assert "does not work:\n  mem: channel 0 data bits (walking 1 / 0): 12 wrong bytes" in out
     assert "not run:\n  mem: channel 1 data bits (walking 1 / 0): needs X (FAIL)" in out
-    assert "diagnosis:\n  - a hint" in out and out.rstrip().endswith("1 check failed")
+    assert "diagnosis:\n  - a hint" in out and out.rstrip().endswith("1 check failed, 1 skipped")
     assert verdict_text([row("a", "b", S)]).endswith("nothing passed (every check was skipped)[/]")
     assert verdict_text([row("a", "b", P)]) == "[bold green]ALL PASS[/]"
+    assert verdict_text([row("a", "b", P), row("a", "c", S), row("a", "d", S)]) == "[bold green]ALL PASS[/], 2 skipped"
+    assert verdict_text([row("a", "b", P), row("a", "w", Status.WARN)]) == "[bold green]ALL PASS[/], 1 near a limit"
 
 
 def test_row_line_layout():

@@ -109,12 +109,6 @@ def test_golden_edge_patterns(name):
     assert [hex(v) for v in got] == [hex(v) for v in outputs]
 
 
-def test_exp2sub_is_exp2_of_the_rounded_difference():
-    a = RNG.normal(size=1000).astype(np.float32) * 10
-    b = RNG.normal(size=1000).astype(np.float32) * 10
-    np.testing.assert_array_equal(F.exp2sub(a, b), F.exp2(F.sub(a, b)))
-
-
 def test_q8_rounds_half_even_saturates_and_zeroes_nan():
     x = F.from_float([0.5, 1.5, 2.5, -0.5, -1.5, 126.6, 127.5, 300, -300, np.inf, -np.inf])
     np.testing.assert_array_equal(F.q8(x), [0, 2, 2, 0, -2, 127, 127, 127, -127, 127, -127])

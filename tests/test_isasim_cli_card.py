@@ -122,7 +122,7 @@ def test_smi_in_another_process_sees_a_sim_run_on_the_card(tmp_path):
                 continue
             out = subprocess.run([sys.executable, "-c", "from otpu_smi.cli import main; main()", "--dev", "sim:x",
                                   "--target", "sim-small", "--query", "utilization.running,state,process.pid",
-                                  "--format", "csv,noheader,nounits", "-i", "0.3"],
+                                  "--format", "csv,noheader,nounits", "--interval", "0.3"],
                                  capture_output=True, text=True, timeout=60)
             assert out.returncode == 0, out.stderr
             util, state, pid = out.stdout.strip().split(", ")

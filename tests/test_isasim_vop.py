@@ -200,6 +200,22 @@ def test_in_place_elementwise_is_not_a_hazard():
     assert np.array_equal(m.read_tmem(A0, ROWS * COLS).view(np.float32), (a * 2).ravel())
 
 
+
+def test_an_element_reading_the_word_it_writes_is_not_a_hazard():
+    """Reference 3.7: only a read of a word an *earlier* element wrote is a hazard. B == dst
+    (x = a * x) and an A whose stride differs from dst's but meets it element for element are legal."""
+    a, x = normal((ROWS, COLS)), normal((ROWS, COLS))
+    m = Machine("sim-small", timing=False)
+    m.write_tmem(A0, a)
+    m.write_tmem(B0, x)
+    m.load([isa.vop("mul", dst=B0, a=A0, b=B0, rows=ROWS, cols=COLS, drs=COLS, ars=COLS, brs=COLS, bmode="full"),
+            isa.vop("add", dst=A0, a=A0, rows=1, cols=COLS, drs=0, ars=COLS, bmode="scalar",
+                    imm=int(np.float32(1).view(np.uint32))), isa.halt()])
+    m.run()
+    want = (a.astype(np.float64) * x.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(m.read_tmem(B0, ROWS * COLS).view(np.float32), want.ravel())
+    assert np.array_equal(m.read_tmem(A0, COLS).view(np.float32), (a[0] + np.float32(1)).astype(np.float32))
+
 @pytest.mark.parametrize("bmode,brs", [("row", 1), ("col", 0)])
 def test_a_broadcast_b_written_by_an_earlier_element_is_a_hazard(bmode, brs):
     # dst row 0 covers B's words: later elements read a B word an earlier element wrote

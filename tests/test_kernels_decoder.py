@@ -5,7 +5,7 @@ import numpy as np
 
 from otpu_core import ol
 from otpu_core.kernels import reference as R
-from otpu_core.kernels.decoder import DecoderShape, check_layers, decoder_step, plan_layer
+from otpu_core.kernels.decoder import DecoderShape, decoder_step, random_decoder
 from otpu_core.ol.runtime import Image
 
 T = "sim-small"
@@ -15,19 +15,7 @@ SHAPE = DecoderShape(layers=2, d=64, heads=4, kv_heads=2, head_dim=32, ffn=128, 
 
 def _setup(rng):
     img = Image(T)
-    s = SHAPE
-
-    def weight(shape, parts=None):
-        w = (rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float32)
-        return img.weight_parts(w, parts) if parts else img.weight(w)
-
-    def tensor(shape):
-        return img.tensor((1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32))
-    layers = [plan_layer(s, weight, tensor, img.kv_cache) for _ in range(s.layers)]
-    args = dict(layer=check_layers(layers), final_norm=tensor((s.d,)), head=weight((s.vocab, s.d)),
-                x=img.tensor(shape=(s.d,)), logits=img.tensor(shape=(s.vocab,)))
-    theta = np.outer(np.arange(s.cap), 1.0 / 10000 ** (np.arange(s.head_dim // 2) / (s.head_dim // 2)))
-    args["cos"], args["sin"] = img.tensor(np.cos(theta)), img.tensor(np.sin(theta))
+    layers, args, theta = random_decoder(img, SHAPE, rng)
     return img, layers, args, theta
 
 

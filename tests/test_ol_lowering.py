@@ -255,6 +255,23 @@ def test_nested_loops_ending_together_get_a_nop():
     assert len(ops(prog, "NOP")) == 1 and np.allclose(out["y"], 6 * x, rtol=1e-6)
 
 
+
+def test_a_zero_started_register_is_zero_again_for_the_next_loop():
+    """Docs (lower.py): a register that started from zero is reset by ADDI after its loop, so the
+    next loop may take it without an LI; the reset undoes every one of the loop's steps."""
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+
+    def k(x, y, z):
+        for i in ol.range(3):
+            ol.store(y[i], ol.load(x[i]) * 2.0)
+        for j in ol.range(3):
+            ol.store(z[j], ol.load(x[j]) + 1.0)
+    prog, out = build(k, x=x, y=(3, 4), z=(3, 4))
+    resets = [i["imm"] for i in ops(prog, "ADDI") if i["imm"] & 0x80000000]
+    assert resets and all((-(r - (1 << 32))) % 3 == 0 for r in resets)     # minus three steps each
+    assert np.array_equal(out["y"].view(np.uint32), F.mul(x, np.float32(2.0)))
+    assert np.array_equal(out["z"].view(np.uint32), F.add(x, np.float32(1.0)))
+
 # -- compile errors ---------------------------------------------------------------------------------
 def test_shape_mismatch_names_both_shapes_and_the_line():
     def k(a, b):

@@ -6,12 +6,14 @@ from otpu_core import target
 from otpu_core.card import faults as F
 from otpu_core.errors import UsageError
 
-EVERY_KIND = "link_down;stuck_dq:ch=1,bit=44,val=0;addr_alias:ch=0,bit=20;no_calib:ch=1;hang;vpu_lane:lane=3,bit=7;hot:c=95"
+EVERY_KIND = ("link_down;stuck_dq:ch=1,bit=44,val=0;addr_alias:ch=0,bit=20;no_calib:ch=1;hang;vpu_lane:lane=3,bit=7;hot:c=95;"
+              "dq_slip:ch=0,bit=13,off=2;i2c_stuck:bus=1,line=0;i2c_pullup:bus=0;i2c_nack:bus=1,addr=64")
 
 
 def test_every_kind_parses_with_typed_params():
     fs = F.parse(EVERY_KIND)
-    assert [f.kind for f in fs] == ["link_down", "stuck_dq", "addr_alias", "no_calib", "hang", "vpu_lane", "hot"]
+    assert [f.kind for f in fs] == ["link_down", "stuck_dq", "addr_alias", "no_calib", "hang", "vpu_lane", "hot",
+                                    "dq_slip", "i2c_stuck", "i2c_pullup", "i2c_nack"]
     assert set(f.kind for f in fs) == set(F.KINDS)
     assert fs.get("stuck_dq")[0].params == {"ch": 1, "bit": 44, "val": 0}
     assert fs.get("addr_alias")[0]["bit"] == 20
@@ -38,7 +40,7 @@ def test_get_of_unknown_kind_names_the_known_ones():
 
 
 @pytest.mark.parametrize("spec, message, hint", [
-    ("overheat", "unknown fault kind 'overheat'", "known kinds: link_down, stuck_dq, addr_alias, no_calib, hang, vpu_lane, hot"),
+    ("overheat", "unknown fault kind 'overheat'", "known kinds: link_down, stuck_dq, addr_alias, no_calib, hang, vpu_lane, hot, dq_slip, i2c_stuck, i2c_pullup, i2c_nack"),
     ("stuck_dq", "fault 'stuck_dq': missing keys ch, bit, val", "stuck_dq:ch=...,bit=...,val=..."),
     ("stuck_dq:ch=0,bit=3", "fault 'stuck_dq': missing key val", None),
     ("stuck_dq:ch=0,bit=3,val=1,lane=2", "fault 'stuck_dq': unknown key 'lane'", "keys of stuck_dq: ch, bit, val"),

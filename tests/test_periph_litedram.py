@@ -6,6 +6,8 @@ import pytest
 from otpu_core import target
 from otpu_core.card import faults as F
 from otpu_core.card import litedram as L
+from otpu_core.card import litedram_map as M
+from otpu_memcal.selfcal import decode
 
 YPCB = target.load("ypcb-00338")
 
@@ -23,7 +25,7 @@ def bist(ld, ch, mode, base, beats, seed=0x0123456789ABCDEF):
     for rel, v in ((L.BIST_MODE, mode), (L.BIST_BASE, base), (L.BIST_LENGTH, beats),
                    (L.BIST_SEED, seed >> 32), (L.BIST_SEED + 4, seed & 0xFFFFFFFF), (L.BIST_START, 1)):
         ld.write(o + rel, v)
-    lane_bits = L._words_to_int([ld.read(o + L.BIST_LANE_BITS + 4 * i) for i in range(3)])
+    lane_bits = L.words_to_int([ld.read(o + L.BIST_LANE_BITS + 4 * i) for i in range(3)])
     return {"done": ld.read(o + L.BIST_DONE), "errors": ld.read(o + L.BIST_ERRORS), "beats": ld.read(o + L.BIST_BEATS),
             "lanes": [ld.read(o + L.BIST_LANE_ERRORS + 4 * l) for l in range(L.LANES)], "bits": lane_bits}
 
@@ -33,7 +35,7 @@ def mailbox(ld):
     for i in range(L.MBOX_WORDS):
         ld.write(L.B_SELFCAL + L.SC_MBOX_ADR, i)
         words.append(ld.read(L.B_SELFCAL + L.SC_MBOX_DAT))
-    return L.decode_mailbox(words)
+    return decode(words)
 
 
 @pytest.mark.parametrize("serial", [1, 7, 1234, 99991])
@@ -191,7 +193,7 @@ def test_dfii_needs_the_jedec_init_and_the_right_phase():
     drv.write_burst(0)
     assert drv.read_errors(0) != 0
     drv.init()
-    assert st["ch"][0]["mr"] == [L.MR0, L.MR1, L.MR2, L.MR3] and st["ch"][0]["zq"]
+    assert st["ch"][0]["mr"] == [M.MR0, M.MR1, M.MR2, M.MR3] and st["ch"][0]["zq"]
     # put every lane at its calibrated settings, straight from the windows
     for lane, w in enumerate(ld.windows[0]):
         pos = w.read_positions()
@@ -210,7 +212,7 @@ def test_dfii_needs_the_jedec_init_and_the_right_phase():
     # a read issued on the wrong DFI phase returns noise
     ld.write(L.B_SDRAM + L.DFII_PHASE0 + L.DFII_PHASE_STRIDE * 1 + L.PI_COMMAND, L.READ | L.CMD_RDDATA)
     ld.write(L.B_SDRAM + L.DFII_PHASE0 + L.DFII_PHASE_STRIDE * 1 + L.PI_ISSUE, 1)
-    got = L._words_to_int([ld.read(L.B_SDRAM + L.DFII_PHASE0 + L.PI_RDDATA + 4 * i) for i in range(5)])
+    got = L.words_to_int([ld.read(L.B_SDRAM + L.DFII_PHASE0 + L.PI_RDDATA + 4 * i) for i in range(5)])
     assert got != drv.patterns[0][0]
     # a refresh only counts with every bank precharged
     before = st["ch"][0]["refreshes"]
@@ -223,14 +225,14 @@ def test_write_leveling_feedback_follows_the_phase():
     ld, st = card(4, run_cpu=False)
     drv = L.SelfCal(ld.read, ld.write, 1)
     drv.init()
-    drv.command(0, L.MRS, L.MR1 | L.MR1_WLEVEL, 1)
+    drv.command(0, L.MRS, M.MR1 | L.MR1_WLEVEL, 1)
     phy = L.B_DDRPHY + L.BLOCK
     ld.write(phy + L.PHY_WLEVEL_EN, 1)
     w0 = ld.windows[1][0]
     seen = []
     for step in range(L.PERIOD_STEPS):
         ld.write(phy + L.PHY_WLEVEL_STROBE, 1)
-        v = L._words_to_int([ld.read(L.B_SDRAM + L.BLOCK + L.DFII_PHASE0 + L.PI_RDDATA + 4 * i) for i in range(5)])
+        v = L.words_to_int([ld.read(L.B_SDRAM + L.BLOCK + L.DFII_PHASE0 + L.PI_RDDATA + 4 * i) for i in range(5)])
         seen.append(v & 1)
         ld.write(L.B_PHASE + L.BLOCK + L.PHASE_DQS_SHIFT, 1)
     edge = [i for i in range(L.PERIOD_STEPS) if seen[i] and not seen[i - 1]]

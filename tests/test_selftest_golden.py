@@ -32,7 +32,7 @@ def test_golden_text_all_pass(capsys):
 def test_json_document(capsys):
     rc = run_app(cli.app, "otpu-selftest", ["--dev", "sim:g", "--target", "sim-small", "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert rc == 0 and doc["result"] == "ALL PASS" and doc["stopped_at"] is None
+    assert rc == 0 and doc["result"] == "ALL PASS, 2 skipped" and doc["stopped_at"] is None and doc["exit_code"] == 0
     assert [s["stage"] for s in doc["stages"]] == list(cli.STAGES)
     assert {s["status"] for s in doc["stages"]} == {"PASS", "SKIP"}
     assert doc["stages"][0]["rows"][0]["name"] == "ID register"
@@ -68,7 +68,7 @@ def test_wrong_target_stops_at_config(capsys):
     capsys.readouterr()
     rc = run_app(cli.app, "otpu-selftest", ["--dev", "sim:g", "--target", "ypcb-00338"])
     out = capsys.readouterr().out
-    assert rc == 1 and "[PASS] link" in out and "[FAIL] config" in out and "stopped at stage 'config'" in out
+    assert rc == 1 | 4 and "[PASS] link" in out and "[FAIL] config" in out and "stopped at stage 'config'" in out
     assert "card does not match target ypcb-00338: D 32 (target 128)" in out
 
 
@@ -95,4 +95,4 @@ def test_a_blackhole_card_is_named_in_the_header(capsys):
 def test_dash_h_prints_help(capsys):
     assert run_app(cli.app, "otpu-selftest", ["-h"]) == 0
     out = capsys.readouterr().out
-    assert "Usage: otpu-selftest" in out and "2 bad options" in out
+    assert "Usage: otpu-selftest" in out and "2 bad options" in " ".join(out.split())

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from otpu_core import plugins
 from otpu_core.checks import Check, Result, Status, collect
 from otpu_core.corechecks import names as N
@@ -20,6 +22,12 @@ class Broken:
     @hookimpl
     def otpu_checks(self, registry):
         raise RuntimeError("no")
+
+
+@pytest.fixture(autouse=True)
+def _without_memcal(monkeypatch):
+    """The core's calib checks as they are without otpu-memcal, which takes them over when installed."""
+    monkeypatch.setattr("otpu_memcal.checks.checks", lambda: [], raising=False)
 
 
 def _with(*objs):

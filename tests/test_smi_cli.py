@@ -22,6 +22,15 @@ from otpu_smi.render import bar, sparkline
 from otpu_smi.sample import Sampler, rates
 
 
+@pytest.fixture(autouse=True)
+def _smi_on_its_own(monkeypatch):
+    """smi's own fields: this repository's sensor and calibration plugins say nothing here (tests/test_i2c_smi.py
+    has them), here and in the smi processes these tests start."""
+    monkeypatch.setenv("OTPU_DISABLE_PLUGINS", "i2c,memcal")
+    for module in ("otpu_i2c.smi", "otpu_memcal.smi"):
+        monkeypatch.setattr(f"{module}.fields", lambda board: None, raising=False)
+
+
 def smi(*args):
     return run_app(smi_cli.app, "otpu-smi", ["--dev", "sim:s", "--target", "sim-small", *args])
 
@@ -178,7 +187,8 @@ def test_live_screen_on_a_terminal_has_sparklines_and_ctrl_c_exits_0(tmp_path):
 
 
 def normalise(text: str) -> str:
-    """Mask the die temperature and the sampling interval, keeping the box aligned."""
+    """Mask the time, the die temperature and the sampling interval, keeping the box aligned."""
+    text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+", "TIME", text)
     return re.sub(r"(?<=die )\d+\.\d+|(?<=over )\d+\.\d+", lambda m: "#" * len(m.group()), text)
 
 
@@ -231,7 +241,10 @@ def test_a_broken_sensor_plugin_is_reported_and_skipped(capsys):
 
 
 def test_runner_status_file_fills_memory_and_process(capsys):
-    from otpu_core.card.runstate import run_dir, write_status
+    from otpu_core.card.runstate import DeviceLock, run_dir, write_status
+    smi()                                                 # the card exists
+    capsys.readouterr()
+    lock = DeviceLock("sim-s").acquire()                  # this process holds the card, as a runner does
     write_status(run_dir() / "sim-s.json", {"pid": os.getpid(), "cmd": "otpu-chat qwen3", "model": "qwen3-0.6b",
                                             "tokens": 12, "tok_s_wall": 3.5,
                                             "dram": {"total": 16 << 20, "free": 6 << 20, "kv_capacity": 4 << 20,
@@ -241,8 +254,14 @@ def test_runner_status_file_fills_memory_and_process(capsys):
     assert capsys.readouterr().out.strip() == f"10, 6, {os.getpid()}, qwen3-0.6b, 12"
     assert smi() == 0
     out = capsys.readouterr().out
-    assert "10 MiB used (KV 1 / 4 MiB)" in out and "Model qwen3-0.6b   tokens 12   3.5 tok/s" in out
+    assert "10 MiB / 16 MiB used (KV 1 / 4 MiB)" in out and "Model qwen3-0.6b   tokens 12   3.5 tok/s" in out
     assert f"PID {os.getpid()}  otpu-chat qwen3" in out
+    lock.release()
+    write_status(run_dir() / "sim-s.json", {"pid": os.getpid(), "cmd": "otpu-chat qwen3"})   # left behind
+    assert smi("--query", "process.pid", "--format", "csv,noheader") == 0
+    assert capsys.readouterr().out.strip() == "[N/A]"
+    assert smi() == 0
+    assert f"the status file names pid {os.getpid()}, which does not hold the card's lock" in capsys.readouterr().out
 
 
 def test_smi_loop_in_another_process_sees_utilisation_rise_and_fall():

@@ -180,6 +180,30 @@ def test_placement_rule(sim):
     assert slow["dma_link_ns"] - before > 1.9 * (1 << 20) / 1.70e9 * 1e9
 
 
+
+# shared/reference/host.md 2 "Buffer placement" (FeSens/openTPU) and seed 000 "DMA placement", as data:
+# d = host address - card address; a write runs at full rate iff d mod 64 == 0, a read iff
+# 32 <= d mod 4096 <= 4064. (d, write at full rate, read at full rate)
+PLACEMENT = [(0, True, False), (16, False, False), (32, False, True), (48, False, True), (64, True, True),
+             (2048, True, True), (4032, True, True), (4064, False, True), (4080, False, False), (4096 + 64, True, True),
+             (-4096 + 32, False, True)]
+
+
+@pytest.mark.parametrize("d, write_ok, read_ok", PLACEMENT)
+def test_placement_rule_edges_are_the_published_ones(d, write_ok, read_ok):
+    card = 0x8000_0000 + 0x123000
+    assert regs.write_placed(card + d, card) is write_ok and regs.read_placed(card + d, card) is read_ok
+
+
+def test_a_write_buffer_32_bytes_off_is_bounced_and_a_read_one_is_not(sim):
+    payload = tp.placed(1 << 20, 32)                    # d mod 4096 = 2048 + 32: fine to read, slow to write
+    assert (tp.buffer_address(payload) - 0) % 4096 == (tp.DMA_PLACE + 32) % 4096
+    payload[:] = data(1 << 20)
+    sim.mem_write(0, 0, payload)
+    assert sim.stats["bounced"] == 1
+    sim.mem_read(0, 0, 1 << 20, payload)
+    assert sim.stats["bounced"] == 1
+
 # -- Rule: at most RUN_H2C per call while a program runs ----------------------------------------------
 
 LONG = """loop count=200000 body=@end

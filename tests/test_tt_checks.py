@@ -1,7 +1,7 @@
 """Blackhole checks in the check DAG: what diag shows for a good card and for broken ones."""
 from otpu_core import checks
 from otpu_core.checks import CheckContext, Registry, Status
-from otpu_tt.checks import CORES, DEVICE, DRIVER, TELEMETRY, add_checks
+from otpu_tt.checks import CORES, DEVICE, DRIVER, FIRMWARE, TELEMETRY, add_checks
 
 
 def run(dev, fault=None):
@@ -19,7 +19,7 @@ def run(dev, fault=None):
 def test_checks_are_for_tt_devices_only():
     reg = Registry()
     add_checks(reg)
-    assert [c.name for c in reg.for_device("tt")] == [DEVICE, DRIVER, TELEMETRY, CORES]
+    assert [c.name for c in reg.for_device("tt")] == [DEVICE, DRIVER, TELEMETRY, FIRMWARE, CORES]
     assert reg.for_device("otpu") == []
 
 

@@ -26,7 +26,8 @@ def test_smi_json_has_the_tt_smi_shape(capsys):
     t, lim = d["telemetry"], d["limits"]
     assert t["aiclk"] == 800 and lim["asic_fmax"] == 1350 and lim["tdp_limit"] == 150
     assert 0.7 <= t["voltage"] <= lim["vdd_max"] and 20 < t["asic_temperature"] < 90
-    assert d["firmwares"]["fw_bundle_version"] == "19.9.0.0" and d["throttling"] == []
+    assert d["firmwares"]["fw_bundle_version"] == "19.9.0.0"
+    assert d["throttling"] == {"throttled": False, "arbiter": "fmax", "max_mhz": 1350}
     assert any(p["pid"] for p in d["processes"])
     assert d["smbus_telem"]["GDDR_STATUS"] == "0x55555555"
     # the driver's sysfs files (a second path to the same firmware values) agree with ARC over the NoC
@@ -48,9 +49,12 @@ def test_core_status_json_and_grid(capsys):
     code, out, _ = run(["core", "status", "--dev", "tt:sim:g", "--fault", "hang_resident:x=2,y=3", "--json"], capsys)
     data = json.loads(out)
     states = {(c["x"], c["y"]): c["state"] for c in data["cores"]}
-    assert code == 0 and len(states) == 120 and states[(2, 3)] == "hung" and not data["healthy"]
+    assert code == 1 and len(states) == 120 and states[(2, 3)] == "hung" and not data["healthy"]
     code, out, _ = run(["core", "status", "--dev", "tt:sim:g2", "--fault", "wedge:x=4,y=4"], capsys)
-    assert code == 0 and "wedged" in out and "4,4" in out
+    assert code == 1 and "wedged" in out and "4,4" in out
+    assert "to recover: `otpu-tt core recover --all --dev tt:sim:g2`" in out
+    code, out, _ = run(["core", "status", "--dev", "tt:sim:g3"], capsys)
+    assert code == 0 and "120 in reset" in out
 
 
 def test_probe_refuses_a_harvested_coordinate(capsys):
@@ -99,14 +103,14 @@ def test_console_scripts_and_otpu_root():
 
 
 def test_live_mode_ends_with_exit_0_on_ctrl_c(capsys, monkeypatch):
-    import otpu_tt.cli as cli
+    import otpu_tt.cliopts as cli
     ticks = []
 
     def sleep(seconds):
         ticks.append(seconds)
         if len(ticks) == 2:
             raise KeyboardInterrupt
-    monkeypatch.setattr(cli, "_pause", sleep)
+    monkeypatch.setattr(cli, "pause", sleep)
     code, out, _ = run(["smi", "--dev", "tt:sim:live", "-l", "0.5"], capsys)
     assert code == 0 and ticks == [0.5, 0.5] and "AICLK" in out
 
@@ -126,13 +130,13 @@ def test_smi_derivations_by_hand_and_missing_tags_are_na():
     assert t == {"voltage": 0.805, "current": 0x45, "aiclk": 1350, "power": 90, "board_power": None,
                  "asic_temperature": -0.5, "fan_speed": None, "heartbeat": 10}
     assert b["dram_status"] is True and b["dram_speed"] == "14G"                   # old bundle: 16-bit check
-    assert d["throttling"] == ["power"] and d["limits"]["vdd_max"] == 0.9
+    assert d["throttling"] is None and d["limits"]["vdd_max"] == 0.9      # no AICLK_ARB_MAX: unknown, not guessed
     assert d["firmwares"]["fw_bundle_version"] == "18.6.0.0" and d["firmwares"]["cm_fw"] is None
     assert b["asic_id"] is None and b["tensix_enabled"] is None
 
 
 def test_live_smi_survives_a_reset_by_someone_else(capsys, monkeypatch):
-    import otpu_tt.cli as cli
+    import otpu_tt.cliopts as cli
     from otpu_core.tt import ioctl as I
     from otpu_core.tt.card import Card
     calls = []
@@ -145,7 +149,7 @@ def test_live_smi_survives_a_reset_by_someone_else(capsys, monkeypatch):
                 other.dev.reset_device(I.RESET_POST)
         elif len(calls) == 3:
             raise KeyboardInterrupt
-    monkeypatch.setattr(cli, "_pause", pause)
+    monkeypatch.setattr(cli, "pause", pause)
     reopened = []
     real_reopen = Card.reopen
     monkeypatch.setattr(Card, "reopen", lambda self, *a: (reopened.append(self.spec), real_reopen(self, *a))[1])
@@ -233,3 +237,88 @@ def test_recover_plan_shows_power_cycle_as_an_answer_not_an_action(capsys):
                         "--fault", "noc_stuck:x=3,y=4"], capsys)
     report = json.loads(out)
     assert [r["rung"] for r in report["needs_yes"]] == [3, 4, 5] and not report["then_power_cycle"]
+
+
+def test_status_on_a_hung_chip_or_a_lost_link_draws_the_grid_and_exits_1(capsys):
+    for fault, glyph in (("hang_chip", "!"), ("link_lost", "L")):
+        name = f"tt:sim:gr-{fault}"
+        code, out, _ = run(["core", "status", "--dev", name, "--fault", fault], capsys)
+        row = next([c.strip() for c in line.split("│")][1:-1] for line in out.splitlines() if line.startswith("│  5 "))
+        assert code == 1 and row[1:] == [glyph] * 12 + ["-", "-"] and "the whole chip:" in out
+        assert f"`otpu-tt core recover --all --yes --dev {name}`" in out
+        code, out, _ = run(["core", "status", "--dev", name, "--json"], capsys)
+        data = json.loads(out)
+        assert code == 1 and not data["healthy"] and "broken" in data and len(data["cores"]) == 120
+        assert {c["state"] for c in data["cores"]} == {"chip hung" if fault == "hang_chip" else "link lost"}
+
+
+def test_list_shows_degraded_cards_and_keeps_bus_and_serial_of_a_hung_one(capsys):
+    from otpu_core.tt.card import Card
+    with Card("tt:sim:l1") as card:
+        serial = card.telemetry.named()["BOARD_ID_LOW"]
+    run(["core", "status", "--dev", "tt:sim:l1", "--fault", "hang_chip"], capsys)         # hangs after a good read
+    run(["core", "status", "--dev", "tt:sim:l2", "--fault", "noc_stuck:x=3,y=4"], capsys)
+    code, out, _ = run(["list", "--json"], capsys)
+    rows = {r["dev"]: r for r in json.loads(out)}
+    hung, stuck = rows["tt:sim:l1"], rows["tt:sim:l2"]
+    assert code == 0 and hung["health"] == "broken" and hung["status"] == "NoC hung" and hung["remembered"]
+    assert hung["bus_id"] and int(hung["board_id"][8:], 16) == serial and hung["board_type"] == "p150a"
+    assert stuck["health"] == "degraded" and "1 unresponsive (3,4)" in stuck["detail"]
+    assert "recover --all --yes --dev tt:sim:l2" in stuck["detail"] and stuck["cores"]["healthy"] == 119
+    code, out, _ = run(["list"], capsys)
+    assert "degraded" in out and "NoC hung" in out
+
+
+def test_probe_prints_a_table_and_names_the_recover_command(capsys):
+    code, out, _ = run(["core", "probe", "3,4", "--dev", "tt:sim:pt", "--fault", "hang_resident:x=3,y=4"], capsys)
+    assert code == 1 and "{" not in out and "PC snapshots" in out and "BRISC 0x" in out
+    assert "`otpu-tt core recover 3,4 --dev tt:sim:pt`" in out
+    code, out, _ = run(["core", "probe", "3,4", "--dev", "tt:sim:pt2", "--fault", "noc_stuck:x=3,y=4", "--json"], capsys)
+    assert code == 1 and json.loads(out)["recover"] == "otpu-tt core recover 3,4 --yes --dev tt:sim:pt2"
+
+
+def test_selftest_flags_old_firmware_and_hints_the_full_command(capsys):
+    from otpu_core import checks
+    from otpu_core.checks import CheckContext, Registry, Status
+    from otpu_tt.checks import CORES, FIRMWARE, TELEMETRY, add_checks
+
+    def rows(dev, fault):
+        reg = Registry()
+        add_checks(reg)
+        ctx = CheckContext(dev=dev, options={"fault": fault})
+        try:
+            return {r.name: r for r in checks.run_all(reg, ctx, always=())}
+        finally:
+            ctx.cache["tt.card"].close()
+    r = rows("tt:sim:st1", "noc_stuck:x=3,y=4;old_fw")
+    assert r[FIRMWARE].status == Status.FAIL and "19.8.0.0 is older than 19.9.0.0" in r[FIRMWARE].message
+    assert r[CORES].hint.startswith("`otpu-tt core recover --all --yes --dev tt:sim:st1`")
+    r = rows("tt:sim:st2", "link_lost")
+    assert r[TELEMETRY].status == Status.FAIL and "`otpu-tt sim reset --dev tt:sim:st2`" in r[TELEMETRY].hint
+    assert "recover --all --yes --dev tt:sim:st2" in r[TELEMETRY].hint
+    r = rows("tt:sim:st3", "wedge:x=5,y=5")
+    assert r[FIRMWARE].status == Status.PASS and r[CORES].hint.startswith("`otpu-tt core recover --all --dev tt:sim:st3`")
+
+
+def test_version_and_help(capsys):
+    code, out, _ = run(["--version"], capsys)
+    assert code == 0 and out.startswith("otpu-tt ")
+    code, out, _ = run(["smi", "--help"], capsys)
+    assert code == 0 and "tt-smi's -s JSON shape" in out and "--snapshot" in out and "--filename" in out
+
+
+def test_live_smi_shows_a_card_that_hangs_instead_of_quitting(capsys, monkeypatch):
+    import otpu_tt.cliopts as cli
+    from otpu_core.tt.card import Card
+    calls = []
+
+    def pause(seconds):
+        calls.append(seconds)
+        if len(calls) == 1:                       # between two samples the card's NoC hangs
+            with Card("tt:sim:lh") as other:
+                other.dev.chip._hang("test: a bad endpoint elsewhere")
+        elif len(calls) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "pause", pause)
+    code, out, _ = run(["smi", "--dev", "tt:sim:lh", "-l", "1"], capsys)
+    assert code == 0 and "tt:sim:lh" in out and "the NoC is hung" in out and "recover --all --yes" in out

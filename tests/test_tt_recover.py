@@ -14,9 +14,9 @@ from otpu_core.tt.probe import probe
 from otpu_tt.recover import Ladder
 
 
-def recover(fault: str, xy=(3, 4), yes=True, max_rung=7, name="rec"):
+def recover(fault: str, xy=(3, 4), yes=True, max_rung=7, name="rec", force=False):
     with Card(f"tt:sim:{name}", parse(fault)) as card:
-        report = Ladder(card, max_rung=max_rung, yes=yes, settle=0).run([xy] if xy else None)
+        report = Ladder(card, max_rung=max_rung, yes=yes, settle=0, force=force).run([xy] if xy else None)
         return report.before[0], report
 
 
@@ -29,6 +29,7 @@ def recover(fault: str, xy=(3, 4), yes=True, max_rung=7, name="rec"):
     ("bad_tile:x=3,y=4", "unresponsive", 5),
     ("hang_chip", "chip hung", 5),
     ("very_hung", "chip hung", 6),
+    ("link_down", "link lost", 6),
 ])
 def test_each_fault_is_fixed_at_its_rung(fault, state, rung):
     before, report = recover(fault)
@@ -43,8 +44,11 @@ def test_lost_link_ends_with_the_honest_answer():
     before, report = recover("link_lost")
     assert before.state == "link lost"
     assert not report.recovered and report.fixed_at is None
-    assert report.steps[-1].rung == 7 and report.steps[-1].result == "needs a power cycle"
-    assert all(s.result.startswith("skipped") for s in report.steps[:-1])
+    assert report.steps[-1].rung == 7 and report.steps[-1].result.startswith("needs a power cycle: `otpu-tt sim reset --dev tt:sim:")
+    # as tt-smi -r does: the PCIe link reset (with config restore) and the ASIC reset are tried first
+    assert [s.rung for s in report.steps] == [1, 2, 3, 4, 5, 6, 7]
+    assert all(s.result.startswith("skipped: the PCIe link is gone") for s in report.steps[:5])
+    assert report.steps[5].result.startswith("failed") and "did not land" in report.steps[5].result
 
 
 def test_rungs_from_3_need_yes():
@@ -89,16 +93,25 @@ def test_resetting_a_kernel_blocked_in_a_wait_without_asking_wedges_the_tile():
         assert probe(card.noc, t).state == "in reset"
 
 
-def test_asic_reset_refuses_while_another_process_has_the_card():
+def test_chip_wide_rungs_stop_the_ladder_while_another_process_has_the_card():
+    # The seed's rule: rungs 3+ run under the advisory lock and look for other users first. Rung 3
+    # resets one core (others are named, not refused); rung 4 would reset every Tensix under them,
+    # so the ladder stops there with "close PID N" instead of climbing on to "needs a power cycle".
     code = ("from otpu_core.tt.card import Card\nimport time\n"
             "c = Card('tt:sim:busy')\nprint('open', flush=True)\ntime.sleep(30)\n")
     other = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ)
     try:
         assert other.stdout.readline().strip() == "open"
         _, report = recover("bad_tile:x=3,y=4", name="busy")
-        step5 = next(s for s in report.steps if s.rung == 5)
-        assert step5.result.startswith("failed") and f"PID {other.pid}" in step5.result
-        assert not report.recovered
+        assert [s.rung for s in report.steps] == [1, 2, 3, 4] and not report.recovered
+        assert report.steps[2].result.startswith("still bad") and f"PID {other.pid}" in report.notes[0]
+        assert report.steps[3].result.startswith("refused") and f"PID {other.pid}" in report.busy
+        assert "close it and retry" in report.busy and "--force" in report.busy
+        _, forced = recover("bad_tile:x=3,y=4", name="busy", force=True)
+        step5 = forced.steps[-1]
+        assert [s.rung for s in forced.steps] == [1, 2, 3, 4, 5] and step5.result.startswith("refused")
+        assert f"PID {other.pid}" in forced.busy and "--force" not in forced.busy     # no forcing an ASIC reset
+        assert any("every Tensix was reset under them" in n for n in forced.notes)
     finally:
         other.kill()
         other.wait()

@@ -46,7 +46,7 @@ def test_power_cycle_forgets_faults_state_and_old_firmware():
 def test_power_cycle_clears_a_lost_link_that_no_rung_can():
     with Card("tt:sim:ll", parse("link_lost")) as card:
         assert card.broken is not None
-        assert Ladder(card, yes=True, settle=0).run(None).steps[-1].result == "needs a power cycle"
+        assert Ladder(card, yes=True, settle=0).run(None).steps[-1].result.startswith("needs a power cycle")
     with Card("tt:sim:ll") as card:
         assert card.broken is not None                                 # still lost in the next process
     power_cycle_sim("tt:sim:ll")

@@ -104,6 +104,24 @@ class Dram:
                         pass     # a view is still alive somewhere (the engine); the map goes with it
 
 
+def beat_channels(beats: np.ndarray, chash: bool) -> np.ndarray:
+    """The channel of each logical beat (the interleave, with the CHASH swap)."""
+    ch = beats & 1
+    return ch ^ regs.chunk_parity(beats >> 1) if chash else ch
+
+
+def channel_bytes(logical: np.ndarray, chash: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(channel, channel byte address) of logical byte addresses."""
+    beats = logical >> 6
+    return beat_channels(beats, chash), (beats >> 1) * regs.BEAT + (logical & (regs.BEAT - 1))
+
+
+def logical_bytes(ch: int, pos: np.ndarray, chash: bool) -> np.ndarray:
+    """Logical byte addresses of channel `ch`'s byte addresses (channel beat c is in chunk c)."""
+    chunk = pos >> 6
+    return (2 * chunk + beat_channels(2 * chunk + ch, chash)) * regs.BEAT + (pos & (regs.BEAT - 1))
+
+
 def _sparse_memmap(path: Path, count: int, dtype) -> np.memmap:
     nbytes = count * np.dtype(dtype).itemsize
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)

@@ -25,6 +25,9 @@ import numpy as np
 from . import faults as faults_mod
 from . import regs
 from .dram import PAGE_SHIFT
+from .dram import beat_channels as _beat_channels
+from .dram import channel_bytes as _channel_bytes
+from .dram import logical_bytes as _logical_bytes
 
 if TYPE_CHECKING:
     from .simcard import SimCard
@@ -33,15 +36,15 @@ SLICE_SECONDS = 0.02       # engine time between counter publications
 STEP_BATCH = 256           # instructions per run_for call
 POLL_SLEEP = 0.0005        # wall time between WAITW polls while the host has not written
 
-_MACHINES: dict[tuple[str, str, int, int], tuple[object, np.ndarray, "list[StoreLog] | None"]] = {}
-
-
 def machine_for(card: "SimCard", trace: bool):
     """This process's Machine for a card at its current power-on, the DRAM page generations it
-    has seen and its store logs (`store_logs`)."""
+    has seen and its store logs (`store_logs`). Kept on the open card object: its DRAM views
+    are that object's maps, which go when the card is closed (a Machine kept past that would
+    read unmapped memory)."""
     from ..isasim import Machine
-    key = (str(card.dir), card.name, card.power_gen, os.stat(card.dram.path).st_ino)   # a re-created card is another
-    m, seen, logs = _MACHINES.get(key, (None, None, None))
+    key = (card.power_gen, os.stat(card.dram.path).st_ino)   # a re-created card is another
+    held = getattr(card, "_machine", None)
+    m, seen, logs = held[1] if held is not None and held[0] == key else (None, None, None)
     if m is None or bool(m.timing and m.timing.trace) != trace:
         size = card.cfg.DRAM_BYTES
         drams = [card.dram.mem[s * size:(s + 1) * size] for s in range(card.cfg.S)]
@@ -50,8 +53,7 @@ def machine_for(card: "SimCard", trace: bool):
         bind_onchip(card, m)
         seen = np.zeros_like(card.dram.gens)
         logs = store_logs(card, m)
-        _MACHINES.clear()
-        _MACHINES[key] = (m, seen, logs)
+        card._machine = (key, (m, seen, logs))
     return m, seen, logs
 
 
@@ -126,11 +128,6 @@ def store_logs(card: "SimCard", m) -> list[StoreLog] | None:
     return [StoreLog(sl.dram) for sl in m.slices]
 
 
-def _beat_channels(beats: np.ndarray, chash: bool) -> np.ndarray:
-    ch = beats & 1
-    return ch ^ regs.chunk_parity(beats >> 1) if chash else ch
-
-
 def engine_stores_through_pins(card: "SimCard", m, since: list[int], logs: list[StoreLog] | None) -> None:
     """Pass what the engine stored since write clocks `since` (one per slice) through the DRAM
     pins and address lines, as host writes pass at DMA time. Every beat of the DRAM pages
@@ -157,18 +154,6 @@ def engine_stores_through_pins(card: "SimCard", m, since: list[int], logs: list[
             note(int(page) << SIM_PAGE_SHIFT, (int(page) + 1) << SIM_PAGE_SHIFT)
     if stores:
         _mirror_stores(card, m, stores, logs)
-
-
-def _channel_bytes(logical: np.ndarray, chash: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(channel, channel byte address) of logical byte addresses."""
-    beats = logical >> 6
-    return _beat_channels(beats, chash), (beats >> 1) * regs.BEAT + (logical & (regs.BEAT - 1))
-
-
-def _logical_bytes(ch: int, pos: np.ndarray, chash: bool) -> np.ndarray:
-    """Logical byte addresses of channel `ch`'s byte addresses (channel beat c is in chunk c)."""
-    chunk = pos >> 6
-    return (2 * chunk + _beat_channels(2 * chunk + ch, chash)) * regs.BEAT + (pos & (regs.BEAT - 1))
 
 
 def _mirror_stores(card: "SimCard", m, stores: list[list[tuple[int, int]]], logs: list[StoreLog]) -> None:

@@ -24,6 +24,7 @@ from ..errors import UsageError
 ENV_VAR = "OTPU_SIM_FAULTS"
 BUS_BYTES = 8          # one DDR3 bus word: 64 data bits (byte lanes 0..7) plus the ECC lane
 DQ_BITS = 72           # 8 data byte lanes and the ECC byte lane
+DATA_BITS = 64         # the data lanes; a simulated card has no ECC lane
 ALIAS_MIN_BIT = 3      # address lines below the bus word select a byte, not a cell
 
 
@@ -65,6 +66,16 @@ KINDS: dict[str, KindSpec] = {
         "lane": KeySpec(int, 0, 1023, "VPU lane"), "bit": KeySpec(int, 0, 31, "bit of the fp32 result")}),
     "hot": KindSpec("the die runs hot: its temperature never reads below C", {
         "c": KeySpec(float, -40, 200, "degrees Celsius")}),
+    "dq_slip": KindSpec("one DQ bit's ISERDES frames its word OFF bit times off the rest of its byte lane, so "
+                        "that bit reads right only at its own read bitslip", {
+        "ch": _CH, "bit": KeySpec(int, 0, DQ_BITS - 1, "DQ bit (0..63 data, 64..71 ECC lane)"),
+        "off": KeySpec(int, -2, 2, "bit times (+2 or -2 is what a per-bit read bitslip offset corrects)")}),
+    "i2c_stuck": KindSpec("one line of an I2C bus is shorted to ground", {
+        "bus": KeySpec(int, 0, 1, "I2C bus (0 sensor, 1 smbus)"), "line": KeySpec(int, 0, 1, "0 SCL, 1 SDA")}),
+    "i2c_pullup": KindSpec("an I2C bus has no pull-ups: a released line never rises", {
+        "bus": KeySpec(int, 0, 1, "I2C bus (0 sensor, 1 smbus)")}),
+    "i2c_nack": KindSpec("the device at an I2C address does not answer (absent or dead)", {
+        "bus": KeySpec(int, 0, 1, "I2C bus (0 sensor, 1 smbus)"), "addr": KeySpec(int, 0, 0x7F, "7-bit address")}),
 }
 
 
@@ -119,6 +130,11 @@ class FaultSet:
         channels = target.platform["channels"]
         chan_bits = int(target.platform["channel_bytes"]).bit_length() - 1
         for f in self.faults:
+            if f.kind == "stuck_dq" and f.params["bit"] >= DATA_BITS:
+                raise UsageError(f"fault '{f}': DQ bit {f.params['bit']} is on the ECC byte lane (bits "
+                                 f"{DATA_BITS}..{DQ_BITS - 1}), and the simulated {target.name} card has no ECC "
+                                 "lane: it stores data bits only",
+                                 hint=f"stick a data bit: bit=0..{DATA_BITS - 1}")
             if "ch" in f.params and f.params["ch"] >= channels:
                 raise UsageError(f"fault '{f}': ch={f.params['ch']} but target {target.name} has "
                                  f"{channels} channels (0..{channels - 1})")

@@ -13,34 +13,26 @@ Devices, with register pointer semantics as their datasheets describe:
   0x60 for VCCINT (LINEAR11/LINEAR16 readings, block MFR strings, stretches after commands).
 Readings come from the card's `Thermal` model, so they follow load and temperature.
 
-`BitBangMaster` is the host side, working through two callables (`read(off)`, `write(off,
-value)` on the pin registers' window), so the same code drives the simulated card and a real
-one over BAR0. It has primitives and read transactions; it has no call that writes data bytes.
+The host side (a bit-bang master over these two registers) is otpu-i2c's (`otpu_i2c.bitbang`).
+Wiring faults: `i2c_stuck` grounds a line, `i2c_pullup` leaves a bus without pull-ups (released
+lines read low), `i2c_nack` makes a device stop answering its address.
 """
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
-from typing import Callable
 
-from ..errors import DeviceError
 from . import regs
 from .faults import FaultSet
 from .thermal import Thermal
 
 # Offsets inside the pin registers' window (regs.I2C_BASE).
 I2C_CTRL, I2C_IN = regs.off("I2C_CTRL") - regs.I2C_BASE, regs.off("I2C_IN") - regs.I2C_BASE
-ALERT0_BIT = 1 << 4
-BUS_NAMES = ("sensor", "smbus")
+ALERT0_BIT = regs.I2C_ALERT0
+BUS_NAMES = regs.I2C_BUS_NAMES
+scl_bit, sda_bit = regs.i2c_scl, regs.i2c_sda
 STRETCH_POLLS = 3            # I2C_IN reads a stretching device keeps SCL low
 
 LM73_ADDR, INA226_ADDR, PMBUS_ADDR = 0x4A, 0x40, 0x60
-
-
-def scl_bit(bus: int) -> int: return 1 << (2 * bus)
-
-
-def sda_bit(bus: int) -> int: return 1 << (2 * bus + 1)
 
 
 # ---- number formats ---------------------------------------------------------------------------
@@ -207,7 +199,8 @@ class Ina226(Register16Device):
 
     def shunt_reg(self) -> int:
         r = self.bus.thermal.rails()
-        return max(-0x8000, min(0x7FFF, int(round(r["input_a"] * self.SHUNT_OHM / self.SHUNT_LSB_V))))
+        ohm = float(self.bus.target.platform.get("input_shunt_mohm", self.SHUNT_OHM * 1e3)) / 1e3
+        return max(-0x8000, min(0x7FFF, int(round(r["input_a"] * ohm / self.SHUNT_LSB_V))))
 
     def bus_reg(self) -> int:
         return max(0, min(0x7FFF, int(round(self.bus.thermal.rails()["input_v"] / self.BUS_LSB_V))))
@@ -344,6 +337,10 @@ class I2cBuses:
         self.target, self.serial, self.state, self.faults = target, serial, state, faults
         self.devices: list[dict[int, Device]] = [{LM73_ADDR: Lm73(self)},
                                                  {INA226_ADDR: Ina226(self), PMBUS_ADDR: PmbusRegulator(self)}]
+        # wiring faults: lines shorted to ground, buses without pull-ups, devices that never answer
+        self.grounded = {(int(f["bus"]), int(f["line"])) for f in faults.get("i2c_stuck")}
+        self.grounded |= {(int(f["bus"]), line) for f in faults.get("i2c_pullup") for line in (0, 1)}
+        self.dead = {(int(f["bus"]), int(f["addr"])) for f in faults.get("i2c_nack")}
         if "ctrl" not in state:
             self.reset()
 
@@ -370,6 +367,9 @@ class I2cBuses:
             return self.state["ctrl"]
         if offset != I2C_IN:
             return 0
+        if self.grounded:                    # a grounded line reads low from power-on, before any edge
+            for b in range(len(BUS_NAMES)):
+                self._settle(b)
         value = 0
         for b, bus in enumerate(self.state["buses"]):
             value |= bus["scl"] << (2 * b) | bus["sda"] << (2 * b + 1)
@@ -394,8 +394,8 @@ class I2cBuses:
 
     def _levels(self, b: int) -> tuple[int, int]:
         bus, ctrl = self.state["buses"][b], self.state["ctrl"]
-        scl = 0 if ctrl & scl_bit(b) or bus["stretch"] else 1
-        sda = 0 if ctrl & sda_bit(b) or not bus["sda_out"] else 1
+        scl = 0 if ctrl & scl_bit(b) or bus["stretch"] or (b, 0) in self.grounded else 1
+        sda = 0 if ctrl & sda_bit(b) or not bus["sda_out"] or (b, 1) in self.grounded else 1
         return scl, sda
 
     def _settle(self, b: int) -> None:
@@ -432,7 +432,7 @@ class I2cBuses:
         phase = bus["phase"]
         if phase == "addr" and bus["bits"] == 8:
             addr, read = bus["shift"] >> 1, bool(bus["shift"] & 1)
-            dev = self.devices[b].get(addr)
+            dev = None if (b, addr) in self.dead else self.devices[b].get(addr)
             if dev is None:
                 bus.update(phase="nack", dev=None)
                 return
@@ -469,147 +469,3 @@ class I2cBuses:
     @staticmethod
     def _present(bus: dict, byte: int) -> None:
         bus.update(phase="tx", out=byte, bits=1, sda_out=(byte >> 7) & 1)
-
-
-# ---- the host side ----------------------------------------------------------------------------
-
-class I2cError(DeviceError):
-    """An I2C transaction failed (no answer, stuck bus)."""
-
-
-class I2cNack(I2cError):
-    def __init__(self, addr: int, what: str):
-        super().__init__(f"I2C device 0x{addr:02x} did not acknowledge {what}")
-        self.addr = addr
-
-
-class BitBangMaster:
-    """Bit-bang an I2C bus through the pin registers: `read(off)` / `write(off, v)` on the
-    I2C window. Each line change writes I2C_CTRL then reads I2C_IN (the read paces the bus and
-    sees clock stretching); `half_s` adds a spin per half bit for real hardware."""
-
-    def __init__(self, read: Callable[[int], int], write: Callable[[int, int], None], bus: int,
-                 half_s: float = 0.0, stretch_timeout_s: float = 0.035):
-        self._read, self._write, self.bus = read, write, bus
-        self.half_s, self.stretch_timeout_s = half_s, stretch_timeout_s
-        self.scl, self.sda = scl_bit(bus), sda_bit(bus)
-
-    def levels(self) -> tuple[int, int]:
-        v = self._read(I2C_IN)
-        return int(bool(v & self.scl)), int(bool(v & self.sda))
-
-    def _drive(self, scl_low: bool, sda_low: bool) -> int:
-        other = self._read(I2C_CTRL) & ~(self.scl | self.sda)     # keep the other bus's lines
-        self._write(I2C_CTRL, other | (self.scl if scl_low else 0) | (self.sda if sda_low else 0))
-        if self.half_s:
-            end = time.perf_counter() + self.half_s
-            while time.perf_counter() < end:
-                pass
-        return self._read(I2C_IN)
-
-    def _scl_high(self, sda_low: bool) -> int:
-        """Release SCL and wait while a device stretches the clock; returns I2C_IN."""
-        v = self._drive(False, sda_low)
-        deadline = time.monotonic() + self.stretch_timeout_s
-        while not v & self.scl:
-            if time.monotonic() > deadline:
-                raise I2cError(f"I2C bus {BUS_NAMES[self.bus]}: SCL held low for more than "
-                               f"{self.stretch_timeout_s * 1000:.0f} ms (stuck bus)")
-            v = self._read(I2C_IN)
-        return v
-
-    def start(self) -> None:
-        scl, sda = self.levels()
-        if not (scl and sda):
-            raise I2cError(f"I2C bus {BUS_NAMES[self.bus]} busy: SCL {scl} SDA {sda} before START",
-                           hint="SDA low with SCL high is a device left mid-transfer: bus recovery (nine "
-                                "clocks and a STOP) frees it; SCL low is a device or the host holding the clock")
-        self._drive(False, True)
-        self._drive(True, True)
-
-    def recover(self) -> bool:
-        """Free a bus a device holds by SDA (it was left mid-byte): up to nine SCL pulses with SDA
-        released until SDA reads high with SCL high, then START and STOP there, without another
-        clock edge, so every device goes back to idle. True when both lines end up high."""
-        self._scl_high(False)
-        for _ in range(9):
-            if self.levels()[1]:
-                break
-            self._drive(True, False)
-            self._scl_high(False)
-        if not self.levels()[1]:
-            return False
-        self._drive(False, True)
-        self._drive(False, False)
-        return self.levels() == (1, 1)
-
-    def repeated_start(self) -> None:
-        self._drive(True, False)
-        self._scl_high(False)
-        self._drive(False, True)
-        self._drive(True, True)
-
-    def stop(self) -> None:
-        self._drive(True, True)
-        self._scl_high(True)
-        self._drive(False, False)
-
-    def write_byte(self, byte: int) -> bool:
-        """Clock out one byte MSB first; True when the device acknowledged it."""
-        for i in range(7, -1, -1):
-            bit_low = not (byte >> i) & 1
-            self._drive(True, bit_low)
-            self._scl_high(bit_low)
-            self._drive(True, bit_low)
-        self._drive(True, False)
-        v = self._scl_high(False)
-        self._drive(True, False)
-        return not v & self.sda
-
-    def read_byte(self, ack: bool) -> int:
-        byte = 0
-        for _ in range(8):
-            v = self._scl_high(False)
-            byte = (byte << 1) | int(bool(v & self.sda))
-            self._drive(True, False)
-        self._drive(True, ack)
-        self._scl_high(ack)
-        self._drive(True, False)
-        return byte
-
-    def _address(self, addr: int, read: bool) -> None:
-        if not self.write_byte((addr << 1) | int(read)):
-            self.stop()
-            raise I2cNack(addr, "its address")
-
-    def probe(self, addr: int) -> bool:
-        """Address + R; read one byte NACKed; STOP. True when a device answered."""
-        self.start()
-        if not self.write_byte((addr << 1) | 1):
-            self.stop()
-            return False
-        self.read_byte(ack=False)
-        self.stop()
-        return True
-
-    def read(self, addr: int, cmd: int | None, n: int, block: bool = False) -> bytes:
-        """Read n bytes (or an SMBus block: count byte first) after setting the pointer/command
-        `cmd` with a repeated START; `cmd=None` reads from the current pointer."""
-        self.start()
-        if cmd is not None:
-            self._address(addr, False)
-            if not self.write_byte(cmd):
-                self.stop()
-                raise I2cNack(addr, f"command 0x{cmd:02x}")
-            self.repeated_start()
-        self._address(addr, True)
-        if block:
-            count = self.read_byte(ack=True)
-            n = min(count, 32)
-            data = bytes(self.read_byte(ack=i < n - 1) for i in range(n)) if n else b""
-            if not n:
-                self.read_byte(ack=False)
-        else:
-            data = bytes(self.read_byte(ack=i < n - 1) for i in range(n))
-        self.stop()
-        return data

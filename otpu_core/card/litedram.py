@@ -21,6 +21,8 @@ the core CPU model runs it on power-on and a host tool can run it over BAR0 unch
 """
 from __future__ import annotations
 
+import dataclasses
+import marshal
 import math
 import random
 import zlib
@@ -30,98 +32,29 @@ from typing import Callable
 import numpy as np
 
 from .faults import BUS_BYTES, FaultSet, garble_read, garble_write, lane_salt, mix64
+from .litedram_map import (
+    ACT, BIST_ADDR_DATA, BIST_BASE, BIST_BEATS, BIST_DONE, BIST_ERRORS, BIST_LANE_BITS, BIST_LANE_ERRORS,
+    BIST_LENGTH, BIST_MODE, BIST_READ, BIST_SEED, BIST_START, BIST_TICKS, BITSLIPS, BLOCK, B_BIST, B_CAL, B_CTRL,
+    B_DDRPHY, B_ECC, B_IDENT, B_PHASE, B_SDRAM, B_SELFCAL, B_WCLK, CAL_READY, CH_BLOCK, CL, CMD_MASK, CMD_RDDATA,
+    CMD_WRDATA, CTL_CKE, CTL_ODT, CTL_RESET_N, CTL_SEL, CTRL_BUS_ERRORS, CTRL_RESET, CTRL_SCRATCH, CWL, DATABITS,
+    DATA_WORDS, DELAYS, DFII_CONTROL, DFII_PHASE0, DFII_PHASE_STRIDE, DRP_REGS, ECC_CLEAR, ECC_DED, ECC_ENABLE,
+    ECC_SEC, ERROR_TEXT, ERR_DRP_TIMEOUT, ERR_FINAL, ERR_MMCM_PHASES, ERR_MMCM_UNLOCKED, ERR_NO_COMMON_PHASE,
+    ERR_SHIFT_BUSY, EXPECTED_PHASES, HALF_SYS8X_TAPS, IDENTIFIER, INIT_SEQUENCE, LANES, MBOX_MAGIC, MBOX_WORDS,
+    MIN_WINDOW, MR1_WLEVEL, MRS, NCHANNELS, NPHASES, PERIOD_STEPS, PER_CHANNEL, PHASE_DQS_BUSY, PHASE_DQS_SHIFT,
+    PHASE_DQS_STEPS, PHY_DLY_SEL, PHY_DLY_SEL_BITS, PHY_HALF_SYS8X_TAPS, PHY_RDLY_DQ_BITSLIP,
+    PHY_RDLY_DQ_BITSLIP_RST, PHY_RDLY_DQ_INC, PHY_RDLY_DQ_RST, PHY_RDPHASE, PHY_RST, PHY_WDLY_DQ_BITSLIP,
+    PHY_WDLY_DQ_BITSLIP_RST, PHY_WLEVEL_EN, PHY_WLEVEL_STROBE, PHY_WRPHASE, PI_ADDRESS, PI_BADDRESS, PI_COMMAND,
+    PI_ISSUE, PI_RDDATA, PI_WRDATA, PRE, RDPHASE, READ, REF, SCRATCH_RESET, SC_CONFIG, SC_DONE, SC_FAILED, SC_HOLD,
+    SC_MBOX_ADR, SC_MBOX_DAT, SC_MEM_ADR, SC_MEM_DAT, SC_MEM_RDAT, SC_OK, SC_STATE, SC_STATUS, SELFCAL_MAGIC,
+    STEP_PS, TCK_BITSLIPS, WCLK_DRP_ADR, WCLK_DRP_DAT_R, WCLK_DRP_DAT_W, WCLK_DRP_DRDY, WCLK_DRP_READ,
+    WCLK_DRP_WRITE, WCLK_MMCM_LOCKED, WCLK_MMCM_RESET, WRITE, WRPHASE, ZQC, int_to_words, signed32, words_to_int)
 
-# ---- the build's PHY parameters (what LiteX puts in sdram_init.py) ----------------------------
-NCHANNELS = 2            # the CSR map has blocks for two channels
-LANES = 9                # 8 data byte lanes + the ECC lane
-DATABITS = 8 * LANES     # 72 DQ
-NPHASES = 4
-DELAYS = 32              # IDELAY taps
-BITSLIPS = 8
+# ---- the model's own physics and firmware facts ------------------------------------------------
 TAPS_PER_UI = 12         # 938 ps bit time / 78.125 ps tap at DDR3-1066
-TAP_PS = 78.125
-HALF_SYS8X_TAPS = 6
-PERIOD_STEPS = 112       # CK/DQS phase steps per tCK = round(56 x vco / (4 x sys))
-SYS_HZ = 133_333_333
-VCO_HZ = 1_066_666_666
-STEP_PS = 1e12 / (56 * VCO_HZ)
-RDPHASE, WRPHASE = 2, 3
-CL, CWL = 7, 6
-MIN_WINDOW = 3           # read taps
-WRITE_BITSLIPS = (0, 2, 4, 6)
-IDENTIFIER = "openTPU LiteDRAM"
-SCRATCH_RESET = 0x12345678
-
-# ---- CSR map: 17 blocks of 0x800; per-channel blocks are consecutive (name, name1) -----------
-BLOCK = 0x800
-B_BIST, B_CAL, B_CTRL, B_DDRPHY, B_ECC, B_IDENT, B_PHASE, B_SDRAM, B_WCLK, B_SELFCAL = (
-    0x0000, 0x1000, 0x2000, 0x2800, 0x3800, 0x4800, 0x5000, 0x6000, 0x7000, 0x8000)
-PER_CHANNEL = (B_BIST, B_CAL, B_DDRPHY, B_ECC, B_PHASE, B_SDRAM, B_WCLK)
-
-BIST_START, BIST_MODE, BIST_BASE, BIST_LENGTH, BIST_SEED = 0x00, 0x04, 0x08, 0x0C, 0x10
-BIST_DONE, BIST_TICKS, BIST_BEATS, BIST_ERRORS, BIST_LANE_ERRORS, BIST_LANE_BITS = 0x18, 0x1C, 0x20, 0x24, 0x28, 0x4C
-BIST_READ, BIST_ADDR_DATA = 1, 2                 # mode bits: read & check, address as data
-CAL_READY = 0x00
-CTRL_RESET, CTRL_SCRATCH, CTRL_BUS_ERRORS = 0x00, 0x04, 0x08
-PHY_RST, PHY_DLY_SEL, PHY_HALF_SYS8X_TAPS, PHY_WLEVEL_EN, PHY_WLEVEL_STROBE = 0x00, 0x04, 0x08, 0x0C, 0x10
-PHY_RDLY_DQ_RST, PHY_RDLY_DQ_INC, PHY_RDLY_DQ_BITSLIP_RST, PHY_RDLY_DQ_BITSLIP = 0x14, 0x18, 0x1C, 0x20
-PHY_WDLY_DQ_BITSLIP_RST, PHY_WDLY_DQ_BITSLIP, PHY_RDPHASE, PHY_WRPHASE, PHY_DLY_SEL_BITS = 0x24, 0x28, 0x2C, 0x30, 0x34
-ECC_ENABLE, ECC_CLEAR, ECC_SEC, ECC_DED = 0x00, 0x04, 0x08, 0x0C
-PHASE_DQS_SHIFT, PHASE_DQS_BUSY, PHASE_DQS_STEPS = 0x00, 0x04, 0x08
-DFII_CONTROL, DFII_PHASE0, DFII_PHASE_STRIDE = 0x00, 0x04, 0x38
-PI_COMMAND, PI_ISSUE, PI_ADDRESS, PI_BADDRESS, PI_WRDATA, PI_RDDATA = 0x00, 0x04, 0x08, 0x0C, 0x10, 0x24
-DATA_WORDS = 5                                   # 2 x 72 bits per phase, MSW first
-WCLK_MMCM_RESET, WCLK_MMCM_LOCKED, WCLK_DRP_ADR, WCLK_DRP_DAT_W = 0x00, 0x04, 0x08, 0x0C
-WCLK_DRP_DAT_R, WCLK_DRP_READ, WCLK_DRP_WRITE, WCLK_DRP_DRDY = 0x10, 0x14, 0x18, 0x1C
-SC_HOLD, SC_CONFIG, SC_STATUS, SC_STATE = 0x00, 0x04, 0x08, 0x0C
-SC_MBOX_ADR, SC_MBOX_DAT, SC_MEM_ADR, SC_MEM_DAT, SC_MEM_RDAT = 0x10, 0x14, 0x18, 0x1C, 0x20
-
-# DFII command and control bits (positive logic, as liblitedram).
-CMD_CS, CMD_WE, CMD_CAS, CMD_RAS, CMD_WRDATA, CMD_RDDATA = 1, 2, 4, 8, 16, 32
-CTL_SEL, CTL_CKE, CTL_ODT, CTL_RESET_N = 1, 2, 4, 8
-_CMD_MASK = CMD_CS | CMD_WE | CMD_CAS | CMD_RAS
-ACT, PRE, REF, MRS, ZQC = CMD_RAS | CMD_CS, CMD_RAS | CMD_WE | CMD_CS, CMD_RAS | CMD_CAS | CMD_CS, _CMD_MASK, CMD_WE | CMD_CS
-WRITE, READ = CMD_CAS | CMD_WE | CMD_CS, CMD_CAS | CMD_CS
-
-# Mode registers for DDR3-1066, CL 7, CWL 6, BL8, WR 8 (JEDEC field encodings).
-MR0 = (4 << 9) | (1 << 8) | ((CL - 4) << 4)      # WR=8, DLL reset, CL
-MR1 = 0x0006                                     # DLL on, RZQ/7 drive, Rtt_nom RZQ/4
-MR1_WLEVEL = 1 << 7
-MR2 = (CWL - 5) << 3
-MR3 = 0
-# (what, address, bank, control or command): the build's generated JEDEC init sequence.
-INIT_SEQUENCE = (
-    ("release reset", 0, 0, ("control", CTL_ODT | CTL_RESET_N)),
-    ("bring CKE high", 0, 0, ("control", CTL_CKE | CTL_ODT | CTL_RESET_N)),
-    ("load MR2 (CWL 6)", MR2, 2, ("command", MRS)),
-    ("load MR3", MR3, 3, ("command", MRS)),
-    ("load MR1", MR1, 1, ("command", MRS)),
-    ("load MR0 (CL 7, DLL reset)", MR0, 0, ("command", MRS)),
-    ("ZQ calibration long", 1 << 10, 0, ("command", ZQC)),
-)
-
-# Write-clock MMCM: DRP register pairs (ClkReg1, ClkReg2) per CLKOUT and the static phases the
-# calibration assumes (in 1/8 VCO periods: DQ clocks 0, DQS clocks +4).
-DRP_REGS = {0: (0x08, 0x09), 1: (0x0A, 0x0B), 2: (0x0C, 0x0D), 3: (0x0E, 0x0F),
-            4: (0x10, 0x11), 5: (0x06, 0x07), 6: (0x12, 0x13)}
-EXPECTED_PHASES = {3: 0, 4: 4, 5: 0, 6: 4}
-_DRP_DIVIDE_BY_2 = 0x0041                        # HIGH_TIME 1, LOW_TIME 1
-
-# Self-calibration CPU.
-SELFCAL_MAGIC = 0x5CA1
+WRITE_BITSLIPS = tuple(range(0, BITSLIPS, TCK_BITSLIPS))    # 0, 2, 4, 6
 FW_LOG2_WORDS = 12
-MBOX_WORDS = 256
-MBOX_MAGIC = 0x53435231
 BUILTIN_FW_ID = 0x00010004
-CH_BLOCK = (16, 80)
-SC_IDLE, SC_RUNNING, SC_OK, SC_FAILED = 0, 1, 2, 3
-SC_DONE = 1 << 7
-ERR_DRP_TIMEOUT, ERR_MMCM_UNLOCKED, ERR_BIST_TIMEOUT, ERR_MMCM_PHASES = 1, 2, 3, 4
-ERR_NO_COMMON_PHASE, ERR_FINAL, ERR_SHIFT_BUSY = 5, 6, 7
-ERROR_TEXT = {0: "none", ERR_DRP_TIMEOUT: "write clock DRP timeout", ERR_MMCM_UNLOCKED: "write clock MMCM not locked",
-              ERR_BIST_TIMEOUT: "BIST timeout", ERR_MMCM_PHASES: "MMCM phases not as assumed",
-              ERR_NO_COMMON_PHASE: "no CK phase common to every lane",
-              ERR_FINAL: "calibration at the chosen phase failed", ERR_SHIFT_BUSY: "CK phase shift stuck busy"}
+_DRP_DIVIDE_BY_2 = 0x0041                        # HIGH_TIME 1, LOW_TIME 1
 BIST_WRITE_EFFICIENCY, BIST_READ_EFFICIENCY = 0.901, 0.910
 
 _M64 = (1 << 64) - 1
@@ -132,17 +65,6 @@ def has_litedram(target) -> bool:
     """True when the target's board has this controller (two DDR3 channels: CAPS HOSTCAL)."""
     p = target.platform
     return p["memory"].startswith("DDR3") and p["channels"] == NCHANNELS
-
-
-def _words_to_int(words: list[int]) -> int:
-    v = 0
-    for w in words:
-        v = (v << 32) | (w & 0xFFFFFFFF)
-    return v
-
-
-def _int_to_words(v: int, n: int = DATA_WORDS) -> list[int]:
-    return [(v >> (32 * (n - 1 - i))) & 0xFFFFFFFF for i in range(n)]
 
 
 def _mix64(x: int) -> int:
@@ -169,11 +91,6 @@ def _lane_mask(lanes) -> int:
     return m
 
 
-def _signed32(v: int) -> int:
-    v &= 0xFFFFFFFF
-    return v - (1 << 32) if v & 0x80000000 else v
-
-
 # ---- the per-serial physics --------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -192,8 +109,9 @@ class LaneWindow:
     def write_ok(self, phase: int, bitslip: int) -> bool:
         return bitslip == self.write_bitslip and (phase - self.write_lo) % PERIOD_STEPS < self.write_len
 
-    def read_bits_ok(self, position: int) -> list[bool]:
-        return [abs(position - self.read_centre - s) <= self.read_half for s in self.bit_skew]
+    def read_bits_ok(self, positions: list[int]) -> list[bool]:
+        """Per bit: does it sample inside its eye at its position?"""
+        return [abs(p - self.read_centre - s) <= self.read_half for p, s in zip(positions, self.bit_skew)]
 
     @property
     def write_centre(self) -> int: return (self.write_lo + self.write_len // 2) % PERIOD_STEPS
@@ -221,6 +139,11 @@ def lane_windows(serial: int, ch: int, faults: FaultSet) -> tuple[LaneWindow, ..
             read_centre=float(rng.uniform(18, 84)), read_half=-1.0 if empty else float(rng.uniform(4.5, 6.0)),
             bit_skew=tuple(int(x) for x in rng.choice([-1, 0, 0, 1], size=8)),
             wlevel_edge=(lo + length // 2 - PERIOD_STEPS // 4) % PERIOD_STEPS))
+    for f in faults.on_channel("dq_slip", ch):          # that bit's eye sits `off` bit times away
+        lane, bit = divmod(int(f.params["bit"]), 8)
+        skew = list(lanes[lane].bit_skew)
+        skew[bit] += int(f.params["off"]) * TAPS_PER_UI
+        lanes[lane] = dataclasses.replace(lanes[lane], bit_skew=tuple(skew))
     return tuple(lanes)
 
 
@@ -247,6 +170,7 @@ def _fresh_channel() -> dict:
         "phy_rst": 0, "dly_sel": 0, "dly_sel_bits": 0xFF, "half_sys8x_taps": HALF_SYS8X_TAPS,
         "wlevel_en": 0, "rdphase": RDPHASE, "wrphase": WRPHASE,
         "rdly": [0] * LANES, "rbs": [0] * LANES, "wbs": [0] * LANES,
+        "rbs_off": [[0] * 8 for _ in range(LANES)],     # per DQ bit: its read bitslip minus its lane's
         "phase_steps": 0, "control": CTL_SEL,
         "cmd": [0] * NPHASES, "addr": [0] * NPHASES, "baddr": [0] * NPHASES,
         "wrdata": [[0] * DATA_WORDS for _ in range(NPHASES)], "rddata": [[0] * DATA_WORDS for _ in range(NPHASES)],
@@ -273,15 +197,22 @@ def _default_drp() -> dict[int, int]:
 _BLOCKS = tuple(next(((b, (n * BLOCK - b) // BLOCK) for b in PER_CHANNEL if b <= n * BLOCK <= b + BLOCK), (n * BLOCK, None))
                 for n in range(0x10000 // BLOCK))
 _MEM_KEEP = 64     # DFII bursts remembered per channel (training touches a handful)
+_POWER_ON: dict[tuple, bytes] = {}     # (serial, faults) -> the state after the CPU's power-on calibration
+_WINDOW_FAULTS = ("no_calib", "dq_slip")
+_RDDATA_WORDS = {B_SDRAM + ch * BLOCK + DFII_PHASE0 + DFII_PHASE_STRIDE * p + PI_RDDATA + 4 * i: (ch, p, i)
+                 for ch in range(NCHANNELS) for p in range(NPHASES) for i in range(DATA_WORDS)}
 
 
 class LiteDram:
     """The CSR window of both LiteDRAM channels and the PHY behind it. State lives in `state`."""
+    READS_KEEP_STATE = True          # a CSR read never changes the controller (the card need not store it)
 
     def __init__(self, target, serial: int, state: dict, faults: FaultSet):
         self.target, self.serial, self.state, self.faults = target, serial, state, faults
         self.windows = tuple(lane_windows(serial, ch, faults) for ch in range(NCHANNELS))
-        if "ch" not in state:
+        self._read_cache: dict[tuple, list[bool]] = {}
+        self._mask_cache: dict[int, tuple[list[bool], int]] = {}
+        if "ch" not in state or any("rbs_off" not in c for c in state["ch"]):   # absent, or an older model's
             self.reset()
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -293,7 +224,18 @@ class LiteDram:
                           selfcal={"hold": 0, "config": 0b11 | (1 << 8), "state": 0,
                                    "mbox_adr": 0, "mbox": [0] * MBOX_WORDS, "mem_adr": 0, "mem": {}})
         if run_cpu:
-            self._run_cpu()
+            # The CPU's power-on run is a pure function of the card (its serial and the faults that
+            # shape its windows): replay it when this process has powered that card on before.
+            key = (self.serial, tuple(str(f) for kind in _WINDOW_FAULTS for f in self.faults.get(kind)))
+            done = _POWER_ON.get(key)
+            if done is None:
+                self._run_cpu()
+                if len(_POWER_ON) >= 64:
+                    _POWER_ON.clear()
+                _POWER_ON[key] = marshal.dumps(self.state)
+            else:
+                self.state.clear()
+                self.state.update(marshal.loads(done))
 
     # ---- what the DRAM model asks ------------------------------------------------------------
 
@@ -320,9 +262,16 @@ class LiteDram:
         c = self.state["ch"][ch]
         if not self._initialised(c):
             return [False] * DATABITS
-        out = []
-        for l, w in enumerate(self.windows[ch]):
-            out += w.read_bits_ok(c["rbs"][l] * TAPS_PER_UI + c["rdly"][l])
+        key = (ch, tuple(c["rbs"]), tuple(c["rdly"]), tuple(map(tuple, c["rbs_off"])))
+        out = self._read_cache.get(key)
+        if out is None:          # the eyes are fixed for this card: the answer depends on the settings only
+            out = []
+            for l, w in enumerate(self.windows[ch]):
+                out += w.read_bits_ok([(c["rbs"][l] + off) % BITSLIPS * TAPS_PER_UI + c["rdly"][l]
+                                       for off in c["rbs_off"][l]])
+            if len(self._read_cache) > 4096:
+                self._read_cache.clear()
+            self._read_cache[key] = out
         return out
 
     def read_lanes_ok(self, ch: int) -> list[bool]:
@@ -361,6 +310,10 @@ class LiteDram:
         return base, ch, offset & (BLOCK - 1)
 
     def read(self, offset: int) -> int:
+        word = _RDDATA_WORDS.get(offset)
+        if word is not None:             # a DFII read-back word: most of what a calibration reads
+            ch, p, i = word
+            return self.state["ch"][ch]["rddata"][p][i]
         base, ch, rel = self._split(offset & 0xFFFC)
         if ch is not None:
             c = self.state["ch"][ch]
@@ -431,6 +384,7 @@ class LiteDram:
             c["phy_rst"] = value & 1
             if value & 1:
                 c["rdly"], c["rbs"], c["wbs"] = [0] * LANES, [0] * LANES, [0] * LANES
+                c["rbs_off"] = [[0] * 8 for _ in range(LANES)]
         elif rel == PHY_DLY_SEL:
             c["dly_sel"] = value & ((1 << LANES) - 1)
         elif rel == PHY_HALF_SYS8X_TAPS:
@@ -450,9 +404,22 @@ class LiteDram:
                                  PHY_RDLY_DQ_BITSLIP_RST: ("rbs", 0, BITSLIPS), PHY_RDLY_DQ_BITSLIP: ("rbs", 1, BITSLIPS),
                                  PHY_WDLY_DQ_BITSLIP_RST: ("wbs", 0, BITSLIPS),
                                  PHY_WDLY_DQ_BITSLIP: ("wbs", 1, BITSLIPS)}.get(rel, (None, 0, 1))
-            if key is not None:
+            if key == "rbs" and c["dly_sel_bits"] != 0xFF:
+                self._bit_bitslips(c, sel, step)
+            elif key is not None:
                 for l in sel:
                     c[key][l] = (c[key][l] + 1) % modulo if step else 0
+                    if key == "rbs" and not step:
+                        c["rbs_off"][l] = [0] * 8
+
+    @staticmethod
+    def _bit_bitslips(c: dict, lanes: list[int], step: int) -> None:
+        """A read-bitslip strobe with dly_sel_bits masking it to some DQ bits of the selected lanes."""
+        for l in lanes:
+            for i in range(8):
+                if c["dly_sel_bits"] >> i & 1:
+                    bit = (c["rbs"][l] + c["rbs_off"][l][i]) % BITSLIPS
+                    c["rbs_off"][l][i] = ((bit + 1) % BITSLIPS if step else 0) - c["rbs"][l]
 
     def _wlevel_strobe(self, ch: int, c: dict) -> None:
         """Write leveling: the DRAM samples CK with DQS and returns the level on every DQ of the lane."""
@@ -461,7 +428,7 @@ class LiteDram:
         ph = self._phase(c)
         high = [l for l, w in enumerate(self.windows[ch])
                 if w.write_len and (ph - w.wlevel_edge) % PERIOD_STEPS < PERIOD_STEPS // 2]
-        word = _int_to_words(_lane_mask(high))
+        word = int_to_words(_lane_mask(high))
         c["rddata"] = [list(word) for _ in range(NPHASES)]
 
     # ---- DFII --------------------------------------------------------------------------------
@@ -509,7 +476,7 @@ class LiteDram:
         if c["control"] & CTL_SEL or not c["control"] & CTL_CKE:
             return
         cmd, addr, bank = c["cmd"][p], c["addr"][p], c["baddr"][p]
-        kind = cmd & _CMD_MASK
+        kind = cmd & CMD_MASK
         rows = c["rows"]
         if kind == ACT:
             rows[str(bank)] = addr
@@ -533,7 +500,7 @@ class LiteDram:
     def _dfii_write(self, ch: int, c: dict, p: int, key: str) -> None:
         if not self._initialised(c):
             return
-        data = [_words_to_int(w) for w in c["wrdata"]]
+        data = [words_to_int(w) for w in c["wrdata"]]
         ok = self.write_lanes_ok(ch)
         bad = _lane_mask(l for l in range(LANES) if not ok[l])
         if p != c["wrphase"]:
@@ -543,7 +510,7 @@ class LiteDram:
             data = [(d & ~bad) | (_noise(salt + i, 2 * DATABITS) & bad) for i, d in enumerate(data)]
         mem = c["mem"]
         mem.pop(key, None)
-        mem[key] = [_int_to_words(d) for d in data]
+        mem[key] = [int_to_words(d) for d in data]
         while len(mem) > _MEM_KEEP:
             mem.pop(next(iter(mem)))
 
@@ -552,20 +519,33 @@ class LiteDram:
         salt = _mix64((self.serial << 32) ^ (ch << 31) ^ c["reads"])
         stored = c["mem"].get(key) if key is not None else None
         if stored is None or not self._initialised(c) or p != c["rdphase"]:
-            c["rddata"] = [_int_to_words(_noise(salt + i, 2 * DATABITS)) for i in range(NPHASES)]
+            c["rddata"] = [int_to_words(_noise(salt + i, 2 * DATABITS)) for i in range(NPHASES)]
             return
+        bad = self._read_bad_mask(ch)
+        if not bad:
+            c["rddata"] = [list(words) for words in stored]
+            return
+        out = []
+        for i, words in enumerate(stored):
+            d = words_to_int(words)
+            out.append(int_to_words((d & ~bad) | (_noise(salt + i, 2 * DATABITS) & bad)))
+        c["rddata"] = out
+
+    def _read_bad_mask(self, ch: int) -> int:
+        """Both beats' bits of a phase word that a read now samples outside their eye."""
         bits = self.read_bits_ok(ch)
+        key = id(bits)                   # read_bits_ok hands out one list per settings: its mask once
+        hit = self._mask_cache.get(key)
+        if hit is not None and hit[0] is bits:
+            return hit[1]
         bad = 0
         for q, ok in enumerate(bits):
             if not ok:
                 bad |= (1 << q) | (1 << (DATABITS + q))
-        out = []
-        for i, words in enumerate(stored):
-            d = _words_to_int(words)
-            if bad:
-                d = (d & ~bad) | (_noise(salt + i, 2 * DATABITS) & bad)
-            out.append(_int_to_words(d))
-        c["rddata"] = out
+        if len(self._mask_cache) > 4096:
+            self._mask_cache.clear()
+        self._mask_cache[key] = (bits, bad)
+        return bad
 
     # ---- write clock MMCM --------------------------------------------------------------------
 
@@ -606,7 +586,7 @@ class LiteDram:
         if BIST_LANE_ERRORS <= rel < BIST_LANE_ERRORS + 4 * LANES:
             return b["lane_errors"][(rel - BIST_LANE_ERRORS) // 4]
         if BIST_LANE_BITS <= rel < BIST_LANE_BITS + 12:
-            return _int_to_words(b["lane_bits"], 3)[(rel - BIST_LANE_BITS) // 4]
+            return int_to_words(b["lane_bits"], 3)[(rel - BIST_LANE_BITS) // 4]
         return {BIST_MODE: b["mode"], BIST_BASE: b["base"], BIST_LENGTH: b["length"], BIST_DONE: b["done"],
                 BIST_TICKS: b["ticks"], BIST_BEATS: b["beats"], BIST_ERRORS: b["errors"]}.get(rel, 0)
 
@@ -840,7 +820,7 @@ class SelfCal:
         self.w(B_SDRAM, DFII_CONTROL, CTL_CKE | CTL_ODT | CTL_RESET_N)
         self.w(B_DDRPHY, PHY_RST, 1)
         self.w(B_DDRPHY, PHY_RST, 0)
-        for _what, address, bank, (kind, value) in INIT_SEQUENCE:
+        for _what, address, bank, (kind, value), _wait in INIT_SEQUENCE:
             if kind == "control":
                 self.w(B_SDRAM, DFII_CONTROL, value)
             else:
@@ -854,7 +834,7 @@ class SelfCal:
         self.command(0, PRE, 1 << 10)
         self.command(0, ACT, 0, 0)
         for p, v in enumerate(self.patterns[k]):
-            for i, word in enumerate(_int_to_words(v)):
+            for i, word in enumerate(int_to_words(v)):
                 self.w(B_SDRAM, self._pi(p, PI_WRDATA) + 4 * i, word)
         self.command(WRPHASE, WRITE | CMD_WRDATA, 0, 0)
         self.w(B_SDRAM, self._pi(RDPHASE, PI_ADDRESS), 0)
@@ -866,7 +846,7 @@ class SelfCal:
         self.w(B_SDRAM, self._pi(RDPHASE, PI_ISSUE), 1)
         wrong = 0
         for p, v in enumerate(self.patterns[k]):
-            got = _words_to_int([self.r(B_SDRAM, self._pi(p, PI_RDDATA) + 4 * i) for i in range(DATA_WORDS)])
+            got = words_to_int([self.r(B_SDRAM, self._pi(p, PI_RDDATA) + 4 * i) for i in range(DATA_WORDS)])
             x = got ^ v
             wrong |= (x | (x >> DATABITS)) & _BEAT_MASK
         return wrong
@@ -929,7 +909,7 @@ class SelfCal:
 
     # ---- CK phase ----------------------------------------------------------------------------
 
-    def phase(self) -> int: return _signed32(self.r(B_PHASE, PHASE_DQS_STEPS))
+    def phase(self) -> int: return signed32(self.r(B_PHASE, PHASE_DQS_STEPS))
 
     def move_phase(self, target: int) -> None:
         for _ in range(abs(target - self.phase())):
@@ -1018,7 +998,7 @@ class SelfCal:
         return result
 
 
-# ---- mailbox encoding (the CPU's report; the host decodes it) -----------------------------------
+# ---- mailbox encoding (the CPU's report; otpu-memcal decodes it) ---------------------------------
 
 def _u16(v: int) -> int: return v & 0xFFFF
 
@@ -1043,33 +1023,3 @@ def encode_channel_block(result: dict, code: int, stride: int) -> list[int]:
         bits = sum(1 << i for i, ch in enumerate(pm[:128]) if ch == "#")
         blk[24 + 4 * l:28 + 4 * l] = [(bits >> (32 * i)) & 0xFFFFFFFF for i in range(4)]
     return blk
-
-
-def decode_mailbox(words: list[int]) -> dict:
-    """What the CPU reported: {firmware_id, channels: {ch: {...}}}; raises ValueError without magic."""
-    if len(words) < MBOX_WORDS or words[0] != MBOX_MAGIC:
-        raise ValueError("self-calibration mailbox has no result (magic missing)")
-
-    def s16(v: int) -> int: return v - 0x10000 if v & 0x8000 else v
-
-    chans = {}
-    for ch, at in enumerate(CH_BLOCK):
-        blk = words[at:at + 64]
-        if not blk[0]:
-            continue
-        wl = [(blk[5] >> (4 * l)) & 0xF for l in range(8)] + [blk[6] & 0xF]
-        points = blk[2] >> 16
-        chans[ch] = {
-            "state": ("idle", "running", "ok", "failed")[blk[0] & 3], "error": (blk[0] >> 8) & 0xFF,
-            "error_text": ERROR_TEXT.get((blk[0] >> 8) & 0xFF, "unknown"),
-            "traffic_checked": bool(blk[0] >> 17 & 1), "stride": blk[0] >> 24,
-            "dqs_steps": _signed32(blk[1]), "window_steps": blk[2] & 0xFFFF, "scan_points": points,
-            "window_ps": round((blk[2] & 0xFFFF) * STEP_PS),
-            "run_first": s16(blk[3] >> 16), "run_last": None if blk[4] == 0xFFFF else s16(blk[4]),
-            "write_latency": [-1 if x == 0xF else x for x in wl],
-            "read": [{"taps": v & 0xFF, "bitslip": (v >> 8) & 0xFF, "tap": v >> 24} for v in blk[7:7 + LANES]],
-            "scan_start": _signed32(blk[23]),
-            "pass_maps": ["".join("#" if (sum(blk[24 + 4 * l + i] << (32 * i) for i in range(4)) >> k) & 1 else "."
-                                  for k in range(points)) for l in range(LANES)],
-        }
-    return {"firmware_id": words[1], "channels": chans}

@@ -129,6 +129,15 @@ I2C_FIELDS = (
     Field("SCL0", 0), Field("SDA0", 1), Field("SCL1", 2), Field("SDA1", 3),
     Field("ALERT0", 4, desc="I2C_IN only: LM73 ALERT, active low"),
 )
+I2C_BUS_NAMES = ("sensor", "smbus")     # bus 0: the LM73; bus 1: the PCIe edge connector's SMBus
+I2C_ALERT0 = 1 << 4
+
+
+def i2c_scl(bus: int) -> int: return 1 << (2 * bus)
+
+
+def i2c_sda(bus: int) -> int: return 1 << (2 * bus + 1)
+
 
 # The counters, in the order the host reads them (low word, high word; SNAP read last).
 COUNTER_NAMES = ("UPTIME", "RUNNING", "MXU_BUSY", "MXU_MAC", "VPU_BUSY", "QNT_BUSY", "DMA_BUSY",

@@ -139,7 +139,8 @@ class DeviceLock:
         if self._fd is not None:
             return self
         if wait is None:
-            wait = float(os.environ.get("OTPU_LOCK_WAIT") or 0)
+            from ..envvars import number
+            wait = number("OTPU_LOCK_WAIT", 0.0, 0.0, 86400.0)
         fd = open_shared(self.path)
         deadline = time.monotonic() + wait
         announced = False
@@ -192,6 +193,30 @@ class DeviceLock:
     def __enter__(self) -> "DeviceLock": return self.acquire()
 
     def __exit__(self, *exc) -> None: self.release()
+
+
+def lock_holders(path: Path) -> set[int] | None:
+    """PIDs holding a flock on the file at `path`, read from /proc/locks without touching the
+    lock (a monitor must never take it, even for a moment). None when /proc/locks cannot be read."""
+    try:
+        st = os.stat(path)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except FileNotFoundError:
+        return set()
+    except OSError:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    holders = set()
+    for line in lines:
+        parts = line.split()
+        if "->" in parts:              # a waiter, not a holder
+            continue
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == want:
+            try:
+                holders.add(int(parts[4]))
+            except ValueError:
+                pass
+    return holders
 
 
 # Status file ---------------------------------------------------------------------------------

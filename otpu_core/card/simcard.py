@@ -26,7 +26,6 @@ import errno
 import fcntl
 import functools
 import importlib
-import json
 import os
 import sys
 import threading
@@ -41,7 +40,8 @@ import numpy as np
 from .. import target as target_mod
 from ..errors import DeviceError, TargetError
 from . import faults as faults_mod
-from . import regs
+from . import regs, simfiles
+from .simfiles import card_name, destroy  # noqa: F401  (part of this module's API)
 from .dram import Dram
 from .engine import onchip_bytes
 from .periphstore import PeriphStore
@@ -68,19 +68,14 @@ LAYOUT = zlib.crc32(" ".join(_HIDDEN_NAMES).encode())   # a card saved by anothe
 H2C_RATE, H2C_SLOW_RATE = 1.70e9, 0.77e9
 C2H_RATE, C2H_SLOW_RATE = 1.65e9, 1.16e9
 DMA_CALL_NS = 11_700
+ROOM_RECHECK_S = 0.5          # how long a reading of the DRAM filesystem's free space is trusted
 THERMAL_TICK = 0.05           # the sensors convert this often: readings in between repeat the last
+SCATTER_BELOW = 1 << 16      # an aliased line below this cuts host writes into pieces stored per byte
+SCATTER_CHUNK = 1 << 20
 SLIP_BYTES = regs.BEAT        # how far an h2c overlapping a c2h shifts every later host write
 
 _LINK_SPEED = {"pcie-gen2-x8": ("5.0 GT/s PCIe", 8), "pcie-gen3-x8": ("8.0 GT/s PCIe", 8),
                "pcie-gen3-x16": ("8.0 GT/s PCIe", 16), "none": (None, 0)}
-
-
-def card_name(spec_name: str | None) -> str:
-    """Run-directory name of a simulated card: `sim`, or `sim-NAME` for `--dev sim:NAME`."""
-    return "sim" if not spec_name else f"sim-{spec_name}"
-
-
-def serial_of(name: str) -> int: return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
 class SimCard:
@@ -96,10 +91,12 @@ class SimCard:
         self._depth = 0
         refit = False
         with self._locked():
-            meta = self._load_meta()
+            meta = simfiles.load_state(self.dir, name)
             if meta is None:
                 meta = self._new_meta(target, faults)
             elif faults is not None and str(faults_mod.parse(faults)) != meta.get("faults", ""):
+                # refused before it is saved: a spec this card cannot take leaves the card as it was
+                faults_mod.parse(faults).validate(check_simulable(target_mod.load(meta["target"])))
                 meta["faults"] = str(faults_mod.parse(faults))      # another card, in effect: power-cycle it
                 self._save_meta(meta)
                 refit = True
@@ -112,13 +109,14 @@ class SimCard:
             self.channel_bytes = int(plat["channel_bytes"])
             self.core_hz = self.target.core_hz
             self.bar_path = self.dir / f"{name}.bar0"
-            self.bar = _file_array(self.bar_path, regs.BAR0_BYTES // 4, np.uint32)
+            self.bar = simfiles.file_array(self.bar_path, regs.BAR0_BYTES // 4, np.uint32)
             self.hidden = np.asarray(self.bar[HIDDEN_BASE // 4:HIDDEN_BASE // 4 + 2 * len(H)]).view(np.uint64)
-            self.dram = Dram(self.dir / f"{name}.dram", self.channel_bytes, self.target.uarch.CHASH,
+            self.dram = Dram(simfiles.dram_path(self.dir, name, meta), self.channel_bytes, self.target.uarch.CHASH,
                              int(plat["channels"]))
-            self.imem = _file_array(self.dir / f"{name}.imem", self.cfg.IMEM_WORDS, np.uint32)
-            self.trace = _file_array(self.dir / f"{name}.trace", self.target.uarch.TRACE_DEPTH, np.uint64)
-            self.onchip = np.asarray(_file_array(self.dir / f"{name}.tmem", onchip_bytes(self.cfg), np.uint8))
+            self._room = (0.0, 0)            # (when, bytes free) on the DRAM file's filesystem, refreshed as it fills
+            self.imem = simfiles.file_array(self.dir / f"{name}.imem", self.cfg.IMEM_WORDS, np.uint32)
+            self.trace = simfiles.file_array(self.dir / f"{name}.trace", self.target.uarch.TRACE_DEPTH, np.uint64)
+            self.onchip = np.asarray(simfiles.file_array(self.dir / f"{name}.tmem", onchip_bytes(self.cfg), np.uint8))
             self.periph = PeriphStore(self.dir / f"{name}.periph", name)
             self.periph_state = self.periph.state
             self.periphs: dict[str, Any] = {}
@@ -130,26 +128,40 @@ class SimCard:
                 self._power_on()
             self._sync_periph()
         self._runner: threading.Thread | None = None
+        self._machine = None           # (key, (Machine, seen generations, store logs)) of engine.machine_for
 
     # -- identity ---------------------------------------------------------------------------------
-    def _load_meta(self) -> dict | None:
-        try:
-            return json.loads(self.meta_path.read_text())
-        except (OSError, ValueError):
-            return None
-
     def _new_meta(self, target: str | None, faults: str | None) -> dict:
         t = check_simulable(target_mod.load(target))
+        faults_mod.parse(faults).validate(t)
         shipped = t.path.resolve().parent == target_mod.TARGETS_DIR
-        meta = {"target": t.path.stem if shipped else str(t.path), "target_name": t.name, "serial": serial_of(self.name),
-                "faults": str(faults_mod.parse(faults)) if faults else "", "created": time.time()}
+        meta = {"target": t.path.stem if shipped else str(t.path), "target_name": t.name,
+                "serial": simfiles.serial_of(self.name), "faults": str(faults_mod.parse(faults)) if faults else "",
+                "created": time.time()}
+        size = int(t.platform["channel_bytes"]) * int(t.platform["channels"])
+        home = simfiles.dram_home(self.dir, size)
+        if home != self.dir:
+            meta["dram_dir"] = str(home)
+            print(f"otpu: {simfiles.dev_of(self.name)}: the run directory {self.dir} has "
+                  f"{simfiles.human(simfiles.free_bytes(self.dir))} free, too little for the card's "
+                  f"{simfiles.human(size)} of DRAM: it is kept in {home}", file=sys.stderr)
         self._save_meta(meta)
         return meta
 
     def _save_meta(self, meta: dict) -> None:
-        tmp = self.meta_path.with_name(f".{self.meta_path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(meta, indent=1))
-        os.replace(tmp, self.meta_path)
+        simfiles.save_state(self.dir, self.name, meta)
+
+    def _check_room(self, n: int) -> None:
+        """Refuse a host write the DRAM file's filesystem may not hold (a sparse page written on a
+        full filesystem is a Bus error): ENOSPC naming the directory and the bytes needed."""
+        when, free = self._room
+        now = time.monotonic()
+        if now - when > ROOM_RECHECK_S or n > free // 4:
+            free = simfiles.free_bytes(self.dram.path.parent)
+            when = now
+        if n + simfiles.DRAM_MARGIN // 4 > free:
+            raise simfiles.no_room(self.dram.path.parent, n, free, f"this {n}-byte write to {self.dram.path.name}")
+        self._room = (when, free - n)
 
     @contextmanager
     def _locked(self):
@@ -230,14 +242,15 @@ class SimCard:
                 self.periphs[name] = cls(self.target, self.serial, self.periph_state[name], self.faults, **needs)
 
     @contextmanager
-    def _periph(self, name: str, tick: bool = True):
+    def _periph(self, name: str, tick: bool = True, changes: bool = True):
         """A peripheral with fresh state (the thermal model ticked to now for a reading); its
-        state is stored afterwards if it changed."""
+        state is stored afterwards if it changed (`changes=False`: the caller only reads a
+        peripheral whose reads keep its state, so there is nothing to compare)."""
         with self._locked():
             self._sync_periph()
             ticked = tick and self._tick_thermal()
             yield self.periphs.get(name)
-            self.periph.store((name, "thermal", "card") if ticked else (name,))
+            self.periph.store(((name,) if changes else ()) + (("thermal", "card") if ticked else ()))
 
     def _tick_thermal(self) -> bool:
         """Advance the thermal model to now (at most every THERMAL_TICK); True if it moved."""
@@ -270,9 +283,71 @@ class SimCard:
             return self._ctrl_read(off & (regs.CTRL_DECODE - 1))
         for name, base, size in WINDOWS:
             if window == base:
-                with self._periph(name) as p:
+                with self._periph(name, changes=not _reads_keep_state(name)) as p:
                     return p.read(off - base) & 0xFFFFFFFF if p is not None else regs.UNMAPPED
         return regs.UNMAPPED
+
+    def reg_batch(self, ops: list[tuple[int, int | None]]) -> list[int]:
+        """Register accesses in order (`(off, value)` writes, `(off, None)` reads); returns the
+        reads. A run inside one peripheral window takes one state sync and one store, as fast as
+        the run is long: a calibration hands over a whole scan of DFII reads at once."""
+        out: list[int] = []
+        mask = ~(regs.WINDOW_BYTES - 1)
+        # the pin registers of the I2C buses sit in the control window: a run of them is one step too
+        windows = [("i2c" if off & (regs.CTRL_DECODE - 1) in _I2C_OFFS else off & mask) if off & mask == regs.CTRL_BASE
+                   else off & mask for off, _ in ops]
+        i = 0
+        while i < len(ops):
+            window = windows[i]
+            if window == "i2c" and not (self.faults.faults and self.faults.has("link_down")):
+                j = i + 1
+                while j < len(ops) and windows[j] == "i2c":
+                    j += 1
+                self._i2c_run(ops[i:j], out)
+                i = j
+                continue
+            periph = next(((name, base) for name, base, _ in WINDOWS if base == window), None)
+            if periph is None or (self.faults.faults and self.faults.has("link_down")):
+                off, value = ops[i]
+                if value is None:
+                    out.append(self.reg_read(off))
+                else:
+                    self.reg_write(off, value)
+                i += 1
+                continue
+            j = i + 1
+            while j < len(ops) and windows[j] == window:
+                j += 1
+            name, base = periph
+            run = ops[i:j]
+            reads = sum(v is None for _, v in run)
+            with self._periph(name, tick=reads > 0, changes=reads < len(run) or not _reads_keep_state(name)) as p:
+                if p is None:
+                    out += [regs.UNMAPPED] * reads
+                else:
+                    read, write, append = p.read, p.write, out.append
+                    for off, value in run:
+                        if value is None:
+                            append(read(off - base) & 0xFFFFFFFF)
+                        else:
+                            write(off - base, value & 0xFFFFFFFF)
+            i = j
+        return out
+
+    def _i2c_run(self, run: list[tuple[int, int | None]], out: list[int]) -> None:
+        """A run of I2C_CTRL / I2C_IN accesses under one sync and store (as `_ctrl_read` / `_ctrl_write` each)."""
+        with self._locked(), self._periph("i2c", tick=any(v is None for _, v in run)) as bus:
+            for off, value in run:
+                o = off & (regs.CTRL_DECODE - 1)
+                if value is None:
+                    if o == regs.off("I2C_IN"):
+                        out.append(bus.read(o - regs.I2C_BASE) if bus is not None else regs.UNMAPPED)
+                    else:
+                        out.append(int(self.bar[o // 4]))
+                elif o == regs.off("I2C_CTRL"):
+                    if bus is not None:
+                        bus.write(o - regs.I2C_BASE, value)
+                    self.bar[o // 4] = value & 0xF
 
     def reg_write(self, off: int, value: int) -> None:
         if self.faults.faults and self.faults.has("link_down"):
@@ -352,7 +427,7 @@ class SimCard:
             with self._locked():
                 self._finish(regs.ST_ERROR, "the process running the simulated core exited")
             st = int(self.bar[regs.off("STATUS") // 4])
-        if self.bar[regs.off("CTRL") // 4] & regs.CTRL_RUN:
+        if self.hidden[H["RUNNER"]]:  # the core runs until its engine stops, not until CTRL.RUN is cleared
             st |= regs.ST_RUN
         for ch, bit in enumerate(regs.ST_CALIB):
             if self.calibrated(ch):
@@ -605,6 +680,7 @@ class SimCard:
         garbled on byte lanes out of their write window, stuck DQ bits forced, and stored at
         every address of its aliased cell (`faults.alias_class`)."""
         src = np.frombuffer(buf, dtype=np.uint8)
+        self._check_room(src.size)
         land, mark = self._dma_begin("h2c", axi, src.size, src.__array_interface__["data"][0])
         try:
             parts, hole = self._axi_spans(land, src.size)
@@ -619,12 +695,34 @@ class SimCard:
         """Host data at a channel offset as the pins store it (lane and stuck-bit faults, every
         address of an aliased cell)."""
         data = self.pins_write(ch, off, data)
-        spans = [self.dram.write_channel(ch, cell | s, data[pos:pos + length])
-                 for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, data.size)
-                 for s in faults_mod.alias_class(faults_mod.alias_mask(self.faults, ch))]
+        mask = faults_mod.alias_mask(self.faults, ch)
+        if mask and mask & -mask < SCATTER_BELOW:      # pieces too small to write one by one
+            spans = self._store_scattered(ch, off, data, mask)
+        else:
+            spans = [self.dram.write_channel(ch, cell | s, data[pos:pos + length])
+                     for pos, cell, length in faults_mod.alias_segments(self.faults, ch, off, data.size)
+                     for s in faults_mod.alias_class(mask)]
         with self._locked():
             for lo, hi in spans:
                 self.dram.touch(lo, hi)
+
+    def _store_scattered(self, ch: int, off: int, data: np.ndarray, mask: int) -> list[tuple[int, int]]:
+        """`_store` for an aliased line low enough to cut a write into tiny pieces: per byte,
+        vectorised, a chunk at a time; within a call the later byte of a cell wins."""
+        from .dram import logical_bytes
+        unit = min(mask & -mask, regs.BEAT)          # bytes that always move together: whole units
+        if off % unit or data.size % unit:
+            unit = 1
+        spans = []
+        for start in range(0, data.size, SCATTER_CHUNK):
+            part = data[start:start + SCATTER_CHUNK].reshape(-1, unit)
+            cells = (np.arange(part.shape[0], dtype=np.int64) * unit + off + start) & ~np.int64(mask)
+            last = cells.size - 1 - np.unique(cells[::-1], return_index=True)[1]
+            for s in faults_mod.alias_class(mask):
+                at = logical_bytes(ch, cells[last] | np.int64(s), self.dram.chash)[:, None] + np.arange(unit)
+                self.dram.mem[at] = part[last]
+                spans.append((int(at.min()), int(at.max()) + 1))
+        return spans
 
     def c2h(self, axi: int, buf) -> None:
         """One card->host XDMA call into `buf` from an AXI address (stuck DQ bits forced, lanes
@@ -707,6 +805,7 @@ class SimCard:
         self.join(2.0)               # a run the host stopped ends within one engine time slice
         if self._runner is not None and self._runner.is_alive():
             return                   # a run still in flight keeps using the card; it goes with the process
+        self._machine = None        # its DRAM views are the maps closed below
         self.dram.close()
         self.periph.close()
         if self._lock_fd is not None:
@@ -729,6 +828,14 @@ def _own_start() -> int:
 WINDOWS = (("litedram", regs.LITEDRAM_BASE, regs.LITEDRAM_BYTES), ("thermal", regs.XADC_BASE, regs.XADC_BYTES))
 PERIPHERALS = ("thermal", "litedram", "i2c")
 _CLASS_NAMES = {"thermal": "Thermal", "litedram": "LiteDram", "i2c": "I2cBuses"}  # i2c's devices read the thermal model
+
+
+_I2C_OFFS = frozenset((regs.off("I2C_CTRL"), regs.off("I2C_IN")))
+
+
+def _reads_keep_state(name: str) -> bool:
+    """Whether a peripheral's register reads never change its state (its class says `READS_KEEP_STATE`)."""
+    return bool(getattr(peripheral_class(name), "READS_KEEP_STATE", False))
 
 
 @functools.lru_cache(maxsize=None)
@@ -760,17 +867,6 @@ def check_simulable(target) -> Any:
     return target
 
 
-def _file_array(path: Path, count: int, dtype) -> np.ndarray:
-    nbytes = count * np.dtype(dtype).itemsize
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        if os.fstat(fd).st_size < nbytes:
-            os.ftruncate(fd, nbytes)
-    finally:
-        os.close(fd)
-    return np.memmap(path, dtype=dtype, mode="r+", shape=(count,))
-
-
 def open_card(name: str, target: str | None = None, faults: str | None = None) -> SimCard:
     """Open (creating on first use) a simulated card; wraps file errors as DeviceError."""
     if faults is None:
@@ -778,17 +874,7 @@ def open_card(name: str, target: str | None = None, faults: str | None = None) -
     try:
         return SimCard(name, target, faults)
     except OSError as e:
-        raise DeviceError(f"simulated card {name}: cannot open its files in {run_dir()}: {e.strerror or e}") from None
+        raise DeviceError(f"simulated card {simfiles.dev_of(name)}: cannot open its files in {run_dir()}: "
+                          f"{e.strerror or e}") from None
 
 
-CARD_FILES = (".card.json", ".bar0", ".dram", ".gens", ".imem", ".trace", ".tmem", ".periph", ".error")
-
-
-def destroy(name: str, directory: Path | None = None) -> None:
-    """Remove every file of a simulated card (its next open powers on a new one)."""
-    directory = directory or run_dir()
-    for suffix in CARD_FILES:
-        try:
-            (directory / f"{name}{suffix}").unlink()
-        except FileNotFoundError:
-            pass

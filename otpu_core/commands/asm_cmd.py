@@ -9,6 +9,7 @@ from .. import asm, isa
 from ..console import print_json, stdout
 from ..errors import UsageError
 from ..hookspecs import hookimpl
+from ..outpath import check_writable, is_stdout, write_or_show
 
 
 def _read(path: Path, what: str, binary: bool) -> bytes | str:
@@ -24,11 +25,10 @@ def _read(path: Path, what: str, binary: bool) -> bytes | str:
         raise UsageError(f"cannot read {what} {path}: {e.strerror}") from None
 
 
-def _write(path: Path, data: bytes | str) -> None:
-    try:
-        path.write_bytes(data) if isinstance(data, bytes) else path.write_text(data)
-    except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror}") from None
+def _write(path: Path, data: bytes | str, option: str = "-o") -> None:
+    """An output file (`-` is stdout), checked first; a write that still fails is a usage error."""
+    check_writable(path, option)
+    write_or_show(path, data, option)
 
 
 def asm_cmd(source: Path = typer.Argument(..., help="Assembly file (.s)."),
@@ -37,6 +37,8 @@ def asm_cmd(source: Path = typer.Argument(..., help="Assembly file (.s)."),
                                        help="Append the WAITC wait table after the program (default: when the source has '!' entries)."),
             json_out: bool = typer.Option(False, "--json", help="Print a JSON summary.")) -> None:
     """Assemble openTPU assembly into a program image (little-endian, 32 bytes per instruction)."""
+    if output is not None:
+        check_writable(output, "-o")
     program = asm.parse(_read(source, "assembly file", binary=False))
     output = output or source.with_suffix(".bin")
     with_waits = program.waits is not None if waits is None else waits
@@ -45,9 +47,9 @@ def asm_cmd(source: Path = typer.Argument(..., help="Assembly file (.s)."),
     _write(output, image)
     summary = {"source": str(source), "output": str(output), "instructions": len(program.instrs),
                "bytes": len(image), "wait_table": with_waits}
-    if json_out:
+    if json_out and not is_stdout(output):
         print_json(summary)
-    else:
+    elif not is_stdout(output):
         stdout().print(f"{output}: {len(program.instrs)} instructions, {len(image)} bytes"
                        + (" (program + WAITC table)" if with_waits else ""))
 

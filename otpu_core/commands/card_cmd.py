@@ -6,6 +6,7 @@ import time
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .. import cliopts
@@ -94,6 +95,8 @@ def info_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, no_chec
     if json_out:
         print_json(info.as_dict())
         return
+    if info.fault_note:
+        stdout().print(f"[bold yellow]{escape(info.fault_note)}[/]")
     table = Table(title=f"card {info.dev}", show_header=False, title_justify="left")
     table.add_column("field")
     table.add_column("value")
@@ -106,7 +109,8 @@ def info_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, no_chec
                  ("calibrated", ", ".join(f"ch{c} {'yes' if ok else 'no'}" for c, ok in enumerate(info.calibrated))),
                  ("temperature", f"{info.temp_c:.2f} C" if info.temp_c is not None else "n/a"),
                  ("running", "yes" if info.running else "no"),
-                 ("injected faults", "; ".join(info.faults) or "none"),
+                 ("injected faults", (info.fault_note or "none")),
+                 ("health", "\n".join(info.problems) or "ok"),
                  ("capabilities", " ".join(caps)),
                  ("trace", f"{info.caps.get('trace_depth', 0)} records, P/Q window {info.caps.get('pq_window', 0)} cycles"),
                  ("PCIe", f"{link.get('vendor') or 0:04x}:{link.get('device') or 0:04x} {link.get('speed') or 'link down'}"
@@ -168,21 +172,16 @@ def run_cmd(program: str = typer.Argument(..., help="Program: assembly (.s) or a
     from pathlib import Path
 
     from ..board import BoardBackend, prepare
+    from .sim_cmd import parse_args, read_program
+    cliopts.seconds(timeout, "--timeout")
     path = Path(program)
-    try:
-        prog = prepare(path.read_text() if path.suffix in (".s", ".asm") else path.read_bytes())
-    except OSError as e:
-        raise UsageError(f"{program}: {e.strerror}") from None
-    args = [0] * regs.ARG_COUNT
-    for item in arg:
-        key, _, value = item.partition("=")
-        try:
-            index, number = int(key), int(value, 0)
-        except ValueError:
-            raise UsageError(f"--arg {item!r}: write it as N=VALUE, e.g. --arg 0=0x1000") from None
-        if not 0 <= index < regs.ARG_COUNT:
-            raise UsageError(f"--arg {item!r}: N must be 0..{regs.ARG_COUNT - 1}")
-        args[index] = number
+    if path.is_dir():
+        raise UsageError(f"program file {path} is a directory")
+    instrs, _ = read_program(path)
+    if not instrs:
+        raise UsageError(f"{program}: program has no instructions", hint="a program ends with halt")
+    prog = prepare(instrs)
+    args = parse_args(arg)
     with Board.open(dev, target, check=not no_check, faults=fault) as board:
         backend = BoardBackend(board)
         backend.start(prog, args=args)
@@ -221,7 +220,7 @@ def reset_cmd(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault:
     With --target the card comes back as that target (a new bitstream); with --fault it comes
     back with those faults (default: none)."""
     from ..card.simcard import card_name, destroy, open_card
-    dev = dev or "sim"
+    dev = "sim" if dev is None else cliopts.nonempty(dev, "--dev", "a simulated card: sim or sim:NAME")
     if not _is_sim(dev):
         raise UsageError(f"`otpu sim reset` resets simulated cards; {dev} is not one (use sim or sim:NAME)")
     devname = card_name(dev.partition(":")[2] or None)

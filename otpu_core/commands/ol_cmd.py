@@ -10,6 +10,7 @@ after it), `--asm` the assembly listing.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
 import traceback
 from pathlib import Path
@@ -30,8 +31,16 @@ ol_app = typer.Typer(name="ol", no_args_is_help=True, add_completion=False,
 
 
 def _load_module(path: Path):
+    if path.is_dir():
+        raise UsageError(f"kernel file {path} is a directory")
     if not path.is_file():
         raise UsageError(f"kernel file {path} does not exist")
+    if path.suffix != ".py":
+        raise UsageError(f"kernel file {path} is not a Python file (.py)", hint="kernels are written in Python")
+    try:
+        path.read_text()
+    except UnicodeDecodeError:
+        raise UsageError(f"kernel file {path} is not UTF-8 text") from None
     spec = importlib.util.spec_from_file_location(f"_ol_user_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -40,7 +49,7 @@ def _load_module(path: Path):
     except SyntaxError as e:
         raise UsageError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
     except Exception as e:  # the user's module failed while importing: report it, not a traceback
-        raise UsageError(f"{path}: importing it raised {type(e).__name__}: {e}") from None
+        raise UsageError(f"{path}: importing it failed: {e}") from None
     return module
 
 
@@ -53,7 +62,7 @@ def _user_call(path: Path, fn, *args, **kwargs):
     except Exception as e:
         frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == path.resolve()]
         where = f" at {path.name}:{frames[-1].lineno}: {frames[-1].line}" if frames else ""
-        raise UsageError(f"the kernel raised {type(e).__name__}: {e}{where}") from None
+        raise UsageError(f"the kernel failed: {e}{where}") from None
 
 
 def _parse_args(items: list[str]) -> dict:
@@ -91,7 +100,13 @@ def compile_cmd(file: Path = typer.Argument(..., help="Python file defining the 
     t = target_mod.load(target)
     args_fn = getattr(module, f"{kernel}_args", None)
     kwargs = dict(_user_call(file, args_fn, t) if callable(args_fn) else {})
-    kwargs.update(_parse_args(arg))
+    given = _parse_args(arg)
+    params = inspect.signature(fn).parameters
+    unknown = [k for k in given if k not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values())]
+    if unknown:
+        raise UsageError(f"--arg {unknown[0]}=...: {kernel} has no parameter {unknown[0]!r}",
+                         hint=f"its parameters: {', '.join(params) or 'none'}")
+    kwargs.update(given)
     compile_fn = cached_compile if cache else compile_kernel
     prog = _user_call(file, compile_fn, fn, t, peepholes=not no_peepholes, **kwargs)
     if output is not None:

@@ -14,7 +14,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from .. import isa, tracefmt
+from .. import cliopts, isa, tracefmt
 from ..console import print_json, spin_while, stderr, stdout
 from ..errors import UsageError
 from ..hookspecs import hookimpl
@@ -37,6 +37,15 @@ def _int(text: str, what: str) -> int:
         raise UsageError(f"{what}: {text!r} is not an integer (decimal or 0x hex)") from None
 
 
+def read_text(path: Path, what: str) -> str:
+    """A text file the user named; not UTF-8 is a usage error naming it."""
+    try:
+        return path.read_text()
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{what} {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})",
+                         hint="assembly is text (.s); a program image ends in .bin") from None
+
+
 def read_program(path: Path, with_table: bool = False) -> tuple[list[isa.Instr], list | None]:
     """(instructions, WAITC entries or None) from assembly text (.s/.asm, `!` entries) or a
     binary image (anything else; with_table: the image is followed by its wait table)."""
@@ -44,7 +53,7 @@ def read_program(path: Path, with_table: bool = False) -> tuple[list[isa.Instr],
         raise UsageError(f"program file {path} does not exist")
     if path.suffix.lower() in (".s", ".asm"):
         from ..asm import parse
-        prog = parse(path.read_text())
+        prog = parse(read_text(path, "program file"))
         return prog.instrs, prog.waits
     data = path.read_bytes()
     if not with_table:
@@ -142,6 +151,7 @@ def run_cmd(program: Path = typer.Argument(..., help="Program: assembly text (.s
                                        "(SEQ_WC targets schedule by it).")) -> None:
     """Run a program on the golden simulator (or with --dev on a card) and report cycles, instructions and
     unit utilisation."""
+    cliopts.seconds(timeout, "--timeout")
     prog, table = read_program(program, waits)
     if not prog:
         raise UsageError(f"{program}: program has no instructions", hint="a program ends with halt")
@@ -299,18 +309,81 @@ def trace_cmd(path: Path = typer.Argument(..., help="A trace file written by `ot
               chrome: Path = typer.Option(None, "--chrome", help="Also write a Chrome-trace JSON (chrome://tracing, Perfetto)."),
               core_mhz: float = typer.Option(133.33, "--core-mhz", help="Core clock for Chrome-trace timestamps.")) -> None:
     """Decode 64-bit trace records into the `T0 D c= ...` lines (or JSON events)."""
+    cliopts.positive(core_mhz, "--core-mhz", "MHz")
+    if path.is_dir():
+        raise UsageError(f"trace file {path} is a directory")
     if not path.is_file():
         raise UsageError(f"trace file {path} does not exist")
     if path.stat().st_size % 8:
         raise UsageError(f"trace file {path} is {path.stat().st_size} bytes: not a whole number of 64-bit records")
-    records = tracefmt.read(path)
     if chrome is not None:
-        chrome.write_text(tracefmt.to_chrome(records, core_mhz))
+        check_writable(chrome, "--chrome")
+    records = tracefmt.read(path)
+    try:
+        lines = tracefmt.to_lines(records)
+        events = tracefmt.unpack(records) if json_out else None
+        chrome_text = tracefmt.to_chrome(records, core_mhz) if chrome is not None else None
+    except (KeyError, ValueError, IndexError) as e:
+        raise UsageError(f"trace file {path} does not hold trace records (a record of an unknown type or a cut "
+                         f"group: {e})", hint="trace files come from `otpu sim run --trace F`") from None
+    if chrome is not None:
+        write_or_show(chrome, chrome_text, "--chrome")
     if json_out:
-        print_json(tracefmt.unpack(records))
+        print_json(events)
         return
-    for line in tracefmt.to_lines(records):
+    for line in lines:
         print(line)
+
+
+@app.command("list")
+def list_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The simulated cards in the run directory: target, faults, age, DRAM on disk, who holds each."""
+    from ..card import simfiles
+    from ..card.runstate import run_dir
+    rows = [simfiles.describe(n) for n in simfiles.names()]
+    if json_out:
+        print_json(rows)
+        return
+    con = stdout()
+    if not rows:
+        con.print(f"no simulated cards in {run_dir()}", markup=False)
+        return
+    table = Table(title=f"simulated cards in {run_dir()}", title_justify="left")
+    for col in ("card", "target", "faults", "age", "DRAM on disk", "held by", "state"):
+        table.add_column(col, justify="right" if col == "DRAM on disk" else "left")
+    for r in rows:
+        held = f"PID {r['held_by']['pid']} ({r['held_by']['cmd']})" if r["held_by"] else "free"
+        table.add_row(r["dev"], r["target"] or "?", r["faults"] or "none" if r["target"] else "?",
+                      simfiles.age(r["created"]), simfiles.human(r["dram_bytes_on_disk"]), held, r["state"])
+    con.print(table)
+
+
+@app.command("rm")
+def rm_cmd(cards: list[str] = typer.Argument(None, help="Cards to remove: sim, sim:NAME (or NAME)."),
+           all_cards: bool = typer.Option(False, "--all", help="Remove every simulated card in the run directory.")) -> None:
+    """Remove simulated cards and their files (DRAM included); a card in use is refused (exit 3)."""
+    from ..card import simfiles
+    from ..card.runstate import DeviceLock, run_dir
+    present = simfiles.names()
+    if all_cards and cards:
+        raise UsageError("name cards or give --all, not both")
+    if not all_cards and not cards:
+        raise UsageError("name the cards to remove (or --all)", hint="`otpu sim list` shows them")
+    wanted = present if all_cards else []
+    for spec in cards or []:
+        if not spec.strip():
+            raise UsageError("an empty card name", hint="`otpu sim list` shows the cards")
+        name = simfiles.card_name(spec.partition(":")[2] or None) if spec == "sim" or spec.startswith("sim:") \
+            else simfiles.card_name(spec)
+        if name not in present:
+            raise UsageError(f"no simulated card {simfiles.dev_of(name)} in {run_dir()}",
+                             hint="cards there: " + (", ".join(simfiles.dev_of(n) for n in present) or "none"))
+        wanted.append(name)
+    for name in dict.fromkeys(wanted):
+        with DeviceLock(name).acquire(wait=0):        # busy: DeviceBusy, exit 3, naming the holder
+            freed = simfiles.describe(name)["dram_bytes_on_disk"]
+            simfiles.destroy(name)
+        print(f"{simfiles.dev_of(name)}: removed ({simfiles.human(freed)} of DRAM freed)")
 
 
 @hookimpl

@@ -61,6 +61,13 @@ def begin(ctx: CheckContext) -> str:
     return f"{ctx.dev} (target {target(ctx).name})"
 
 
+def fault_note(ctx: CheckContext) -> str:
+    """The card's own sentence on its injected faults and how to clear them ("" when none), for
+    the header of every tool that opens it: a later plain run must never fail without saying why."""
+    t = ctx.cache.get("transport")
+    return t.fault_note() if t is not None else ""
+
+
 def card_kind(ctx: CheckContext) -> str:
     """What kind of card the run is on, as the tools' headers name it."""
     return CARD_KINDS.get(ctx.device_kind, ctx.device_kind)

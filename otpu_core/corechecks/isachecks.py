@@ -13,7 +13,13 @@ from ..target import load as load_target
 from . import device, programs
 from . import names as N
 
+# A program runs from DRAM and leaves its results there: every ISA and system check needs a
+# card that answers, is configured, has calibrated and initialized DRAM, and whose DRAM stores
+# data and addresses right. A memory fault then skips them ("needs channel 1 address bits
+# (FAIL)") instead of failing a hundred programs for the one cause.
 CORE = (N.ID, N.CONFIG, N.calib(0), N.calib(1), N.SCRUB)
+MEMORY = (*(n for ch in (0, 1) for n in (N.data_bits(ch), N.addr_bits(ch))), N.INTERLEAVE)
+NEEDS = CORE + MEMORY
 VOPS_GROUPS = ("vpu-new", "vpu-reduce")
 CAP_OF_GROUP = {"gen": "gen", "waitw": "waitw"}
 CYCLES_N = 20_000
@@ -58,7 +64,8 @@ def _system(ctx: CheckContext, make) -> Result:
 def stream(ctx: CheckContext) -> Result:
     caps = device.info(ctx).caps
     if not caps.get("stream") or not caps.get("dstep"):
-        return Result(Status.PASS, "no stream engine on this card (CAPS STREAM clear): nothing to check")
+        return Result(Status.SKIP, "no stream engine on this card (CAPS STREAM clear): nothing to check",
+                      vacuous=True)
     return _system(ctx, opchecks.stream_check)
 
 
@@ -66,13 +73,16 @@ def cycle_counters(ctx: CheckContext) -> Result:
     b = device.board(ctx)
     n = CYCLES_N
     runs = []
+    if programs.hung_on(ctx):
+        return programs.not_run(ctx)
     for k in (n, 2 * n):
         snap0 = b.snapshot()
         t0 = time.perf_counter()
-        stats, error = programs.run_program(ctx, opchecks.nop_loop(k), timeout=60)
+        stats, error = programs.run_program(ctx, opchecks.nop_loop(k), timeout=60, title=f"NOP loop of {k}")
         wall = time.perf_counter() - t0
         if error:
-            return Result(Status.FAIL, error, hint=KERNEL_HINT)
+            return Result(Status.FAIL, error, {"hung": bool(programs.hung_on(ctx))},
+                          hint=programs.HANG_HINT if programs.hung_on(ctx) else KERNEL_HINT)
         snap1 = b.snapshot()
         runs.append((k, stats.cycles, wall, None if snap0 is None else snap1["UPTIME"] - snap0["UPTIME"]))
     bad = []
@@ -95,9 +105,14 @@ def cycle_counters(ctx: CheckContext) -> Result:
 
 
 def soak(ctx: CheckContext) -> Result:
+    """Every program N times. A program that fails in some rounds only is intermittent (timing
+    margin, temperature, drift); one that fails in every round is a deterministic fault, named
+    as one (its own row already says what is wrong)."""
     rounds = int(ctx.options.get("soak", 0))
     if rounds <= 0:
         return Result(Status.SKIP, "only with --soak N")
+    if programs.hung_on(ctx):
+        return programs.not_run(ctx)
     cfg = device.target(ctx).config()
     progs = list(_by_title(ctx).values()) + [opchecks.demo_check(cfg), opchecks.masked_check(cfg)]
     progs = [p for p in progs if not missing_caps(ctx, p)]
@@ -105,28 +120,35 @@ def soak(ctx: CheckContext) -> Result:
     report = ctx.options.get("soak_progress")
     for r in range(rounds):
         for i, p in enumerate(progs):
-            if not programs.run_check(ctx, p).ok:
+            out = programs.run_check(ctx, p)
+            if not out.ran:
+                return programs.not_run(ctx)
+            if not out.ok:
                 fails[p.title] = fails.get(p.title, 0) + 1
             if report:
                 report(r * len(progs) + i + 1, rounds * len(progs))
     if not fails:
         return Result(Status.PASS, f"{len(progs)} programs x{rounds}, no failure", {"rounds": rounds})
-    msg = ", ".join(f"intermittent {name} {k}/{rounds}" if k < rounds else f"{name} {k}/{rounds}"
-                    for name, k in fails.items())
-    return Result(Status.FAIL, msg, {"rounds": rounds, "failures": fails},
-                  hint="timing margin (WNS), temperature or calibration drift")
+    intermittent = {name: k for name, k in fails.items() if k < rounds}
+    every = {name: k for name, k in fails.items() if k == rounds}
+    parts = [f"intermittent {name} {k}/{rounds}" for name, k in intermittent.items()]
+    parts += [f"{name} fails every round ({k}/{rounds}): deterministic" for name, k in every.items()]
+    hint = ("timing margin (WNS), temperature or calibration drift" if intermittent else
+            "not intermittent: these programs fail every time, a deterministic fault their own rows name")
+    return Result(Status.FAIL, ", ".join(parts), {"rounds": rounds, "failures": fails,
+                                                  "intermittent": intermittent, "deterministic": every}, hint=hint)
 
 
 def checks() -> list[Check]:
     titles = [(c.group, c.title) for c in opchecks.op_checks(load_target("sim-small").config(), gen=True, waitw=True)]
-    out = [Check("isa", title, functools.partial(op_row, title=title), needs=CORE, group=group,
+    out = [Check("isa", title, functools.partial(op_row, title=title), needs=NEEDS, group=group,
                  stage="vops" if group in VOPS_GROUPS else None)
            for group, title in titles]
     out += [
-        Check("system", N.DEMO, functools.partial(_system, make=opchecks.demo_check), needs=CORE, stage="kernel"),
-        Check("system", N.MASKED, functools.partial(_system, make=opchecks.masked_check), needs=CORE, stage="kernel"),
-        Check("system", N.STREAM, stream, needs=CORE, stage="stream"),
-        Check("system", N.CYCLES, cycle_counters, needs=CORE),
-        Check("system", N.SOAK, soak, needs=CORE),
+        Check("system", N.DEMO, functools.partial(_system, make=opchecks.demo_check), needs=NEEDS, stage="kernel"),
+        Check("system", N.MASKED, functools.partial(_system, make=opchecks.masked_check), needs=NEEDS, stage="kernel"),
+        Check("system", N.STREAM, stream, needs=NEEDS, stage="stream"),
+        Check("system", N.CYCLES, cycle_counters, needs=NEEDS),
+        Check("system", N.SOAK, soak, needs=NEEDS),
     ]
     return out

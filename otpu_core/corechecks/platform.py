@@ -15,10 +15,12 @@ from . import names as N
 
 HOST_LINK = {"pcie-gen2-x8": (5.0, 8), "pcie-gen3-x8": (8.0, 8), "pcie-gen3-x16": (8.0, 16)}
 TEMP_MAX_C = 85.0
+TEMP_WARN_C = 75.0        # inside the limit, but this close to it is worth a look (DCGM's Warn)
 GEN1_GTS = 2.5
 
-LINK_HINT = ("check `lspci -d 10ee:` lists the card, the xdma driver is loaded and /dev/xdma0_user exists; "
-             "after programming the FPGA, rescan the PCI bus or reboot")
+LINK_HINT = ("check `lspci -d 10ee:` lists the card, the xdma driver is loaded and /dev/xdma0_user exists "
+             "(`otpu setup --check` checks each, with its fix); after programming the FPGA, rescan the PCI bus or "
+             "reboot")
 CONFIG_HINT = ("load the bitstream built for this target, or pass the target the card was built for "
                "(--target); D, MCOLS and LANES come from the bitstream")
 SCRUB_HINT = "host->card DMA does not work: check the driver and the link (try the driver's poll mode)"
@@ -41,7 +43,8 @@ def pcie_link(ctx: CheckContext) -> Result:
         return Result(Status.FAIL, f"{text}, below Gen1 x{want[1]}", data,
                       hint="lane order / GT placement in the build, or a narrower slot")
     if gts < want[0]:
-        text += f" (the target's link runs {want[0]:g} GT/s)"
+        return Result(Status.WARN, text + f": slower than the target's {want[0]:g} GT/s", data,
+                      hint="a slot or riser that trains at a lower speed; `lspci -vv` LnkSta and LnkCap")
     return Result(Status.PASS, text, data)
 
 
@@ -94,7 +97,7 @@ def dram_scrub(ctx: CheckContext) -> Result:
     b = device.board(ctx)
     t = device.transport(ctx)
     if not getattr(t, "ecc", False):
-        return Result(Status.PASS, "no ECC on this card: nothing to initialize")
+        return Result(Status.SKIP, "no ECC on this card: nothing to initialize", vacuous=True)
     t0 = time.perf_counter()
     if not b.scrub(progress=ctx.options.get("scrub_progress")):
         return Result(Status.PASS, "already done since configuration")
@@ -128,6 +131,9 @@ def die_temperature(ctx: CheckContext) -> Result:
     data = {"temp_c": round(c, 2)}
     if not 0 < c < TEMP_MAX_C:
         return Result(Status.FAIL, f"{c:.1f} C, outside 0..{TEMP_MAX_C:g} C", data,
+                      hint="check the heatsink, the fan and the airflow over the card")
+    if c >= TEMP_WARN_C:
+        return Result(Status.WARN, f"{c:.1f} C, near the {TEMP_MAX_C:g} C limit", data,
                       hint="check the heatsink, the fan and the airflow over the card")
     return Result(Status.PASS, f"{c:.1f} C", data)
 

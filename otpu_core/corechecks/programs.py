@@ -4,7 +4,8 @@ The op-check DRAM image is written once per run; before each program the OUT are
 on the card (the golden run starts from the image, whose OUT is zero), the program is loaded
 at PROG_AT and run, and OUT is read back and compared bit for bit. A program that does not
 halt stops the card (the Board stops it) and every later program is reported as not run on
-a hung core instead of waiting for each timeout again.
+a hung core (SKIP "not run", blocked by the program that hung) instead of waiting for each
+timeout again.
 """
 from __future__ import annotations
 
@@ -27,9 +28,14 @@ class Outcome:
     mismatch: opchecks.Mismatch | None
     stats: object | None      # board.RunStats
     error: str | None = None
+    hung_on: str | None = None   # not run: the core hung on this program earlier in the run
+    hung: bool = False           # this program did not halt
 
     @property
     def ok(self) -> bool: return self.error is None and self.mismatch is not None and self.mismatch.ok
+
+    @property
+    def ran(self) -> bool: return self.hung_on is None
 
 
 def _image(ctx: CheckContext) -> dict:
@@ -49,11 +55,21 @@ def golden(ctx: CheckContext, check: opchecks.OpCheck) -> np.ndarray:
     return cache[check.title]
 
 
-def run_program(ctx: CheckContext, program, timeout: float = RUN_TIMEOUT_S):
-    """Load and run a program; returns (RunStats, None) or (None, why it did not finish)."""
-    hung = ctx.cache.get("hung")
-    if hung:
-        return None, f"not run: the core hung on '{hung}' earlier in this run"
+def hung_on(ctx: CheckContext) -> str | None:
+    """The program the core hung on earlier in this run (None: it has not hung)."""
+    return ctx.cache.get("hung")
+
+
+def not_run(ctx: CheckContext) -> Result:
+    """The row of a program that was not run because the core hung earlier."""
+    hung = hung_on(ctx)
+    return Result(Status.SKIP, f"not run: the core hung on '{hung}' earlier in this run", {"hung_on": hung},
+                  blocked_by=hung)
+
+
+def run_program(ctx: CheckContext, program, timeout: float = RUN_TIMEOUT_S, title: str = "a program"):
+    """Load and run a program; returns (RunStats, None) or (None, why it did not finish). A
+    program that does not halt marks the core hung for the rest of the run (`hung_on`)."""
     b = device.board(ctx)
     try:
         b.load_program(opchecks.PROG_AT, np.frombuffer(isa.encode_program(program), np.uint8))
@@ -61,26 +77,33 @@ def run_program(ctx: CheckContext, program, timeout: float = RUN_TIMEOUT_S):
     except DeviceBusy:
         raise
     except DeviceError as e:
+        if b.timed_out:
+            ctx.cache["hung"] = title
         return None, e.message
 
 
 def run_check(ctx: CheckContext, check: opchecks.OpCheck) -> Outcome:
+    if hung_on(ctx):
+        return Outcome(None, None, hung_on=hung_on(ctx))
     want = golden(ctx, check)
     b = device.board(ctx)
     b.write(opchecks.OUT, np.zeros(opchecks.OUT_BYTES, np.uint8))
-    stats, error = run_program(ctx, check.program, ctx.options.get("run_timeout", RUN_TIMEOUT_S))
+    stats, error = run_program(ctx, check.program, ctx.options.get("run_timeout", RUN_TIMEOUT_S), check.title)
     if error:
-        if "did not halt" in error:
-            ctx.cache["hung"] = check.title
-        return Outcome(None, None, error)
+        return Outcome(None, None, error, hung=hung_on(ctx) == check.title)
     got = b.read(opchecks.OUT, check.out_bytes)
     return Outcome(opchecks.compare(got, want, device.info(ctx).lanes), stats)
 
 
-def result_of(check: opchecks.OpCheck, out: Outcome, hint: str | None = None, extra: str = "") -> Result:
+def result_of(check: opchecks.OpCheck, out: Outcome, hint: str | None = None, extra: str = "",
+              ctx: CheckContext | None = None) -> Result:
     words = check.out_bytes // 4
+    if not out.ran:
+        return Result(Status.SKIP, f"not run: the core hung on '{out.hung_on}' earlier in this run",
+                      {"group": check.group, "hung_on": out.hung_on}, blocked_by=out.hung_on)
     if out.error:
-        return Result(Status.FAIL, out.error, {"group": check.group}, hint=HANG_HINT if "halt" in out.error else hint)
+        return Result(Status.FAIL, out.error, {"group": check.group, "hung": out.hung},
+                      hint=HANG_HINT if out.hung else hint)
     m = out.mismatch
     data = {"group": check.group, "cycles": out.stats.cycles, "instructions": out.stats.instructions}
     if not m.ok:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import ol
 from ..ol import Affine, CompileError, KVCache, QTensor, Tensor
 from .attention import append_kv, attention
@@ -90,6 +92,26 @@ def check_layers(layers: list) -> Layer:
             raise ValueError(f"layer {l} is not laid out like layer 0 at {stride} bytes per layer")
     first.stride = stride
     return first
+
+
+def random_decoder(img, shape: DecoderShape, rng: np.random.Generator) -> tuple[list, dict, np.ndarray]:
+    """Random weights for a decoder of `shape` placed in a runtime Image (tests, profiling
+    workloads): the layers, every argument of `decoder_step` but the position, and the RoPE
+    angles [cap, head_dim / 2] whose cos and sin tables are in DRAM."""
+    s = shape
+
+    def weight(sh, parts=None):
+        w = (rng.standard_normal(sh) / np.sqrt(sh[1])).astype(np.float32)
+        return img.weight_parts(w, parts) if parts else img.weight(w)
+
+    def tensor(sh):
+        return img.tensor((1.0 + 0.1 * rng.standard_normal(sh)).astype(np.float32))
+    layers = [plan_layer(s, weight, tensor, img.kv_cache) for _ in range(s.layers)]
+    args = dict(layer=check_layers(layers), final_norm=tensor((s.d,)), head=weight((s.vocab, s.d)),
+                x=img.tensor(shape=(s.d,)), logits=img.tensor(shape=(s.vocab,)))
+    theta = np.outer(np.arange(s.cap), 1.0 / 10000 ** (np.arange(s.head_dim // 2) / (s.head_dim // 2)))
+    args["cos"], args["sin"] = img.tensor(np.cos(theta)), img.tensor(np.sin(theta))
+    return layers, args, theta
 
 
 def decoder_step(x: Tensor, logits: Tensor, layer: Layer, final_norm: Tensor, head: QTensor, cos: Tensor,

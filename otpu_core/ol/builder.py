@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..target import Config
 from .affine import Affine, Loop, RunVar, DevVar
-from .errors import CompileError, source_line
+from .errors import CompileError, source_chain, source_line
 from .ir import Node, LoopBlock
 from .memory import ActAllocator, TmemAllocator
 
@@ -89,6 +89,7 @@ class Builder:
     # -- emission --------------------------------------------------------------------------
     def emit(self, node: Node) -> Node:
         node.where = node.where or source_line()
+        node.chain = node.chain or source_chain()
         for aff in list(node.addrs.values()) + [a.lo for a in node.reads + node.writes]:
             self._check_scope(aff)
         self.blocks[-1].append(node)
@@ -108,7 +109,7 @@ class Builder:
             loop.count_var = count
         else:
             loop = Loop(f"i{len(self.loops)}", count=int(count), depth=len(self.loops))
-        blk = LoopBlock(loop)
+        blk = LoopBlock(loop, chain=source_chain())
         self.blocks[-1].append(blk)
         self.blocks.append(blk.body)
         self.loops.append(loop)

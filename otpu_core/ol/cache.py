@@ -26,7 +26,7 @@ from .. import isa
 from .affine import Affine
 from .program import Program, Stats, compile_kernel, target_of
 
-FORMAT = 1
+FORMAT = 2
 _PKG = Path(__file__).resolve().parent
 
 
@@ -75,7 +75,8 @@ def program_key(fn, target, peepholes: bool, args: dict) -> str:
 
 def _dump(prog: Program) -> bytes:
     return pickle.dumps({"words": prog.words(), "waits": [w.pack() for w in prog.waits], "run_args": prog.run_args,
-                         "stats": prog.stats.as_dict(), "arch_hash": prog.arch_hash}, protocol=4)
+                         "stats": prog.stats.as_dict(), "arch_hash": prog.arch_hash,
+                         "sources": prog.sources}, protocol=4)
 
 
 def _load(data: bytes) -> Program:
@@ -83,7 +84,8 @@ def _load(data: bytes) -> Program:
     instrs = [isa.Instr(tuple(int(x) for x in row)) for row in np.asarray(d["words"]).tolist()]
     stats = Stats(**d["stats"])
     stats.cached = True
-    return Program(instrs, [isa.WaitEntry.unpack(w) for w in d["waits"]], d["run_args"], stats, d["arch_hash"])
+    return Program(instrs, [isa.WaitEntry.unpack(w) for w in d["waits"]], d["run_args"], stats, d["arch_hash"],
+                   d["sources"])
 
 
 def cached_compile(fn, target=None, *, peepholes: bool = True, directory: Path | str | None = None, **args) -> Program:

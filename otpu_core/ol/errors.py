@@ -18,8 +18,8 @@ _KERNELS_DIR = str(Path(__file__).resolve().parent.parent / "kernels")
 
 def _frame_outside(frame, dirs: tuple[str, ...]):
     while frame is not None:
-        fname = frame.f_code.co_filename
-        if not str(Path(fname).resolve()).startswith(dirs):
+        if not _inside(frame, dirs):
+            fname = frame.f_code.co_filename
             return fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno).strip()
         frame = frame.f_back
     return None
@@ -28,6 +28,26 @@ def _frame_outside(frame, dirs: tuple[str, ...]):
 def source_line() -> tuple[str, int, str] | None:
     """(file, line number, text) of the innermost frame outside `otpu_core/ol`, or None."""
     return _frame_outside(sys._getframe(1), (_OL_DIR,))
+
+
+CHAIN_DEPTH = 8
+
+
+def source_chain() -> tuple[tuple[str, int, str], ...]:
+    """(file, line, function) of the frames between the compiler's entry and the `ol` call being
+    traced, innermost first: the line that emitted an instruction, then the kernel lines that
+    called it, up to the kernel function itself (at most CHAIN_DEPTH frames)."""
+    frame, out = sys._getframe(1), []
+    while frame is not None and _inside(frame, (_OL_DIR,)):
+        frame = frame.f_back
+    while frame is not None and not _inside(frame, (_OL_DIR,)) and len(out) < CHAIN_DEPTH:
+        out.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return tuple(out)
+
+
+def _inside(frame, dirs: tuple[str, ...]) -> bool:
+    return str(Path(frame.f_code.co_filename).resolve()).startswith(dirs)
 
 
 def caller_line() -> tuple[str, int, str] | None:

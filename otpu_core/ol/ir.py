@@ -3,7 +3,8 @@
 A `Node` is one machine instruction whose register-relative address fields are still `Affine`
 expressions; lowering assigns the registers. Each node also carries its memory footprint
 (`Access` ranges in TMEM words, DRAM bytes or ACT RAM blocks), which the WAITC generator and
-the peephole bookkeeping read. A `LoopBlock` is a hardware LOOP whose body was traced once.
+the peephole bookkeeping read, and the source frames that emitted it (profilers map run time
+back to kernel lines through `Program.sources`). A `LoopBlock` is a hardware LOOP whose body was traced once.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class Node:
     reads: list[Access] = field(default_factory=list)
     writes: list[Access] = field(default_factory=list)
     where: tuple | None = None
+    chain: tuple = ()             # source frames that emitted it (errors.source_chain)
     dead: bool = False            # removed by a peephole; lowering skips it
 
 
@@ -39,3 +41,4 @@ class Node:
 class LoopBlock:
     loop: Loop
     body: list = field(default_factory=list)
+    chain: tuple = ()             # the `ol.range` line (its LOOP and register steps map there)

@@ -68,6 +68,7 @@ class Lowered:
     run_args: list            # run-time combinations in argument order (each a frozenset of (RunVar, coeff))
     nodes: list               # the Node behind each instruction (None for sequencer glue)
     loops: list = field(default_factory=list)   # (LOOP index, body length, count or None, Loop) per loop
+    chains: list = field(default_factory=list)  # per instruction: source frames (a loop's glue: its range line)
 
 
 class _Pos:
@@ -128,8 +129,8 @@ def clear_after(key: Key) -> bool:
     return key.init == "zero"
 
 
-def lower(root: list, cfg, chain: tuple[DevVar, DevVar] | None = None) -> Lowered:
-    """`chain`: (address, length) device values the final HALT chains to (ol.halt_chain)."""
+def lower(root: list, cfg, halt_chain: tuple[DevVar, DevVar] | None = None) -> Lowered:
+    """`halt_chain`: (address, length) device values the final HALT chains to (ol.halt_chain)."""
     pos = _Pos(root)
     keys: dict[frozenset, Key] = {}
     devs: dict[DevVar, DevInfo] = {}
@@ -207,7 +208,7 @@ def lower(root: list, cfg, chain: tuple[DevVar, DevVar] | None = None) -> Lowere
                 devs[v] = DevInfo(v, p, p)
 
     collect(root, ())
-    for v in chain or ():
+    for v in halt_chain or ():
         dev_use(v, pos.n, ())
     for k in keys.values():
         k.start = key_interval_start(k, pos)
@@ -233,6 +234,7 @@ def lower(root: list, cfg, chain: tuple[DevVar, DevVar] | None = None) -> Lowere
     # -- pass 3: emission ------------------------------------------------------------------------
     out: list = []
     nodes: list = []
+    chains: list = []
     loops_info: list = []
     clear = {r: initially_clear(r) for r in range(16)}
     by_outer: dict[int, list[Key]] = {}
@@ -250,9 +252,10 @@ def lower(root: list, cfg, chain: tuple[DevVar, DevVar] | None = None) -> Lowere
             return devs[src].reg, aff.const
         return keys[aff.key].reg, aff.const
 
-    def put(instr, node=None):
+    def put(instr, node=None, chain=()):
         out.append(instr)
         nodes.append(node)
+        chains.append(node.chain if node is not None else chain)
 
     def emit_items(items) -> bool:
         """Emit items; True when the last one was a loop whose body end is the last instruction."""
@@ -271,11 +274,11 @@ def lower(root: list, cfg, chain: tuple[DevVar, DevVar] | None = None) -> Lowere
         for k in by_outer.get(id(blk), []):
             if k.init == "zero":
                 if not clear[k.reg]:
-                    put(isa.li(rd=k.reg, imm=0))
+                    put(isa.li(rd=k.reg, imm=0), chain=blk.chain)
             else:
                 src = {"arg": lambda: ARG_REGS[run_args.index(k.source)], "dev": lambda: devs[k.source].reg,
                        "parent": lambda: k.source.reg}[k.init]()
-                put(isa.addi(rd=k.reg, ra=src, imm=0))
+                put(isa.addi(rd=k.reg, ra=src, imm=0), chain=blk.chain)
             clear[k.reg] = False
         for r in dirtied.get(id(blk), ()):
             clear[r] = False
@@ -283,25 +286,25 @@ def lower(root: list, cfg, chain: tuple[DevVar, DevVar] | None = None) -> Lowere
         steps = by_outer.get(id(blk), [])
         head = len(out)
         cv = getattr(loop, "count_var", None)
-        put(None)
+        put(None, chain=blk.chain)
         inner_flush = emit_items(blk.body)
         for k in steps:
-            put(isa.addi(rd=k.reg, ra=k.reg, imm=dict(k.terms)[loop] & isa.MASK32))
+            put(isa.addi(rd=k.reg, ra=k.reg, imm=dict(k.terms)[loop] & isa.MASK32), chain=blk.chain)
         if len(out) == head + 1 or (inner_flush and not steps):
-            put(isa.nop())      # two loop bodies must not end on the same instruction
+            put(isa.nop(), chain=blk.chain)      # two loop bodies must not end on the same instruction
         body = len(out) - head - 1
         out[head] = isa.loop(body=body, count=loop.count, ra=devs[cv].reg if cv is not None else 0)
         loops_info.append((head, body, loop.count if cv is None else None, loop))
         resets = [k for k in steps if k.init == "zero"]     # the others die with the loop
         for k in resets:
-            put(isa.addi(rd=k.reg, ra=k.reg, imm=(-dict(k.terms)[loop] * loop.count) & isa.MASK32))
+            put(isa.addi(rd=k.reg, ra=k.reg, imm=(-dict(k.terms)[loop] * loop.count) & isa.MASK32), chain=blk.chain)
         for k in steps:
             clear[k.reg] = clear_after(k)
         return not resets
 
     emit_items(root)
-    put(isa.halt(chain=True, ra=devs[chain[0]].reg, rb=devs[chain[1]].reg) if chain else isa.halt())
-    return Lowered(out, run_args, nodes, loops_info)
+    put(isa.halt(chain=True, ra=devs[halt_chain[0]].reg, rb=devs[halt_chain[1]].reg) if halt_chain else isa.halt())
+    return Lowered(out, run_args, nodes, loops_info, chains)
 
 
 def _dirtied_by_block(root, keys: dict, devs: dict) -> dict[int, set]:

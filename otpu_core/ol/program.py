@@ -3,7 +3,8 @@
 `compile_kernel(fn, target, **args)` runs the Python kernel `fn(**args)` under a fresh builder
 (loops traced once), lowers it to instructions, and attaches one wait entry per instruction.
 The `Program` knows which run-time values each argument register holds, so
-`Program.arg_words(pos=17)` gives the eight ARG words a host writes before the run.
+`Program.arg_words(pos=17)` gives the eight ARG words a host writes before the run, and which
+source lines emitted each instruction (`Program.sources`, for profilers).
 """
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ class Program:
     run_args: list                 # per argument register: tuple of (run-time name, coefficient)
     stats: Stats
     arch_hash: int
+    sources: list = field(default_factory=list)   # per instruction: ((file, line, function), ...) innermost first
+
+    def source_of(self, pc: int) -> tuple:
+        """The source frames that emitted instruction `pc` (() for the final HALT or an unknown pc)."""
+        return self.sources[pc] if 0 <= pc < len(self.sources) else ()
 
     def image(self, with_waits: bool = False) -> bytes:
         return isa.encode_program(self.instrs, self.waits if with_waits else None)
@@ -101,7 +107,8 @@ def compile_kernel(fn, target=None, *, peepholes: bool = True, **args) -> Progra
                   peepholes={k: {"instrs": n, "words": w} for k, (n, w) in b.savings.by_rule.items()},
                   compile_s=t2 - t0, waitc_s=t2 - t1, waits=sum(1 for w in waits if w.waits))
     run_args = [tuple(sorted((v.name, c) for v, c in combo)) for combo in low.run_args]
-    return Program(low.instrs, waits, run_args, stats, t.arch_hash() if not isinstance(target, Config) else 0)
+    return Program(low.instrs, waits, run_args, stats, t.arch_hash() if not isinstance(target, Config) else 0,
+                   low.chains)
 
 
 def _traffic(low) -> int:

@@ -3,7 +3,8 @@
 `Transport` holds every rule of the XDMA path (reference host.md section 2) once, so each
 transport (`xdma.XdmaTransport` on the real device files, `sim.SimTransport` on the simulated
 card) implements only four underscore methods: `_reg_read`, `_reg_write`, `_h2c`, `_c2h`
-(one DMA call at an AXI address, no bigger than `DMA_CHUNK`).
+(one DMA call at an AXI address, no bigger than `DMA_CHUNK`), and may add `_reg_batch` to hand
+a run of register accesses to the card in one go.
 
 The rules, applied by `mem_write` / `mem_read`:
 - at most `DMA_CHUNK` (8 MiB) per call;
@@ -83,6 +84,7 @@ class Transport:
         self._staging: np.ndarray | None = None
         self._read_stages: tuple[np.ndarray, np.ndarray] | None = None
         self.stats = {"h2c_calls": 0, "c2h_calls": 0, "bounced": 0}
+        self._wedged = False
 
     # -- subclass interface ----------------------------------------------------------------------
     def _reg_read(self, off: int) -> int: raise NotImplementedError(f"{type(self).__name__} cannot read registers")
@@ -92,6 +94,15 @@ class Transport:
     def _h2c(self, axi: int, buf: memoryview) -> None: raise NotImplementedError(f"{type(self).__name__} has no host->card DMA")
 
     def _c2h(self, axi: int, buf: memoryview) -> None: raise NotImplementedError(f"{type(self).__name__} has no card->host DMA")
+
+    def _reg_batch(self, ops: list[tuple[int, int | None]]) -> list[int]:
+        out = []
+        for off, value in ops:
+            if value is None:
+                out.append(self._reg_read(off))
+            else:
+                self._reg_write(off, value)
+        return out
 
     def _close(self) -> None: pass
 
@@ -111,6 +122,19 @@ class Transport:
         """One sentence naming the injected faults and how to clear them, for failure hints ("" if none)."""
         return ""
 
+    def card_target(self) -> str | None:
+        """The name of the target the card itself says it was built as, when it can say more than
+        its CFG_HASH (several targets share one arch hash); None on a card that cannot."""
+        return None
+
+    def engine_health(self) -> tuple[str, ...]:
+        """What is wrong with the card's DMA engine now, one sentence each naming what clears it
+        (empty: nothing known to be wrong). The base class knows what this process saw: a
+        host->card call that timed out means the write path is wedged."""
+        if self._wedged:
+            return ("the host->card write path is wedged (a write timed out): reload the bitstream",)
+        return ()
+
     # -- registers -------------------------------------------------------------------------------
     def reg_read(self, off: int) -> int:
         self._check_reg(off)
@@ -128,6 +152,24 @@ class Transport:
         self._reg_write(off, value)
 
     def reg_read_many(self, offs: Iterable[int]) -> list[int]: return [self.reg_read(o) for o in offs]
+
+    def reg_batch(self, ops: Iterable[tuple[int, int | None]]) -> list[int]:
+        """Register accesses in order, one 32-bit load or store each: `(offset, value)` writes,
+        `(offset, None)` reads; returns what the reads gave. A real card makes them one after
+        another; the simulated card takes a run inside one peripheral in a single step."""
+        ops = list(ops)
+        for off, value in ops:
+            if off & 3 or not 0 <= off < regs.HOST_MAP_BYTES:
+                self._check_reg(off)
+            if value is not None and not 0 <= value <= 0xFFFFFFFF:
+                raise UsageError(f"register value {value} does not fit 32 bits")
+        out = self._reg_batch(ops)
+        if self.trace_bar:
+            values = iter(out)
+            for off, value in ops:
+                print(f"otpu-bar: R 0x{off:05x} -> 0x{next(values):08x}" if value is None
+                      else f"otpu-bar: W 0x{off:05x} <- 0x{value:08x}", file=sys.stderr)
+        return out
 
     @staticmethod
     def _check_reg(off: int) -> None:
@@ -282,6 +324,7 @@ class Transport:
         ch, off = regs.axi_channel(axi)
         note = self.fault_note()
         if e.errno == errno.ETIMEDOUT:
+            self._wedged = True
             return DeviceError(f"{self.dev}: {what} DMA of {n} bytes at channel {ch} offset 0x{off:x} timed out "
                                "(the card's write path is wedged)",
                                hint="reload the bitstream (simulated card: `otpu sim reset`); reads and registers still work"

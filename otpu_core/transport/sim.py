@@ -7,6 +7,7 @@ rules the base class exists to keep). The device lock is taken like XdmaTranspor
 """
 from __future__ import annotations
 
+from ..card import regs
 from ..card.runstate import DeviceLock
 from ..card.simcard import SimCard, card_name, open_card
 from . import Transport
@@ -35,6 +36,8 @@ class SimTransport(Transport):
 
     def _reg_write(self, off: int, value: int) -> None: self.card.reg_write(off, value)
 
+    def _reg_batch(self, ops: list[tuple[int, int | None]]) -> list[int]: return self.card.reg_batch(ops)
+
     def _h2c(self, axi: int, buf: memoryview) -> None: self.card.h2c(axi, buf)
 
     def _c2h(self, axi: int, buf: memoryview) -> None: self.card.c2h(axi, buf)
@@ -50,6 +53,23 @@ class SimTransport(Transport):
             return ""
         return (f"{self.dev} has injected faults: {self.card.faults} "
                 f"(they stay until `otpu sim reset --dev {self.dev}` clears them)")
+
+    def card_target(self) -> str | None: return self.card.target.name
+
+    def engine_health(self) -> tuple[str, ...]:
+        """The simulated XDMA engine's hazards, as its model holds them (they stay until reset)."""
+        st = self.card.dma_stats()
+        clear = f"`otpu sim reset --dev {self.dev}` clears it"
+        out = []
+        if st["lapped"]:
+            out.append(f"H2C engine lapped: every host write lands {regs.XDMA_LAP_BYTES // 1024} KiB past its address "
+                       f"(a write over {regs.RUN_H2C} bytes while a program ran); {clear}")
+        if st["slip"]:
+            out.append(f"H2C engine slipped: every host write lands {st['slip']} bytes late (a host->card transfer "
+                       f"overlapped a card->host one); {clear}")
+        if st["wedged"]:
+            out.append(f"H2C write path wedged (sub-beat writes to one beat): writes time out; {clear}")
+        return tuple(out)
 
     def _close(self) -> None:
         if self._own_card:

@@ -44,7 +44,7 @@ class XdmaTransport(Transport):
         missing = [p for k, p in nodes.items() if (dma or k == "user") and not os.path.exists(p)]
         if missing:
             raise DeviceError(f"{dev}: no device node {', '.join(missing)}",
-                              hint="is the card powered and the xdma driver loaded? (`otpu-setup`), "
+                              hint="is the card powered and the xdma driver loaded? (`otpu setup --check` says), "
                                    "or use --dev sim for the simulated card")
         super().__init__(dev, channel_bytes, lock_dir=lock_dir)
         self.lock = DeviceLock(self.devname, lock_dir) if lock else None
@@ -68,7 +68,7 @@ class XdmaTransport(Transport):
         try:
             fd = os.open(path, flags | os.O_CLOEXEC)
         except PermissionError:
-            raise DeviceError(f"{path}: permission denied", hint="run `otpu-setup` once to install the udev rule") from None
+            raise DeviceError(f"{path}: permission denied", hint="`otpu setup --check` names the udev rule that gives access") from None
         except OSError as e:
             raise DeviceError(f"{path}: cannot open: {e.strerror}") from None
         self._fds.append(fd)

@@ -2,8 +2,16 @@
 
 Telemetry: SCRATCH_RAM[13] points at the table {version, count, (tag, offset)*}, SCRATCH_RAM[12]
 at the values; tag-to-offset pairs only change with a firmware update plus reset, so they are
-read once per open. Messages use queue 2 (the tools' queue by convention): 8 words into the
-request slot, bump the write pointer, interrupt ARC through ARC_MISC_CNTL, poll the response.
+read once per open. The firmware's table has TAG_COUNT slots of which some are empty (tag 0;
+tt-zephyr-platforms bh_arc/telemetry.c), and those are skipped.
+
+Messages go on the application queue (3) under tt-umd's ARC message mutex, exactly as tt-umd
+sends them (device/arc/blackhole_arc_messenger.cpp), so tt-umd users and this tool take turns;
+queue 2 belongs to luwen-based tools (tt-flash, tt-smi --use_luwen; luwen
+crates/luwen-api/src/chip/blackhole.rs), which take no lock. A message is 8 words into the
+request slot, the write pointer bumped, ARC interrupted through ARC_MISC_CNTL, the response
+polled. Response word 0 carries the status: 0 ok, the handler's exit code when it refused
+(TOGGLE_SINGLE_TENSIX_RESET answers 1 for a coordinate that is not a Tensix), 0xFF unknown.
 """
 from __future__ import annotations
 
@@ -13,6 +21,7 @@ import time
 from ..errors import DeviceError
 from . import consts as K
 from .noc import Noc
+from .umdlock import RobustMutex
 
 
 class ArcError(DeviceError):
@@ -51,7 +60,7 @@ class Telemetry:
             raise ArcError(f"telemetry table version {version:#x} is newer than this tool understands (major > 1)")
         entries = struct.unpack(f"<{count}I", noc.read(arc, table + 8, 4 * count))
         self.version = version
-        self.offsets = {e & 0xFFFF: e >> 16 for e in entries}
+        self.offsets = {e & 0xFFFF: e >> 16 for e in entries if e & 0xFFFF}     # tag 0: an empty slot
         self.span = max(self.offsets.values()) + 1 if self.offsets else 0
 
     def read(self) -> dict[int, int]:
@@ -65,11 +74,11 @@ class Telemetry:
 
 
 class ArcQueue:
-    """One ARC message queue (default: the tools' queue 2)."""
+    """One ARC message queue (default: the application queue 3), used under `mutex` when given."""
 
-    def __init__(self, noc: Noc, index: int = K.TOOLS_QUEUE):
+    def __init__(self, noc: Noc, index: int = K.APP_QUEUE, mutex: RobustMutex | None = None):
         arc = noc.tiles.arc
-        self.noc, self.arc = noc, arc
+        self.noc, self.arc, self.index, self.mutex = noc, arc, index, mutex
         cb = noc.read32(arc, K.SCRATCH_RAM + 4 * K.SCR_MSGQ_CB)
         base, shape = struct.unpack("<2I", noc.read(arc, cb, 8))
         self.entries, count = shape & 0xFF, (shape >> 8) & 0xFF
@@ -78,7 +87,17 @@ class ArcQueue:
         self.header = base + index * (32 + 2 * self.entries * 32)
 
     def send(self, code: int, *args: int, timeout: float = 1.0) -> list[int]:
-        """Send one message; returns the 8 response words. Raises ArcError on timeout or error status."""
+        """Send one message; returns the 8 response words (word 0 & 0xFF is the status, which a
+        handler may set below 240 to refuse). Raises ArcError on timeout, 0xFF or a status >= 240."""
+        if self.mutex is None:
+            return self._send(code, args, timeout)
+        self.mutex.acquire(timeout=max(10.0, timeout))
+        try:
+            return self._send(code, args, timeout)
+        finally:
+            self.mutex.release()
+
+    def _send(self, code: int, args: tuple[int, ...], timeout: float) -> list[int]:
         noc, arc, h, n = self.noc, self.arc, self.header, self.entries
         deadline = time.monotonic() + timeout
         while True:

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..errors import DeviceError
 from . import consts, ioctl as I
 
 
@@ -21,6 +22,11 @@ class DeviceGone(OSError):
 
     def __init__(self, what: str):
         super().__init__(errno.ENODEV, what)
+
+
+class NeedsPostReset(DeviceError):
+    """The card was reset and nobody issued POST_RESET: tt-kmd refuses all but the info and reset
+    ioctls (ENODEV) until someone does."""
 
 
 class Window(Protocol):
@@ -82,8 +88,13 @@ class BlackholeDevice(ABC):
     def close(self) -> None: ...
 
     @abstractmethod
-    def reopen(self) -> "BlackholeDevice":
-        """Open the same card again, found by its PCI address (minor numbers move across resets)."""
+    def reopen(self, exclusive: bool = False) -> "BlackholeDevice":
+        """Open the same card again, found by its PCI address (minor numbers move across resets);
+        `exclusive` opens it with O_EXCL, so no other descriptor can be open meanwhile."""
+
+    @abstractmethod
+    def open_another(self) -> "BlackholeDevice":
+        """A second descriptor of the same card (for state the driver keeps per descriptor)."""
 
     @abstractmethod
     def host_facts(self) -> dict:
@@ -92,6 +103,18 @@ class BlackholeDevice(ABC):
     @abstractmethod
     def pids(self) -> list[int]:
         """PIDs holding the device open (one entry per descriptor), as /proc/driver/tenstorrent shows."""
+
+    @abstractmethod
+    def arc_mutex_path(self):
+        """Where tt-umd keeps this card's ARC message mutex (`umdlock`)."""
+
+    @abstractmethod
+    def reset_marker(self) -> bool | None:
+        """Is the driver's reset marker still set (an ASIC reset was asked for and has not landed)?"""
+
+    @abstractmethod
+    def power_cycle_hint(self) -> str:
+        """How a user powers this card off and on (the last rung of recovery)."""
 
     # ---- typed ioctls ---------------------------------------------------------------------
     def _call(self, request: int, struct: I._S) -> I._S:

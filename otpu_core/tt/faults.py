@@ -19,8 +19,12 @@ KINDS: dict[str, tuple[tuple[str, ...], dict[str, str], str]] = {
     "bad_tile": (("x", "y"), {}, "a tile only an ASIC reset brings back (rung 5)"),
     "hang_chip": ((), {}, "the NoC hung, as after an access to a bad endpoint (rung 5)"),
     "very_hung": ((), {}, "a hung NoC that an ASIC reset alone does not clear (rung 6: SBR)"),
+    "link_down": ((), {}, "the PCIe link went down; a secondary bus reset retrains it (rung 6)"),
     "link_lost": ((), {}, "the PCIe link is gone: nothing but a power cycle helps (rung 7)"),
+    "foreign_fw": (("x", "y"), {}, "a core running firmware that is not ours (tt-metal's): its L1 is not ours to touch"),
     "old_fw": ((), {}, "firmware 19.8: no single-tile reset message 0xAE"),
+    "translation_off": ((), {}, "a fw_table with noc_translation_en off: only NOC0 coordinates have endpoints"),
+    "throttle": ((), {"arb": "thermal"}, "AICLK held below fmax by a maximum arbiter (thermal, tdp, tdc, ...)"),
 }
 ENV = "OTPU_TT_SIM_FAULTS"
 
@@ -62,6 +66,9 @@ def parse(spec: str | None) -> list[Fault]:
         missing = [k for k in required if k not in params]
         if missing:
             raise UsageError(f"fault '{kind}' needs {', '.join(missing)}", hint=f"e.g. {kind}:x=1,y=2")
+        if kind == "throttle" and params["arb"] not in K.AICLK_ARB_MAX_NAMES[1:]:
+            raise UsageError(f"fault 'throttle': unknown arbiter '{params['arb']}'",
+                             hint="one of " + ", ".join(K.AICLK_ARB_MAX_NAMES[1:]))
         if "risc" in params and params["risc"] not in K.RISC_BITS:
             raise UsageError(f"fault '{kind}': unknown RISC '{params['risc']}'", hint="one of " + ", ".join(K.RISC_BITS))
         for key in ("x", "y"):

@@ -4,6 +4,10 @@ Registers are touched only with single 32-bit loads and stores through a memoryv
 'I' (a sliced mmap copy may become overlapping or byte-sized stores, which double-writes FIFOs
 and doorbells); block copies go through slices. A reset by another descriptor makes this one's
 ioctls fail with ENODEV: `_ioctl` turns that into `DeviceGone` so the card layer reopens.
+
+The node is opened with O_NONBLOCK: on tt-kmd >= 2.10 a descriptor opened with O_EXCL makes
+every other open wait, and O_NONBLOCK turns that wait into EAGAIN (chardev.c
+admit_chardev_open), which the card layer reports with the holder's PID instead of hanging.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from typing import Callable
 
 from ..errors import DeviceError
 from .device import BlackholeDevice, DeviceGone
+from .umdlock import arc_mutex_path
 
 DEV_DIR = Path("/dev/tenstorrent")
 SYSFS_PCI = Path("/sys/bus/pci/devices")
@@ -25,6 +30,7 @@ MODULE_VERSION = Path("/sys/module/tenstorrent/version")
 SYSFS_CLASS = Path("/sys/class/tenstorrent")
 SYSFS_TELEMETRY = ("tt_aiclk", "tt_axiclk", "tt_arcclk", "tt_serial", "tt_card_type", "tt_asic_id", "tt_fw_bundle_ver",
                    "tt_m3app_fw_ver", "tt_heartbeat", "tt_therm_trip_count")
+PCI_COMMAND_PARITY = 0x40
 HWMON_ATTRS = ("temp1_input", "temp1_max", "in0_input", "in0_max", "curr1_input", "curr1_max", "power1_input",
                "power1_max", "fan1_input")
 
@@ -60,14 +66,17 @@ class MmapWindow:
 class KmdDevice(BlackholeDevice):
     """An open /dev/tenstorrent/N. `ioctl_fn` exists so tests can stand in for the kernel."""
 
-    def __init__(self, minor: int, dev_dir: Path = DEV_DIR, ioctl_fn: Callable = fcntl.ioctl, spec: str | None = None):
+    def __init__(self, minor: int, dev_dir: Path = DEV_DIR, ioctl_fn: Callable = fcntl.ioctl, spec: str | None = None,
+                 exclusive: bool = False):
         self.minor, self.dev_dir, self._ioctl_fn = minor, dev_dir, ioctl_fn
         self.path = str(dev_dir / str(minor))
         self.spec = spec or f"tt:{minor}"
+        self._fd = -1
+        flags = os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_EXCL if exclusive else 0)
         try:
             # Legacy (not O_APPEND) client: the driver powers every domain on except max AICLK,
             # which is what makes touching Tensix and DRAM safe.
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            self._fd = os.open(self.path, flags)
         except FileNotFoundError:
             raise DeviceError(f"{self.path} does not exist", hint="is tt-kmd loaded? `otpu-tt list` shows the cards found") from None
         except PermissionError:
@@ -96,20 +105,25 @@ class KmdDevice(BlackholeDevice):
             self._bdf = self.device_info().bdf
         return self._bdf
 
-    def reopen(self, timeout: float = 10.0) -> "KmdDevice":
+    def reopen(self, exclusive: bool = False, timeout: float = 10.0) -> "KmdDevice":
         bdf = self.bdf
         self.close()
         deadline = time.monotonic() + timeout
         while True:
             minor = minor_of_bdf(bdf, self.dev_dir)
             if minor is not None:
-                dev = KmdDevice(minor, self.dev_dir, self._ioctl_fn, spec=f"tt:{minor}")
+                dev = KmdDevice(minor, self.dev_dir, self._ioctl_fn, spec=f"tt:{minor}", exclusive=exclusive)
                 dev._bdf = bdf
                 return dev
             if time.monotonic() >= deadline:
                 raise DeviceError(f"the card at {bdf} did not come back within {timeout:g} s",
                                   hint="check `lspci -s " + bdf + "`; a card that does not reappear needs a power cycle")
             time.sleep(0.2)
+
+    def open_another(self) -> "KmdDevice":
+        dev = KmdDevice(self.minor, self.dev_dir, self._ioctl_fn, spec=self.spec)
+        dev._bdf = self._bdf
+        return dev
 
     def host_facts(self) -> dict:
         facts: dict = {"minor": self.minor, "node": self.path, "bdf": self.bdf}
@@ -136,10 +150,38 @@ class KmdDevice(BlackholeDevice):
         return facts
 
     def pids(self) -> list[int]:
+        return holders(self.minor)
+
+    def arc_mutex_path(self) -> Path:
+        return arc_mutex_path(self.minor)
+
+    def reset_marker(self) -> bool | None:
+        """The driver's reset marker (PCI_COMMAND parity bit, tt-kmd pcie.c set_reset_marker): set from
+        an ASIC reset request until the reset clears config space. None when sysfs cannot tell."""
         try:
-            return [int(t) for t in (PROC_DIR / str(self.minor) / "pids").read_text().split()]
-        except (OSError, ValueError):
-            return []
+            raw = (SYSFS_PCI / self.bdf / "config").read_bytes()[4:6]
+        except (OSError, DeviceGone):
+            return None
+        return bool(len(raw) == 2 and raw[0] & PCI_COMMAND_PARITY)
+
+    def power_cycle_hint(self) -> str:
+        return "power the host off and on (a cold boot: a warm reboot may keep the card powered)"
+
+
+def bdf_of_minor(minor: int) -> str | None:
+    """The PCI address of /dev/tenstorrent/<minor>, from sysfs (no descriptor needed)."""
+    try:
+        return (SYSFS_CLASS / f"tenstorrent!{minor}" / "device").resolve(strict=True).name
+    except OSError:
+        return None
+
+
+def holders(minor: int) -> list[int]:
+    """PIDs holding /dev/tenstorrent/<minor> open, one per descriptor (tt-kmd enumerate.c pids_proc_show)."""
+    try:
+        return [int(t) for t in (PROC_DIR / str(minor) / "pids").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def minor_of_bdf(bdf: str, dev_dir: Path = DEV_DIR, sysfs_pci: Path | None = None) -> int | None:

@@ -33,6 +33,12 @@ def firmware_up(noc: Noc, tile: Tile) -> bool:
     return not noc.read32(tile, K.SOFT_RESET_0) & (1 << K.RISC_BITS["brisc"])
 
 
+def runs_our_firmware(noc: Noc, tile: Tile) -> bool:
+    """Does the core's L1 hold our firmware's signature? Only then is its mailbox ours to read or write:
+    a core running foreign firmware (tt-metal's) keeps its own data there."""
+    return noc.read(tile, L.FW_BASE, len(L.FW_MAGIC)) == L.FW_MAGIC
+
+
 def boot(noc: Noc, tile: Tile, timeout: float = 2.0) -> None:
     """Hold every RISC, write the firmware, set INIT, release BRISC only, wait for the firmware's DONE."""
     noc.write32(tile, K.SOFT_RESET_0, noc.read32(tile, K.SOFT_RESET_0) | K.RISC_ALL)
@@ -51,6 +57,10 @@ def launch(noc: Noc, tile: Tile, kind: int, args: bytes, result: int = L.RESULT)
     """Start a kernel; returns (nonce, completed count it must reach). Boots the firmware if needed."""
     if not firmware_up(noc, tile):
         boot(noc, tile)
+    elif not runs_our_firmware(noc, tile):
+        raise DeviceError(f"Tensix {tile} runs firmware that is not ours (no signature at L1 {L.FW_BASE:#x}): "
+                          "refusing to write its mailbox",
+                          hint="stop the program that loaded it (`otpu-tt smi` lists the processes holding the card)")
     if signal(noc, tile) != K.RUN_MSG_DONE:
         raise DeviceError(f"Tensix {tile} is busy (mailbox signal is not DONE)",
                           hint=f"`otpu-tt core probe {tile}` shows what it runs")

@@ -3,13 +3,14 @@
 Every access names a `Tile` from the card's `TileMap` (so its coordinates came from telemetry)
 and an address that is valid for that kind of tile: L1 or the debug and NIU registers of a
 Tensix (never the RISC private RAM, which can break Blackhole when read over the NoC), CSM and
-the reset unit of ARC, the 4 GiB of a DRAM bank. Anything else is refused with a UsageError
+the reset unit of ARC, the addressable 4 GiB - 16 MiB of a DRAM bank. Anything else is refused with a UsageError
 before it is issued, because a wrong endpoint does not fail: it hangs the NoC.
 
 Windows are reused: a few are allocated once, the one already aimed at the right 2 MiB is
 used as is, otherwise the least recently used is re-aimed. Registers go through 32-bit
-accesses; a read of 0xFFFFFFFF runs umd's hang detection (the PCIe tile's node id through the
-BAR, then over the NoC) and raises `LinkLost` or `NocHung` when it finds one.
+accesses; a read of 0xFFFFFFFF runs tt-umd's hang detection (the PCIe tile's node id through the
+BAR, then over the NoC at the PCIe tile's NOC0 coordinates, which answer with translation on or
+off) and raises `LinkLost` or `NocHung` when it finds one.
 """
 from __future__ import annotations
 
@@ -58,9 +59,11 @@ def check_address(tile: Tile, addr: int, length: int) -> None:
             return
         raise UsageError(f"refusing ARC address {addr:#x}: only CSM, the reset unit and the MSI FIFO are addressed")
     if tile.kind == DRAM:
-        if end <= K.DRAM_BANK_BYTES:
+        if end <= K.DRAM_BANK_ADDRESSABLE:
             return
-        raise UsageError(f"refusing DRAM address {addr:#x}: a bank holds 4 GiB")
+        raise UsageError(f"refusing DRAM bank {tile.index} access of {length} bytes at {addr:#x}: a Blackhole bank "
+                         f"is addressable up to {K.DRAM_BANK_ADDRESSABLE:#x} (4 GiB less the top 16 MiB, which "
+                         "silently drop writes)")
     if tile.kind == PCIE:
         if K.PCIE_NIU_NOC_ADDR <= addr and end <= K.PCIE_NIU_NOC_ADDR + 0x1000 and length == 4:
             return
@@ -156,12 +159,13 @@ class Noc:
         """After an all-ones read: is the link gone, is the NoC hung, or was the value real?"""
         if self._bar.read32(K.NOC_NODE_ID) == MASK:
             raise LinkLost("the PCIe link to the card is gone (BAR reads return all ones)",
-                           hint="only a host reboot or power cycle brings it back")
-        pcie = self.tiles.pcie
-        win, off = self._aim(pcie, K.PCIE_NIU_NOC_ADDR + K.NOC_NODE_ID)
+                           hint=f"`otpu-tt core recover --all --yes --dev {self.dev.spec}` tries a PCIe link reset and an "
+                                "ASIC reset (rung 6); if the link stays lost, the card needs its power cycled")
+        win, off = self._aim(self.tiles.pcie_noc0, K.PCIE_NIU_NOC_ADDR + K.NOC_NODE_ID)
         if win.read32(off) == MASK:
             raise NocHung("the NoC is hung: the PCIe tile does not answer over the NoC",
-                          hint="`otpu-tt core recover --all --yes` (an ASIC reset does not need the NoC)")
+                          hint=f"`otpu-tt core recover --all --yes --dev {self.dev.spec}` (rung 5, an ASIC reset, "
+                               "does not need the NoC)")
 
 
 def _split(addr: int, length: int):

@@ -3,9 +3,15 @@
 Per tile it reads the NIU's translated node id (a known answer: all ones means the tile does not
 answer), the soft-reset register, the PC snapshot of each RISC out of reset, the go signal and
 the resident queue's control block; then, one interval later, the PCs and the heartbeat again.
-It never reads RISC private memory. States:
+It never reads RISC private memory, and it reads our mailbox only on a core that runs our
+firmware (its signature at L1 FW_BASE): a core running foreign firmware (tt-metal's) keeps its
+own data where our mailbox would be, so nothing of it is read, only its PCs. A tile that does
+not answer is read once per probe, and not at all when the caller says it was found stuck
+before (`skip`): each such read is a NoC transaction that never completes (see `cardmemo`).
+States:
 
   in reset      every RISC held in soft reset (clean; ready for firmware)
+  foreign fw    RISCs running firmware that is not ours, PCs moving
   idle          firmware up, nothing running
   resident      a resident kernel polling its ring, heartbeat advancing
   running       a one-shot kernel started and not yet done
@@ -23,9 +29,12 @@ from . import consts as K
 from . import layout as L
 from .coords import Tile
 from .noc import MASK, LinkLost, Noc, NocHung
+from .launch import runs_our_firmware
 from .queue import read_ctrl
 
-HEALTHY = ("in reset", "idle", "resident", "running")
+HEALTHY = ("in reset", "foreign fw", "idle", "resident", "running")
+STUCK_BEFORE = ("found unresponsive before: not read again (each read of a stuck tile is a NoC transaction that "
+                "never completes) until recovery or --reprobe")
 PC_SAMPLES = 8
 
 
@@ -53,9 +62,13 @@ def _snapshot(noc: Noc, tile: Tile) -> dict:
     snap["soft_reset"] = soft
     snap["pcs"] = {r: noc.read32(tile, K.PC_SNAPSHOT[r]) for r, bit in K.RISC_BITS.items() if not soft >> bit & 1}
     if not soft >> K.RISC_BITS["brisc"] & 1:
+        if not runs_our_firmware(noc, tile):
+            snap["foreign"] = True
+            return snap
         snap["signal"] = noc.read32(tile, L.GO_WORD) >> 24
         snap["ctrl"] = read_ctrl(noc, tile)
     return snap
+
 
 
 def _frozen(samples: list[dict]) -> list[str]:
@@ -83,7 +96,10 @@ def _classify(tile: Tile, a: dict, b: dict, frozen: list[str]) -> CoreState:
                     exit=L.EXIT_NAMES.get(ctrl[L.C_EXIT], ""))
     if frozen:
         return CoreState(tile, "wedged", ", ".join(f"{r.upper()} PC {b['pcs'][r]:#x} frozen" for r in frozen)
-                         + " (stop requests go unanswered)", data)
+                         + (" (stop requests go unanswered)" if not b.get("foreign") else " (foreign firmware)"), data)
+    if b.get("foreign"):
+        return CoreState(tile, "foreign fw", f"runs firmware that is not ours (no signature at L1 {L.FW_BASE:#x}): "
+                         "its mailbox is not read or written, only its PCs are watched", data)
     if ctrl is not None and signal == K.RUN_MSG_GO and ctrl[L.C_STATE] == L.QSTATE_BLOCKED:
         return CoreState(tile, "hung", f"resident kernel blocked in a wait, {data['pending']} descriptor(s) pending", data)
     if ctrl is not None and signal == K.RUN_MSG_GO and ctrl[L.C_STATE] == L.QSTATE_POLLING:
@@ -100,26 +116,34 @@ def _pc_samples(noc: Noc, tile: Tile, snap: dict) -> dict:
     return {r: noc.read32(tile, K.PC_SNAPSHOT[r]) for r in snap.get("pcs", {})}
 
 
-def probe_many(noc: Noc, tiles: list[Tile], interval: float = 0.02, samples: int = PC_SAMPLES) -> list[CoreState]:
+def probe_many(noc: Noc, tiles: list[Tile], interval: float = 0.02, samples: int = PC_SAMPLES,
+               skip=frozenset()) -> list[CoreState]:
     """Probe tiles together: a snapshot each, PC samples spread over one interval, a last snapshot.
 
     A RISC counts as frozen only when every sample shows the same PC: a tight polling loop of a
-    live RISC can show one PC twice in a row, rarely `samples` times.
+    live RISC can show one PC twice in a row, rarely `samples` times. Tiles whose (x, y) is in
+    `skip` were found unresponsive before and are not read at all; a tile that does not answer
+    its first read is not read again.
     """
     try:
-        first = {t: _snapshot(noc, t) for t in tiles}
-        seen = {t: [first[t].get("pcs", {})] for t in tiles}
+        first = {t: _snapshot(noc, t) for t in tiles if (t.x, t.y) not in skip}
+        live = [t for t in first if first[t]["node"] != MASK]
+        seen = {t: [first[t].get("pcs", {})] for t in live}
         for _ in range(samples - 2):
             time.sleep(interval / (samples - 1))
-            for t in tiles:
+            for t in live:
                 if first[t].get("pcs"):
                     seen[t].append(_pc_samples(noc, t, first[t]))
         time.sleep(interval / (samples - 1))
         out = []
         for t in tiles:
-            last = _snapshot(noc, t)
-            seen[t].append(last.get("pcs", {}))
-            out.append(_classify(t, first[t], last, _frozen(seen[t])))
+            if (t.x, t.y) in skip:
+                out.append(CoreState(t, "unresponsive", STUCK_BEFORE, {"remembered": True}))
+                continue
+            last = _snapshot(noc, t) if t in seen else first[t]
+            pcs = seen.get(t, [{}])
+            pcs.append(last.get("pcs", {}))
+            out.append(_classify(t, first[t], last, _frozen(pcs)))
         return out
     except NocHung as e:
         return [CoreState(t, "chip hung", e.message) for t in tiles]

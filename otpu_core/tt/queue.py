@@ -6,7 +6,10 @@ counter bump. Completion is the completed count the kernel writes after executin
 descriptor, together with this run's nonce. Retiring is by asking: `stop()` sets stop_request
 (every wait of the kernel polls it) and also appends the in-stream STOP sentinel. Residency is
 bounded: the kernel exits by itself after `idle_spin_limit` idle polls, and the driver's NOC
-cleanup writes stop_request if this process dies with the queue open.
+cleanup writes stop_request if this process dies with the queue open. tt-kmd keeps one
+SET_NOC_CLEANUP action per descriptor (a second call replaces the first; chardev.c
+ioctl_set_noc_cleanup), so each queue registers its action on a descriptor of its own, and
+several resident queues in one process each keep theirs.
 """
 from __future__ import annotations
 
@@ -67,8 +70,14 @@ class ResidentQueue:
             if time.monotonic() >= deadline:
                 raise QueueError(f"resident kernel on {tile} did not start (state {L.QSTATE_NAMES.get(words[L.C_STATE])})")
             time.sleep(0.0005)
-        # If this process dies with the queue open, the driver's close-time write retires the kernel.
-        noc.dev.set_noc_cleanup(tile.x, tile.y, self.ctrl + 4 * L.C_STOP, 1)
+        # If this process dies with the queue open, the driver's close-time write retires the kernel:
+        # one descriptor per queue, because the driver keeps one cleanup action per descriptor.
+        self._cleanup = noc.dev.open_another()
+        try:
+            self._cleanup.set_noc_cleanup(tile.x, tile.y, self.ctrl + 4 * L.C_STOP, 1)
+        except BaseException:
+            self._cleanup.close()
+            raise
         self._desc = L.DESC_FMT
 
     def _ctrl_words(self) -> tuple[int, ...]:
@@ -154,9 +163,20 @@ class ResidentQueue:
         while True:
             w = self._ctrl_words()
             if w[L.C_STATE] == L.QSTATE_EXITED:
-                self.noc.dev.set_noc_cleanup(0, 0, 0, 0, enabled=False)
+                self.release_cleanup()
                 return L.EXIT_NAMES[w[L.C_EXIT]]
             if time.monotonic() >= deadline:
                 raise QueueError(f"resident kernel on {self.tile} did not stop within {timeout:g} s",
                                  hint=f"`otpu-tt core recover {self.tile}`")
             time.sleep(0.0005)
+
+    def release_cleanup(self) -> None:
+        """The kernel is gone: drop its close-time action (disarmed first, so closing writes nothing)."""
+        if self._cleanup is None:
+            return
+        try:
+            self._cleanup.set_noc_cleanup(0, 0, 0, 0, enabled=False)
+        except OSError:
+            pass                 # a reset disowned it; nothing is armed any more
+        self._cleanup.close()
+        self._cleanup = None

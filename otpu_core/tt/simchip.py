@@ -1,20 +1,26 @@
 """The simulated p150a: a Blackhole chip whose state lives in a run directory.
 
-It answers NoC accesses the way the silicon does, including the ways it punishes mistakes:
+It answers NoC accesses the way the silicon and its firmware do, including the ways they punish
+mistakes:
 
 - the 17x12 grid, 140 Tensix of which 120 are enabled (two harvested columns chosen per card
-  name), translated coordinates, 1.5 MiB L1 per Tensix (one sparse file, mmap'd, so every
-  process that opens the chip sees the same bytes), 8 GDDR6 banks of 4 GiB (sparse files);
-- ARC at (8,0) with its scratch registers, the telemetry table in CSM and the message queues,
-  handling TEST, AICLK, power, and the single-tile and all-Tensix resets;
-- per-Tensix soft-reset register, PC snapshots, NIU node ids, and a BRISC firmware model that
-  boots from our image, runs one-shot kernels and a resident-queue kernel (`layout`) which
-  obeys the three rules: completion is produced by the work, retire by asking, bounded idle;
+  name), 1.5 MiB L1 per Tensix (one sparse file, mmap'd, so every process that opens the chip
+  sees the same bytes), 8 GDDR6 banks of 4 GiB (sparse files), of which a p100a (a card whose
+  name starts with `p100a`) has one harvested;
+- NOC translation as the firmware programs it (tt-zephyr-platforms noc_init.c
+  ComputeNocTranslation): translation tables per axis, rows 0 and 1 masked from column
+  translation, so NOC0 coordinates of a Tensix are reinterpreted as translated ones while ARC,
+  PCIe and DRAM still answer at NOC0; with translation off (fault `translation_off`) only NOC0
+  coordinates have endpoints;
+- ARC (`simarc`): scratch registers, the firmware's telemetry table and message queues;
+- the Tensix tiles (`simtensix`): soft reset, PC snapshots, NIU ids, the BRISC firmware model;
 - power gating at the last close (Tensix clock-gated, every RISC in soft reset);
 - hangs: an access to a harvested or missing tile, an unmapped address or RISC private RAM
   hangs the NoC; from then on every NoC read returns 0xFFFFFFFF and writes vanish until an
-  ASIC reset. A soft reset asserted on a kernel blocked in a wait that was not asked to stop
-  leaves the tile's NoC interface stuck (only a tile reset helps).
+  ASIC reset. A read of a tile whose NIU is stuck returns 0xFFFFFFFF and never completes
+  inside the NoC: past STUCK_READ_CAPACITY such reads the NoC itself hangs (luwen's
+  apps/drunken-monkey/src/hang/noc.rs: "100 accesses is enough to overcome that capability").
+  Writes into the top 16 MiB of a DRAM bank are lost (tt-metal issue 9144).
 
 The chip is evaluated lazily: a Tensix runs its firmware when the tile is next read, which
 is when any observer could tell. Cross-process effects are what hardware has: several
@@ -33,41 +39,22 @@ import random
 import time
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import UsageError
 from . import consts as K
-from . import layout as L
-from .coords import physical_index, tensix_translation
+from .coords import physical_index
 from .faults import Fault
+from .simarc import CSM_BYTES, FW_BUNDLE, FW_BUNDLE_OLD, TELEM_DATA, ArcModel
+from .simstate import (F_BOOT, F_OFFSET, FW_FOREIGN, H_AICLK_FORCED, H_BUSY, H_EPOCH, H_FW_BUNDLE, H_GATED, H_GEN, H_LINK_LOST,
+                       H_LOCKS, H_MAGIC, H_NEEDS_INIT, H_NEEDS_SBR, H_NO_TRANSLATION, H_NOC_HUNG, H_RISC_RESET,
+                       H_SCRATCH, H_TENSIX_RESET, H_THROTTLE, H_TOKEN, LINK_DOWN, LINK_GONE, LINK_UP, MASK, N_TILES,
+                       STATE_BYTES, STATE_MAGIC, T_BASE, T_BLOCKED, T_FW, T_NEEDS_ASIC, T_NIU_STUCK, T_SOFT,
+                       T_STUCK_READS, T_TOUCHED, T_WEDGED, T_WORDS, TGT_ARC, TGT_DRAM, TGT_DRAM_HARVESTED,
+                       TGT_HARVESTED, TGT_NONE, TGT_PCIE, TGT_TENSIX)
+from .simtensix import TensixModel
 
-MASK = 0xFFFFFFFF
-N_TILES = K.TENSIX_COLS_DIE * len(K.TENSIX_ROWS)
-STATE_BYTES = 1 << 16
-# header words
-H_GEN, H_NEEDS_INIT, H_NOC_HUNG, H_LINK_LOST, H_NEEDS_SBR, H_EPOCH, H_AICLK_FORCED = range(7)
-H_GATED, H_BUSY, H_FW_BUNDLE, H_PC_TICK, H_TOKEN, H_MAGIC = range(7, 13)
-H_SCRATCH, H_TENSIX_RESET, H_RISC_RESET, H_LOCKS = 64, 128, 136, 160
-STATE_MAGIC = 0x42484C31
-# tile records
-T_BASE, T_WORDS = 256, 16
-T_SOFT, T_FW, T_BLOCKED, T_WEDGED, T_NIU_STUCK, T_NEEDS_ASIC, T_CTRL, T_NONCE, T_TOUCHED = range(9)
-FW_NONE, FW_IDLE, FW_RESIDENT = 0, 1, 2
-# doubles: boot time, then one last-activity time per tile
-F_OFFSET, F_BOOT, F_TILE = 1 << 15, 0, 8
-
-TGT_NONE, TGT_TENSIX, TGT_HARVESTED, TGT_ARC, TGT_DRAM, TGT_PCIE = range(6)
-ARC_BOOT_SECONDS = 0.05
-SPINS_PER_SECOND = 1_000_000        # one resident poll loop per microsecond at 800 MHz
-CSM_BYTES = K.ARC_CSM[1] - K.ARC_CSM[0]
-MSGQ_CB, MSGQ_BASE, MSGQ_COUNT, MSGQ_ENTRIES = 0x800, 0x1000, 4, 4
-MSGQ_BYTES = 32 + 2 * MSGQ_ENTRIES * 32
-TELEM_TABLE, TELEM_DATA = 0x2000, 0x2400
-FW_BUNDLE = 0x13090000              # 19.9.0.0: has 0xAE
-FW_BUNDLE_OLD = 0x13080000
-BOARD_UPI = 0x40                    # p150a
-BRISC = 1 << K.RISC_BITS["brisc"]
-PCIE_NODE_ID = (K.PCIE_NOC0_XY[1] << 6) | K.PCIE_NOC0_XY[0]
+BOARDS = {"p150a": 0x40, "p100a": 0x43}      # UPI; a p100a has one GDDR bank harvested
+STUCK_READ_CAPACITY = 64                     # reads a stuck NIU swallows before the NoC wedges
+TABLE_SIZE = 32                              # NOC translation table entries per axis
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _FALLOC_PUNCH = 0x01 | 0x02         # KEEP_SIZE | PUNCH_HOLE
@@ -81,8 +68,32 @@ def _punch(fd: int, offset: int, length: int) -> bool:
         return False
 
 
-class SimChip:
-    """One simulated p150a, opened from (and created in) its run directory."""
+
+def translation_tables(enabled_cols: int, enabled_gddr: int, pcie_x: int) -> tuple[list[int], list[int]]:
+    """The firmware's per-axis NOC0 translation tables (index: translated coordinate, value: NOC0)."""
+    tx, ty = list(range(TABLE_SIZE)), list(range(TABLE_SIZE))
+    good = sorted(K.PHYS_COL_X[i] for i in range(K.TENSIX_COLS_DIE) if enabled_cols >> i & 1)
+    bad = [i for i in range(K.TENSIX_COLS_DIE) if not enabled_cols >> i & 1]
+    for noc_x in (*range(1, 8), *range(10, 17)):
+        if good:
+            tx[noc_x] = good.pop(0)
+    for noc_x in range(16, 9, -1):
+        if bad:
+            tx[noc_x] = K.PHYS_COL_X[bad.pop(0)]
+    bad_gddr = next((b for b in range(K.DRAM_BANKS) if not enabled_gddr >> b & 1), None)
+    tx[17], tx[18] = (9, 0) if bad_gddr is not None and bad_gddr < 4 else (0, 9)
+    order = [0, 1, 2, 3]
+    if bad_gddr is not None:
+        order.remove(bad_gddr % 4)
+        order.append(bad_gddr % 4)
+    for slot, row in enumerate(order):
+        ty[12 + 3 * slot:15 + 3 * slot] = K.DRAM_NOC0_Y[row]
+    tx[19], ty[24] = pcie_x, 0
+    return tx, ty
+
+
+class SimChip(TensixModel, ArcModel):
+    """One simulated Blackhole card, opened from (and created in) its run directory."""
 
     def __init__(self, run_dir: Path, name: str):
         self.dir, self.name = Path(run_dir), name
@@ -95,19 +106,26 @@ class SimChip:
             self._open_files()
             if self.W[H_MAGIC] != STATE_MAGIC:
                 self._power_on_reset()
-        cols = self.identity["enabled_tensix_cols"]
-        self.to_noc0_x, self.harvested_x = tensix_translation(cols)
-        self.bdf = self.identity["bdf"]
+        ident = self.identity
+        self.enabled_cols, self.enabled_gddr = ident["enabled_tensix_cols"], ident.get("enabled_gddr", 0xFF)
+        self.pcie_x = K.PCIE_NOC0_XY[0]
+        self._tx, self._ty = translation_tables(self.enabled_cols, self.enabled_gddr, self.pcie_x)
+        tensix_x = (*range(1, 8), *range(10, 17))
+        self.to_noc0_x = {t: self._tx[t] for t in tensix_x}
+        self.harvested_x = [t for t in tensix_x if not self.enabled_cols >> K.PHYS_COL_X.index(self._tx[t]) & 1]
+        self.bdf = ident["bdf"]
 
     # ---- creation and files ------------------------------------------------------------
     def _create(self) -> None:
         seed = int.from_bytes(hashlib.sha256(self.name.encode()).digest()[:8], "little")
         rng = random.Random(seed)
+        board = "p100a" if self.name.startswith("p100a") else "p150a"
         harvested = sorted(rng.sample(range(K.TENSIX_COLS_DIE), 2))
         enabled = 0x3FFF & ~sum(1 << i for i in harvested)
-        serial = (BOARD_UPI << 36) | (seed & 0xFFFFFFFFF)
-        ident = {"name": self.name, "board_id": f"{serial:016x}", "asic_id": f"{seed ^ (seed >> 17):016x}",
-                 "enabled_tensix_cols": enabled, "harvested_phys_cols": harvested,
+        gddr = 0xFF & ~(1 << rng.randrange(K.DRAM_BANKS)) if board == "p100a" else 0xFF
+        serial = (BOARDS[board] << 36) | (seed & 0xFFFFFFFFF)
+        ident = {"name": self.name, "board": board, "board_id": f"{serial:016x}", "asic_id": f"{seed ^ (seed >> 17):016x}",
+                 "enabled_tensix_cols": enabled, "harvested_phys_cols": harvested, "enabled_gddr": gddr,
                  "enabled_eth": 0x3FFF & ~(1 << rng.randrange(14)) & ~(1 << 13),
                  "bdf": f"{0x1000 + (seed >> 40) % 0xE000:04x}:{0x10 + seed % 0xE0:02x}:00.0", "created": time.time(), "applied_faults": []}
         for fname, size in (("state.bin", STATE_BYTES), ("l1.bin", N_TILES * K.L1_BYTES), ("csm.bin", CSM_BYTES)):
@@ -145,10 +163,11 @@ class SimChip:
 
     # ---- resets and power ----------------------------------------------------------------
     def _power_on_reset(self) -> None:
-        """State of a card that has just come out of an ASIC reset (or was just made)."""
+        """State of a card that has just come out of an ASIC reset (or was just made). What lives
+        in flash (firmware bundle, fw_table settings) and in the link survives it."""
         W = self.W
         self._wipe_memories()
-        keep = {k: W[k] for k in (H_GEN, H_EPOCH, H_TOKEN, H_LINK_LOST, H_NEEDS_SBR)}
+        keep = {k: W[k] for k in (H_GEN, H_EPOCH, H_TOKEN, H_LINK_LOST, H_NEEDS_SBR, H_NO_TRANSLATION, H_THROTTLE)}
         keep_fw = W[H_FW_BUNDLE] or FW_BUNDLE
         locks = bytes(self._state[H_LOCKS * 4:(H_LOCKS + 64) * 4])
         self._state[:F_OFFSET] = bytes(F_OFFSET)
@@ -175,27 +194,28 @@ class SimChip:
             os.truncate(path, 0)
             os.truncate(path, K.DRAM_BANK_BYTES)
 
-    def asic_reset(self) -> None:
-        """RESET_DEVICE(ASIC_RESET): the IRQ path to ARC, so it works with a hung NoC."""
+    def asic_reset(self) -> bool:
+        """RESET_DEVICE(ASIC_RESET): a config-space write that interrupts ARC, so it works with a hung
+        NoC but not without a link. False when the request never landed."""
         W = self.W
-        if W[H_LINK_LOST]:
-            return
-        if W[H_NEEDS_SBR]:
-            return      # the reset request never lands; the chip stays as it was
+        if W[H_LINK_LOST] or W[H_NEEDS_SBR]:
+            return False        # the chip stays as it was
         W[H_MAGIC] = 0
         self._power_on_reset()
         W[H_NEEDS_INIT] = 1
         self._hang_reason("")
+        return True
 
     def power_cycle(self) -> None:
         """Power off and on: every memory, register, hang, lock and fault record gone.
 
         What stays is what is fused or printed on the board: name, serial, ASIC id, PCI
-        address, harvested columns. Firmware returns to the current bundle (an `old_fw` fault
-        is forgotten with the others). Descriptors from before are disowned.
+        address, harvested columns and banks. Firmware returns to the current bundle and
+        fw_table (an `old_fw` or `translation_off` fault is forgotten with the others).
+        Descriptors from before are disowned.
         """
         W = self.W
-        for k in (H_LINK_LOST, H_NEEDS_SBR, H_NOC_HUNG, H_NEEDS_INIT, H_FW_BUNDLE):
+        for k in (H_LINK_LOST, H_NEEDS_SBR, H_NOC_HUNG, H_NEEDS_INIT, H_FW_BUNDLE, H_NO_TRANSLATION, H_THROTTLE):
             W[k] = 0
         self._state[H_LOCKS * 4:(H_LOCKS + 64) * 4] = bytes(4 * 64)
         W[H_GEN] += 1
@@ -207,8 +227,13 @@ class SimChip:
         self.save_identity()
 
     def secondary_bus_reset(self) -> None:
-        if not self.W[H_LINK_LOST]:
-            self.W[H_NEEDS_SBR] = 0
+        """RESET_DEVICE(RESET_PCIE_LINK): the bridge's secondary bus reset retrains a link that went
+        down, and lets a reset request land again; a link that is gone stays gone."""
+        W = self.W
+        if W[H_LINK_LOST] == LINK_DOWN:
+            W[H_LINK_LOST] = LINK_UP
+        if W[H_LINK_LOST] != LINK_GONE:
+            W[H_NEEDS_SBR] = 0
 
     def post_reset(self) -> None:
         self.W[H_NEEDS_INIT] = 0
@@ -227,16 +252,32 @@ class SimChip:
         self.W[H_GATED] = 0
 
     # ---- endpoints ---------------------------------------------------------------------------
+    @property
+    def translation(self) -> bool:
+        return not self.W[H_NO_TRANSLATION]
+
     def resolve(self, x: int, y: int) -> tuple[int, int]:
+        """What a NoC request to (x, y) reaches: (kind, Tensix physical index or DRAM bank)."""
+        if self.translation:
+            if not (0 <= x < TABLE_SIZE and 0 <= y < TABLE_SIZE):
+                return TGT_NONE, 0
+            x, y = (x if y in (0, 1) else self._tx[x]), self._ty[y]
+        return self._endpoint(x, y)
+
+    def _endpoint(self, x: int, y: int) -> tuple[int, int]:
+        """The tile at NOC0 (x, y)."""
         if (x, y) == K.ARC_XY:
             return TGT_ARC, 0
-        if (x, y) == K.PCIE_TRANSLATED_XY:
+        if (x, y) == (self.pcie_x, 0):
             return TGT_PCIE, 0
-        if x in K.DRAM_TRANSLATED_X and K.DRAM_TRANSLATED_Y0 <= y < K.DRAM_TRANSLATED_Y0 + 12:
-            return TGT_DRAM, (x - K.DRAM_TRANSLATED_X[0]) * 4 + (y - K.DRAM_TRANSLATED_Y0) // 3
-        if x in self.to_noc0_x and y in K.TENSIX_ROWS:
-            kind = TGT_HARVESTED if x in self.harvested_x else TGT_TENSIX
-            return kind, physical_index(self.to_noc0_x[x], y)
+        if x in K.DRAM_NOC0_X and 0 <= y < K.GRID_Y:
+            row = next((r for r, ys in enumerate(K.DRAM_NOC0_Y) if y in ys), None)
+            if row is not None:
+                bank = 4 * K.DRAM_NOC0_X.index(x) + row
+                return (TGT_DRAM if self.enabled_gddr >> bank & 1 else TGT_DRAM_HARVESTED), bank
+        if x in K.PHYS_COL_X and y in K.TENSIX_ROWS:
+            live = self.enabled_cols >> K.PHYS_COL_X.index(x) & 1
+            return (TGT_TENSIX if live else TGT_HARVESTED), physical_index(x, y)
         return TGT_NONE, 0
 
     def translated_tile(self, x: int, y: int) -> int:
@@ -265,6 +306,16 @@ class SimChip:
     def _dead(self) -> bool:
         return bool(self.W[H_NOC_HUNG] or self.W[H_LINK_LOST])
 
+    def _stuck_read(self, idx: int) -> int:
+        """A read of a tile whose NIU is stuck: all ones after the completion timeout, and one more
+        transaction the NoC never gets back; past the capacity the whole NoC wedges."""
+        W = self.W
+        W[T_BASE + idx * T_WORDS + T_STUCK_READS] += 1
+        if sum(W[T_BASE + i * T_WORDS + T_STUCK_READS] for i in range(N_TILES)) > STUCK_READ_CAPACITY:
+            self._hang(f"more than {STUCK_READ_CAPACITY} reads of unresponsive Tensix tiles are outstanding: "
+                       "the NoC ran out of room for transactions")
+        return MASK
+
     # ---- 32-bit accesses ---------------------------------------------------------------------
     def read32(self, tgt: tuple[int, int], addr: int) -> int:
         W = self.W
@@ -276,7 +327,7 @@ class SimChip:
             if W[H_GATED]:
                 return self._hang(f"read of clock-gated Tensix {idx} at 0x{addr:x}")
             if W[r + T_NIU_STUCK] or W[r + T_NEEDS_ASIC]:
-                return MASK
+                return self._stuck_read(idx)
             if addr < K.L1_BYTES:
                 if W[r + T_FW]:
                     self._advance(idx)
@@ -288,10 +339,12 @@ class SimChip:
             return int.from_bytes(self._dram_rw(idx, addr, 4, None), "little")
         if kind == TGT_PCIE:
             if addr - K.PCIE_NIU_NOC_ADDR == K.NOC_NODE_ID:
-                return PCIE_NODE_ID
+                return self.pcie_x          # y = 0
             return self._hang(f"PCIe tile address 0x{addr:x} is unmapped")
         if kind == TGT_HARVESTED:
             return self._hang(f"read of 0x{addr:x} at harvested Tensix {idx} (a bad endpoint)")
+        if kind == TGT_DRAM_HARVESTED:
+            return self._hang(f"read of 0x{addr:x} at harvested DRAM bank {idx} (a bad endpoint)")
         return self._hang(f"read of 0x{addr:x} at a coordinate with no live endpoint")
 
     def write32(self, tgt: tuple[int, int], addr: int, value: int) -> None:
@@ -308,6 +361,8 @@ class SimChip:
                 return
             if addr < K.L1_BYTES:
                 W[r + T_TOUCHED] = 1
+                if W[r + T_FW] == FW_FOREIGN:
+                    self._foreign_l1_written(idx, addr)
                 self.l1_u32[(idx * K.L1_BYTES + addr) >> 2] = value
                 return
             self._tensix_reg(idx, addr, value)
@@ -329,6 +384,7 @@ class SimChip:
                 self._hang(f"read of clock-gated Tensix {idx}")
                 return b"\xff" * length
             if self.W[r + T_NIU_STUCK] or self.W[r + T_NEEDS_ASIC]:
+                self._stuck_read(idx)
                 return b"\xff" * length
             if self.W[r + T_FW]:
                 self._advance(idx)
@@ -336,7 +392,7 @@ class SimChip:
             return self.l1[base:base + length]
         if kind == TGT_ARC and K.ARC_CSM[0] <= addr and addr + length <= K.ARC_CSM[1]:
             off = addr - K.ARC_CSM[0]
-            if off < TELEM_DATA + 4 * len(K.TAGS) and off + length > TELEM_DATA:
+            if off < TELEM_DATA + 4 * K.TAG_COUNT and off + length > TELEM_DATA:
                 self._telemetry_refresh()
             return self.csm[off:off + length]
         if kind == TGT_DRAM:
@@ -357,6 +413,8 @@ class SimChip:
                 self._hang(f"write to clock-gated Tensix {idx}")
             elif not (W[r + T_NIU_STUCK] or W[r + T_NEEDS_ASIC]):
                 W[r + T_TOUCHED] = 1
+                if W[r + T_FW] == FW_FOREIGN:
+                    self._foreign_l1_written(idx, addr)
                 base = idx * K.L1_BYTES + addr
                 self.l1[base:base + len(data)] = data
             return
@@ -378,9 +436,9 @@ class SimChip:
         if self.W[H_LINK_LOST]:
             return MASK
         if bar_offset == K.BAR0_NIU_PAGE + K.NOC_NODE_ID:
-            return PCIE_NODE_ID
+            return self.pcie_x
         if bar_offset == K.BAR0_NIU_PAGE + 0x100:
-            return 1 << 14      # NIU_CFG_0: NOC translation enabled
+            return (1 << 14) if self.translation else 0     # NIU_CFG_0: NOC translation enabled
         return 0
 
     # ---- DRAM ------------------------------------------------------------------------------
@@ -393,355 +451,10 @@ class SimChip:
             fd = self._dram_fds[bank] = os.open(self.dir / "dram" / f"bank{bank}.bin", os.O_RDWR | os.O_CLOEXEC)
         if data is None:
             return os.pread(fd, length, addr).ljust(length, b"\0")
-        os.pwrite(fd, data, addr)
+        keep = max(0, min(length, K.DRAM_BANK_ADDRESSABLE - addr))     # the top 16 MiB drop writes
+        if keep:
+            os.pwrite(fd, bytes(data[:keep]), addr)
         return b""
-
-    # ---- Tensix registers ------------------------------------------------------------------
-    def _tensix_reg(self, idx: int, addr: int, value: int | None) -> int:
-        W, r = self.W, T_BASE + idx * T_WORDS
-        for lo, hi in K.PRIVATE_RAM:
-            if lo <= addr < hi:
-                return self._hang(f"RISC private memory 0x{addr:x} of Tensix {idx} accessed over the NoC")
-        if addr == K.SOFT_RESET_0:
-            if value is None:
-                return W[r + T_SOFT]
-            self._soft_reset_write(idx, value)
-            return 0
-        if K.DEBUG_REGS[0] <= addr < K.DEBUG_REGS[1]:
-            for risc, pc_addr in K.PC_SNAPSHOT.items():
-                if addr == pc_addr:
-                    return self._pc(idx, risc) if value is None else 0
-            return 0
-        if K.NIU_REGS[0] <= addr < K.NIU_REGS[1]:
-            off = (addr - K.NIU_REGS[0]) & 0xFFFF
-            col, row = divmod(idx, len(K.TENSIX_ROWS))
-            x0, y = K.PHYS_COL_X[col], row + K.TENSIX_ROWS[0]
-            if value is None and off == K.NOC_NODE_ID:
-                return (y << 6) | x0
-            if value is None and off == K.NOC_ID_TRANSLATED:
-                tx = next(t for t, n in self.to_noc0_x.items() if n == x0)
-                return (y << 6) | tx
-            return 0
-        return self._hang(f"Tensix {idx} address 0x{addr:x} is unmapped")
-
-    def _pc(self, idx: int, risc: str) -> int:
-        W, r = self.W, T_BASE + idx * T_WORDS
-        bit = 1 << K.RISC_BITS[risc]
-        if W[r + T_SOFT] & bit:
-            return 0
-        if W[r + T_WEDGED] & bit:
-            return 0x5A00 + 4 * K.RISC_BITS[risc]
-        W[H_PC_TICK] = (W[H_PC_TICK] + 1) & MASK
-        return L.FW_BASE + 0x40 + 4 * (W[H_PC_TICK] % 48)
-
-    def _soft_reset_write(self, idx: int, value: int) -> None:
-        W, r = self.W, T_BASE + idx * T_WORDS
-        old, new = W[r + T_SOFT], value & MASK
-        asserted, released = new & ~old, old & ~new
-        if asserted & K.RISC_ALL and W[r + T_FW] == FW_RESIDENT and W[r + T_BLOCKED]:
-            ctrl = (idx * K.L1_BYTES + W[r + T_CTRL]) >> 2
-            if not self.l1_u32[ctrl + L.C_STOP]:
-                # Reset of a kernel blocked in a wait that was never asked to stop: the tile's
-                # NoC interface is left mid-transaction.
-                W[r + T_NIU_STUCK] = 1
-        W[r + T_WEDGED] &= ~new & MASK
-        if new & BRISC:
-            W[r + T_FW] = FW_NONE
-            W[r + T_BLOCKED] = 0
-        W[r + T_SOFT] = new
-        if released & BRISC:
-            base = idx * K.L1_BYTES + L.FW_BASE
-            if self.l1[base:base + len(L.FW_MAGIC)] == L.FW_MAGIC:
-                W[r + T_FW] = FW_IDLE
-                self.l1[idx * K.L1_BYTES + L.SIGNAL_BYTE] = K.RUN_MSG_DONE
-            else:
-                W[r + T_WEDGED] |= BRISC      # running whatever L1 held
-
-    # ---- the BRISC firmware model ----------------------------------------------------------
-    def _advance(self, idx: int) -> None:
-        W, r = self.W, T_BASE + idx * T_WORDS
-        fw = W[r + T_FW]
-        if W[r + T_WEDGED] & BRISC:
-            return
-        base = idx * K.L1_BYTES
-        if fw == FW_IDLE:
-            if self.l1[base + L.SIGNAL_BYTE] == K.RUN_MSG_GO:
-                self._start_kernel(idx)
-        elif fw == FW_RESIDENT:
-            self._queue_step(idx)
-
-    def _start_kernel(self, idx: int) -> None:
-        W, r, base = self.W, T_BASE + idx * T_WORDS, idx * K.L1_BYTES
-        magic, text, args, nonce, result, _enables, _, _ = L.LAUNCH_FMT.unpack_from(self.l1, base + L.LAUNCH)
-        if magic != L.LAUNCH_MAGIC or text + L.KERNEL_FMT.size > K.L1_BYTES:
-            self.l1[base + L.SIGNAL_BYTE] = K.RUN_MSG_DONE
-            return
-        kmagic, kind, _, _ = L.KERNEL_FMT.unpack_from(self.l1, base + text)
-        if kmagic != L.KERNEL_MAGIC or kind not in (L.KIND_SUM, L.KIND_RESIDENT_QUEUE):
-            W[r + T_WEDGED] |= BRISC          # jumped into bytes that are not a kernel
-            return
-        W[r + T_NONCE] = nonce
-        if kind == L.KIND_SUM:
-            src, count = L.SUM_ARGS_FMT.unpack_from(self.l1, base + args)
-            if src + 4 * count > K.L1_BYTES:
-                status, value = 1, 0
-            else:
-                words = np.frombuffer(self.l1, dtype="<u4", count=count, offset=base + src)
-                status, value = 0, int(words.sum(dtype=np.uint64)) & MASK
-            done = L.RESULT_FMT.unpack_from(self.l1, base + result)[0]
-            L.RESULT_FMT.pack_into(self.l1, base + result, (done + 1) & MASK, nonce, status, value)
-            self.l1[base + L.SIGNAL_BYTE] = K.RUN_MSG_DONE
-            return
-        ctrl, ring, slots, idle = L.RESIDENT_ARGS_FMT.unpack_from(self.l1, base + args)
-        c = (base + ctrl) >> 2
-        u = self.l1_u32
-        u[c + L.C_SLOTS], u[c + L.C_RING], u[c + L.C_IDLE_LIMIT] = slots, ring, idle
-        u[c + L.C_STATE], u[c + L.C_EXIT], u[c + L.C_NONCE] = L.QSTATE_POLLING, L.EXIT_NONE, nonce
-        W[r + T_CTRL], W[r + T_FW] = ctrl, FW_RESIDENT
-        self.F[F_TILE + idx] = time.time()
-        self._queue_step(idx)
-
-    def _queue_exit(self, idx: int, reason: int) -> None:
-        W, r, base = self.W, T_BASE + idx * T_WORDS, idx * K.L1_BYTES
-        c = (base + W[r + T_CTRL]) >> 2
-        self.l1_u32[c + L.C_STATE], self.l1_u32[c + L.C_EXIT] = L.QSTATE_EXITED, reason
-        W[r + T_FW], W[r + T_BLOCKED] = FW_IDLE, 0
-        self.l1[base + L.SIGNAL_BYTE] = K.RUN_MSG_DONE
-
-    def _queue_step(self, idx: int) -> None:
-        W, r, base, u = self.W, T_BASE + idx * T_WORDS, idx * K.L1_BYTES, self.l1_u32
-        c = (base + W[r + T_CTRL]) >> 2
-        if W[r + T_BLOCKED] or W[r + T_WEDGED]:
-            # Every wait polls stop_request in the same loop: the only way out of a stuck wait.
-            u[c + L.C_STATE] = L.QSTATE_BLOCKED
-            if u[c + L.C_STOP]:
-                self._queue_exit(idx, L.EXIT_STOP_REQUEST)
-            else:
-                u[c + L.C_HEARTBEAT] = (u[c + L.C_HEARTBEAT] + 1) & MASK
-            return
-        if u[c + L.C_STOP]:
-            self._queue_exit(idx, L.EXIT_STOP_REQUEST)
-            return
-        now = time.time()
-        done, posted = u[c + L.C_COMPLETED], u[c + L.C_POSTED]
-        u[c + L.C_HEARTBEAT] = (u[c + L.C_HEARTBEAT] + 1) & MASK
-        if done == posted:
-            if (now - self.F[F_TILE + idx]) * SPINS_PER_SECOND > u[c + L.C_IDLE_LIMIT]:
-                self._queue_exit(idx, L.EXIT_IDLE_LIMIT)
-            return
-        ring, slots, nonce = u[c + L.C_RING], u[c + L.C_SLOTS], W[r + T_NONCE]
-        l1, unpack = self.l1, L.DESC_FMT.unpack_from
-        while done != posted:
-            op, _flags, _seq, a0, a1, a2, _a3, _a4, _a5 = unpack(l1, base + ring + (done % slots) * L.DESC_BYTES)
-            if op == L.OP_STOP:
-                u[c + L.C_COMPLETED], u[c + L.C_NONCE] = (done + 1) & MASK, nonce
-                self._queue_exit(idx, L.EXIT_STOP_SENTINEL)
-                return
-            if not self._execute(base, op, a0, a1, a2):
-                self._queue_exit(idx, L.EXIT_BAD_DESCRIPTOR)
-                return
-            done = (done + 1) & MASK
-            # Completion is produced by the work item: count and nonce after executing it.
-            u[c + L.C_COMPLETED], u[c + L.C_NONCE] = done, nonce
-        self.F[F_TILE + idx] = now
-
-    def _execute(self, base: int, op: int, a0: int, a1: int, a2: int) -> bool:
-        u, top = self.l1_u32, K.L1_BYTES
-        if op == L.OP_NOP:
-            return True
-        if op == L.OP_ADD:
-            if a0 & 3 or a0 + 4 > top:
-                return False
-            u[(base + a0) >> 2] = (u[(base + a0) >> 2] + a1) & MASK
-            return True
-        if op == L.OP_FILL:
-            if a0 & 3 or a0 + 4 * a1 > top:
-                return False
-            self.l1[base + a0:base + a0 + 4 * a1] = np.full(a1, a2, dtype="<u4").tobytes()
-            return True
-        if op == L.OP_COPY:
-            if a0 + a2 > top or a1 + a2 > top:
-                return False
-            self.l1[base + a1:base + a1 + a2] = self.l1[base + a0:base + a0 + a2]
-            return True
-        return False
-
-    def install_resident(self, idx: int, pending: int, blocked: bool) -> None:
-        """Leave a resident kernel on a tile as a user process would have (for fault injection)."""
-        W, r, base = self.W, T_BASE + idx * T_WORDS, idx * K.L1_BYTES
-        W[r + T_TOUCHED] = 1
-        self.l1[base + L.FW_BASE:base + L.FW_BASE + len(L.FW_IMAGE)] = L.FW_IMAGE
-        self.l1[base + L.KERNEL_TEXT:base + L.KERNEL_TEXT + L.KERNEL_FMT.size] = L.kernel_image(L.KIND_RESIDENT_QUEUE)
-        L.RESIDENT_ARGS_FMT.pack_into(self.l1, base + L.KERNEL_ARGS, L.QUEUE_CTRL, L.RING, L.RING_SLOTS, 0xFFFFFFFF)
-        nonce = random.getrandbits(32)
-        L.LAUNCH_FMT.pack_into(self.l1, base + L.LAUNCH, L.LAUNCH_MAGIC, L.KERNEL_TEXT, L.KERNEL_ARGS, nonce,
-                               L.RESULT, L.ENABLE_BRISC, 0, 0)
-        ctrl = [0] * L.CTRL_WORDS
-        ctrl[L.C_POSTED], ctrl[L.C_STATE], ctrl[L.C_NONCE] = pending, L.QSTATE_POLLING, nonce
-        ctrl[L.C_SLOTS], ctrl[L.C_RING], ctrl[L.C_IDLE_LIMIT] = L.RING_SLOTS, L.RING, 0xFFFFFFFF
-        self.l1[base + L.QUEUE_CTRL:base + L.QUEUE_CTRL + 4 * L.CTRL_WORDS] = np.array(ctrl, "<u4").tobytes()
-        for i in range(pending):
-            L.DESC_FMT.pack_into(self.l1, base + L.RING + i * L.DESC_BYTES, L.OP_NOP, 0, i, 0, 0, 0, 0, 0, 0)
-        self.l1[base + L.SIGNAL_BYTE] = K.RUN_MSG_GO
-        W[r + T_SOFT], W[r + T_FW], W[r + T_CTRL], W[r + T_NONCE] = K.RISC_ALL_BUT_BRISC, FW_RESIDENT, L.QUEUE_CTRL, nonce
-        W[r + T_BLOCKED] = int(blocked)
-        self.F[F_TILE + idx] = time.time()
-
-    # ---- ARC -----------------------------------------------------------------------------------
-    def _arc_init(self) -> None:
-        self.csm[:0x4000] = bytes(0x4000)
-        u, W = self.csm_u32, self.W
-        u[MSGQ_CB >> 2], u[(MSGQ_CB >> 2) + 1] = K.ARC_CSM[0] + MSGQ_BASE, MSGQ_ENTRIES | (MSGQ_COUNT << 8)
-        tags = sorted(K.TAGS.values())
-        t = TELEM_TABLE >> 2
-        u[t], u[t + 1] = K.TELEMETRY_VERSION, len(tags)
-        for i, tag in enumerate(tags):
-            u[t + 2 + i] = tag | (i << 16)
-        W[H_SCRATCH + K.SCR_FW_VERSION] = W[H_FW_BUNDLE]
-        W[H_SCRATCH + K.SCR_MSGQ_CB] = K.ARC_CSM[0] + MSGQ_CB
-        W[H_SCRATCH + K.SCR_TELEM_DATA] = K.ARC_CSM[0] + TELEM_DATA
-        W[H_SCRATCH + K.SCR_TELEM_TABLE] = K.ARC_CSM[0] + TELEM_TABLE
-        W[H_SCRATCH + K.SCR_BOOT_STATUS0] = K.BOOT_READY
-        self._telemetry_refresh()
-
-    def _arc_reg(self, addr: int, value: int | None) -> int:
-        W = self.W
-        if K.ARC_CSM[0] <= addr < K.ARC_CSM[1]:
-            off = addr - K.ARC_CSM[0]
-            if value is None:
-                if TELEM_DATA <= off < TELEM_DATA + 4 * len(K.TAGS):
-                    self._telemetry_refresh()
-                return self.csm_u32[off >> 2]
-            self.csm_u32[off >> 2] = value
-            return 0
-        if K.SCRATCH_RAM <= addr < K.SCRATCH_RAM + 4 * 64:
-            n = (addr - K.SCRATCH_RAM) >> 2
-            if value is not None:
-                W[H_SCRATCH + n] = value
-                return 0
-            if time.time() < self.F[F_BOOT] + ARC_BOOT_SECONDS and n in (K.SCR_BOOT_STATUS0, K.SCR_TELEM_TABLE, K.SCR_TELEM_DATA):
-                return 0        # ARC firmware still booting
-            return W[H_SCRATCH + n]
-        for reg, words in ((K.TENSIX_RESET, H_TENSIX_RESET), (K.TENSIX_RISC_RESET, H_RISC_RESET)):
-            if reg <= addr < reg + 32:
-                n = (addr - reg) >> 2
-                if value is None:
-                    return W[words + n]
-                W[words + n] = value
-                return 0
-        if addr == K.ARC_MISC_CNTL:
-            if value is not None and value & K.ARC_IRQ0:
-                self._arc_service()
-            return 0
-        if addr == K.MSI_FIFO:
-            if value is not None:
-                self._arc_service()
-            return 0
-        if K.ARC_APB[0] <= addr < K.ARC_APB[1]:
-            return 0
-        return self._hang(f"ARC address 0x{addr:x} is unmapped")
-
-    def telemetry_values(self) -> dict[int, int]:
-        W, T = self.W, K.TAGS
-        now = time.time()
-        up = max(0.0, now - self.F[F_BOOT])
-        busy = sum(1 for i in range(N_TILES) if W[T_BASE + i * T_WORDS + T_FW] == FW_RESIDENT)
-        aiclk = W[H_AICLK_FORCED] or (1350 if W[H_BUSY] else 800)
-        vcore = 720 + (aiclk - 800) * 3 // 10
-        power = 22 + busy * 0.3 + (aiclk - 800) * 0.03
-        temp = 38.0 + power * 0.25 + 0.5 * np.sin(now / 7.0)
-        ident = self.identity
-        board, asic = int(ident["board_id"], 16), int(ident["asic_id"], 16)
-        bundle = W[H_FW_BUNDLE]
-        return {
-            T["BOARD_ID_HIGH"]: board >> 32, T["BOARD_ID_LOW"]: board & MASK, T["ASIC_ID"]: asic & MASK,
-            T["HARVESTING_STATE"]: 0, T["UPDATE_TELEM_SPEED"]: 100, T["VCORE"]: vcore, T["TDP"]: int(power),
-            T["TDC"]: int(power * 1000 / vcore), T["VDD_LIMITS"]: (900 << 16) | 700, T["THM_LIMIT_SHUTDOWN"]: 110,
-            T["ASIC_TEMPERATURE"]: int(temp * 65536) & MASK, T["VREG_TEMPERATURE"]: 0, T["BOARD_TEMPERATURE"]: 0,
-            T["AICLK"]: aiclk, T["AXICLK"]: 960, T["ARCCLK"]: 540, T["ETH_LIVE_STATUS"]: 0,
-            T["GDDR_STATUS"]: 0x55555555, T["GDDR_SPEED"]: 16000, T["ETH_FW_VERSION"]: 0x010700,
-            T["GDDR_FW_VERSION"]: (2 << 16) | 9, T["DM_APP_FW_VERSION"]: 0x050D0000, T["DM_BL_FW_VERSION"]: 0x00080000,
-            T["FLASH_BUNDLE_VERSION"]: bundle, T["CM_FW_VERSION"]: bundle, T["L2CPU_FW_VERSION"]: 0,
-            T["FAN_SPEED"]: 35, T["TIMER_HEARTBEAT"]: int(up * 60) & MASK, T["TELEM_ENUM_COUNT"]: len(T),
-            T["ENABLED_TENSIX_COL"]: ident["enabled_tensix_cols"], T["ENABLED_ETH"]: ident["enabled_eth"],
-            T["ENABLED_GDDR"]: 0xFF, T["ENABLED_L2CPU"]: 0xF, T["PCIE_USAGE"]: 0x1, T["INPUT_CURRENT"]: int(power * 1000 / 12),
-            T["NOC_TRANSLATION"]: 1, T["FAN_RPM"]: 1900, T["MAX_GDDR_TEMP"]: int(temp) - 4, T["BOARD_POWER_LIMIT"]: 300,
-            T["INPUT_POWER"]: int(power + 18), T["TDC_LIMIT_MAX"]: 200, T["THM_LIMIT_THROTTLE"]: 90,
-            T["TT_FLASH_VERSION"]: 0x030301, T["THERM_TRIP_COUNT"]: 0, T["ASIC_ID_HIGH"]: asic >> 32,
-            T["ASIC_ID_LOW"]: asic & MASK, T["AICLK_LIMIT_MAX"]: 1350, T["TDP_LIMIT_MAX"]: 150,
-        }
-
-    def _telemetry_refresh(self) -> None:
-        values = self.telemetry_values()
-        base = TELEM_DATA >> 2
-        for i, tag in enumerate(sorted(K.TAGS.values())):
-            self.csm_u32[base + i] = values.get(tag, 0)
-
-    # ---- ARC message queues -------------------------------------------------------------------
-    def _arc_service(self) -> None:
-        u = self.csm_u32
-        for q in range(MSGQ_COUNT):
-            h = (MSGQ_BASE + q * MSGQ_BYTES) >> 2
-            n2 = 2 * MSGQ_ENTRIES
-            while u[h + 4] != u[h]:                  # request rptr != wptr
-                if (u[h + 5] - u[h + 1]) % n2 == MSGQ_ENTRIES:
-                    break                            # response queue full: host is not reading
-                slot = u[h + 4] % MSGQ_ENTRIES
-                req = [u[h + 8 + slot * 8 + i] for i in range(8)]
-                resp = self._arc_message(req, u[h + 6])
-                rs = u[h + 5] % MSGQ_ENTRIES
-                for i, w in enumerate(resp):
-                    u[h + 8 + MSGQ_ENTRIES * 8 + rs * 8 + i] = w & MASK
-                u[h + 4] = (u[h + 4] + 1) % n2
-                u[h + 5] = (u[h + 5] + 1) % n2
-                u[h + 6] = (u[h + 6] + 1) & MASK     # last serial
-
-    def _arc_message(self, req: list[int], last_serial: int) -> list[int]:
-        W, M = self.W, K.MSG
-        code = req[0] & 0xFF
-        ok = lambda *data: [0, *data, *([0] * (7 - len(data)))]  # noqa: E731
-        if code == M["TEST"]:
-            return ok(req[1] + 1, last_serial + 1)
-        if code == M["TOGGLE_SINGLE_TENSIX_RESET"]:
-            if W[H_FW_BUNDLE] < 0x13090000:
-                return [K.MSG_STATUS_UNKNOWN] + [0] * 7
-            x, y = req[1] & 0xFF, (req[1] >> 8) & 0xFF
-            kind, idx = self.resolve(x, y)
-            if kind != TGT_TENSIX:
-                return ok(1)
-            self._tile_reset(idx)
-            return ok(0)
-        if code == M["TOGGLE_TENSIX_RESET"]:
-            for i in range(N_TILES):
-                self._tile_reset(i)
-            return ok()
-        if code == M["FORCE_AICLK"]:
-            W[H_AICLK_FORCED] = req[1]
-            return ok()
-        if code == M["GET_AICLK"]:
-            aiclk = W[H_AICLK_FORCED] or (1350 if W[H_BUSY] else 800)
-            return [aiclk << 16, aiclk, 0, 0, 0, 0, 0, 0]
-        if code in (M["AICLK_GO_BUSY"], M["AICLK_GO_LONG_IDLE"]):
-            W[H_BUSY] = int(code == M["AICLK_GO_BUSY"])
-            return ok()
-        if code == M["POWER_SETTING"]:
-            flags = (req[0] >> 16) & 0xFFFF
-            if flags & 4:
-                self.power_up()
-            else:
-                self.power_down()
-            return ok()
-        if code in (M["REINIT_TENSIX"], M["ASIC_STATE0"], M["ASIC_STATE3"], M["SET_WDT_TIMEOUT"]):
-            return ok()
-        return [K.MSG_STATUS_UNKNOWN] + [0] * 7
-
-    def _tile_reset(self, idx: int) -> None:
-        """What the firmware's tile reset does: RISCs to 0x47800, NoC state of the tile re-inited."""
-        W, r = self.W, T_BASE + idx * T_WORDS
-        if W[r + T_NEEDS_ASIC]:
-            return
-        W[r + T_NIU_STUCK] = W[r + T_WEDGED] = W[r + T_BLOCKED] = W[r + T_FW] = 0
-        W[r + T_SOFT] = K.RISC_ALL
 
     # ---- faults ------------------------------------------------------------------------------
     def inject(self, faults: list[Fault]) -> list[Fault]:
@@ -767,10 +480,17 @@ class SimChip:
             self._hang("fault injected: NoC hung; the ASIC reset request will not land without an SBR")
             W[H_NEEDS_SBR] = 1
         elif f.kind == "link_lost":
-            W[H_LINK_LOST] = 1
+            W[H_LINK_LOST] = LINK_GONE
+        elif f.kind == "link_down":
+            W[H_LINK_LOST] = LINK_DOWN
         elif f.kind == "old_fw":
             W[H_FW_BUNDLE] = FW_BUNDLE_OLD
             W[H_SCRATCH + K.SCR_FW_VERSION] = FW_BUNDLE_OLD
+        elif f.kind == "translation_off":
+            W[H_NO_TRANSLATION] = 1
+        elif f.kind == "throttle":
+            W[H_THROTTLE] = K.AICLK_ARB_MAX_NAMES.index(f.params["arb"]) + 1
+            W[H_BUSY] = 1
         else:
             idx = self.translated_tile(*f.xy())
             r = T_BASE + idx * T_WORDS
@@ -782,6 +502,8 @@ class SimChip:
                 bit = 1 << K.RISC_BITS[f.risc]
                 W[r + T_WEDGED] |= bit
                 W[r + T_SOFT] &= ~bit & MASK
+            elif f.kind == "foreign_fw":
+                self.install_foreign(idx)
             elif f.kind == "noc_stuck":
                 W[r + T_NIU_STUCK] = 1
             elif f.kind == "bad_tile":

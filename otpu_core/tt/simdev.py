@@ -24,7 +24,9 @@ from . import consts as K
 from . import ioctl as I
 from .device import BlackholeDevice, DeviceGone
 from .faults import ENV as FAULTS_ENV, Fault, parse as parse_faults
-from .simchip import H_EPOCH, H_GEN, H_LINK_LOST, H_LOCKS, H_NEEDS_INIT, H_NOC_HUNG, TGT_NONE, SimChip
+from .simchip import SimChip
+from .simstate import H_EPOCH, H_GEN, H_LINK_LOST, H_LOCKS, H_NEEDS_INIT, H_NOC_HUNG, H_RESET_MARKER, LINK_UP, TGT_NONE
+from .umdlock import UMD_LOCK_PREFIX
 
 TLB_2M_COUNT, TLB_4G_FIRST, TLB_4G_COUNT = 201, 202, 8
 BAR0_BYTES = 512 << 20
@@ -38,6 +40,17 @@ def sim_dir(name: str) -> Path:
 
 def existing_sims() -> list[str]:
     return sorted(p.name[len(DIR_PREFIX):] for p in run_dir().glob(f"{DIR_PREFIX}*") if (p / "identity.json").exists())
+
+
+def _holds_files(pid: int) -> bool:
+    """Does the process still hold its descriptors? (A zombie has closed them all, as the kernel does at exit.)"""
+    if not pid_alive(pid):
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] != b"Z"
 
 
 def release_locks(chip: SimChip, token: int) -> None:
@@ -58,7 +71,7 @@ def descriptor_table(chip: SimChip):
             fds = json.loads(path.read_text())
         except (OSError, ValueError):
             fds = {}
-        dead = [t for t, e in fds.items() if not pid_alive(e["pid"])]
+        dead = [t for t, e in fds.items() if not _holds_files(e["pid"])]
         for t in dead:
             # What the driver did when that process died: its cleanup write, its locks,
             # and power-down if it was the last user.
@@ -73,6 +86,12 @@ def descriptor_table(chip: SimChip):
         tmp = path.with_name(f".fds.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(fds))
         os.replace(tmp, path)
+
+
+def holders(chip: SimChip) -> list[int]:
+    """PIDs with the card open, one entry per descriptor (as /proc/driver/tenstorrent/N/pids)."""
+    with descriptor_table(chip) as fds:
+        return [e["pid"] for e in fds.values()]
 
 
 def power_cycle(chip: SimChip) -> None:
@@ -158,7 +177,8 @@ class SimBarPage:
 class SimDevice(BlackholeDevice):
     """One open descriptor of a simulated p150a named `name` (run directory `tt-sim-<name>`)."""
 
-    def __init__(self, name: str = "0", faults: list[Fault] | None = None, spec: str | None = None):
+    def __init__(self, name: str = "0", faults: list[Fault] | None = None, spec: str | None = None,
+                 exclusive: bool = False):
         self.name = name
         self.spec = spec or f"tt:sim:{name}"
         self.chip = SimChip(sim_dir(name), name)
@@ -166,11 +186,21 @@ class SimDevice(BlackholeDevice):
         self.closed = False
         self._tlbs: dict[int, list] = {}
         self._mapped: dict[int, int] = {}
-        with descriptor_table(self.chip) as fds:
-            self.token = self.chip.new_token()
-            if not fds:
-                self.chip.power_up()        # a legacy client: every domain on
-            fds[str(self.token)] = {"pid": os.getpid(), "cleanup": None}
+        try:
+            with descriptor_table(self.chip) as fds:
+                # tt-kmd >= 2.10 open(): O_EXCL waits for no other descriptor, a plain open waits
+                # while an O_EXCL one is held; opened with O_NONBLOCK, both are EAGAIN instead.
+                if (exclusive and fds) or any(e.get("excl") for e in fds.values()):
+                    raise OSError(errno.EAGAIN, f"{self.spec}: "
+                                  + ("other descriptors are open" if exclusive else "held open with O_EXCL"))
+                self.token = self.chip.new_token()
+                if not fds and not self.chip.W[H_NEEDS_INIT]:
+                    self.chip.power_up()        # a legacy client: every domain on
+                fds[str(self.token)] = {"pid": os.getpid(), "cleanup": None, "excl": exclusive}
+        except BaseException:
+            self.closed = True
+            self.chip.close()
+            raise
         self._gen = self.chip.W[H_GEN]
         # Specs this card had already been given: not applied again (see `SimChip.inject`).
         self.repeated_faults = self.chip.inject(parse_faults(os.environ.get(FAULTS_ENV)) + list(faults or []))
@@ -190,15 +220,28 @@ class SimDevice(BlackholeDevice):
         self.closed = True
         self.chip.close()
 
-    def reopen(self) -> "SimDevice":
+    def reopen(self, exclusive: bool = False) -> "SimDevice":
         """Find the card again by PCI address (a simulated card keeps its address) and open it."""
         bdf = self.chip.bdf
         self.close()
         for name in existing_sims():
             ident = json.loads((sim_dir(name) / "identity.json").read_text())
             if ident.get("bdf") == bdf:
-                return SimDevice(name, spec=f"tt:sim:{name}")
+                return SimDevice(name, spec=f"tt:sim:{name}", exclusive=exclusive)
         raise DeviceGone(f"no card at {bdf} any more")
+
+    def arc_mutex_path(self) -> Path:
+        """tt-umd's ARC message mutex of this card (the simulated card keeps it in its run directory)."""
+        return self.chip.dir / f"{UMD_LOCK_PREFIX}ARC_MSG_sim_PCIe"
+
+    def reset_marker(self) -> bool:
+        return bool(self.chip.W[H_RESET_MARKER])
+
+    def power_cycle_hint(self) -> str:
+        return f"`otpu-tt sim reset --dev tt:sim:{self.name}` powers this simulated card off and on"
+
+    def open_another(self) -> "SimDevice":
+        return SimDevice(self.name, spec=self.spec)
 
     def host_facts(self) -> dict:
         return {"node": self.spec, "driver_version": ".".join(map(str, DRIVER_VERSION)),
@@ -221,8 +264,7 @@ class SimDevice(BlackholeDevice):
                 "power1_input": str(v[T["TDP"]] * 1_000_000), "fan1_input": str(v[T["FAN_RPM"]])}
 
     def pids(self) -> list[int]:
-        with descriptor_table(self.chip) as fds:
-            return [e["pid"] for e in fds.values()]
+        return holders(self.chip)
 
     # ---- mmap ------------------------------------------------------------------------------
     def _map(self, offset: int, size: int):
@@ -319,30 +361,36 @@ class SimDevice(BlackholeDevice):
         slot[0], slot[1] = cfg.addr, self.chip.resolve(cfg.x_end, cfg.y_end)
 
     def _reset_device(self, buf: bytearray) -> None:
+        """As tt-kmd's ioctl_reset_device: the result is 0 when the step worked, 1 when not."""
         s = I.ResetDevice.from_buffer(buf)
         flags, W, chip = s.in_.flags, self.chip.W, self.chip
-        result = 0
+        ok = True
         if flags == I.RESET_PCIE_LINK:
+            W[H_EPOCH] += 1                 # tenstorrent_vma_zap
             chip.secondary_bus_reset()
-            W[H_EPOCH] += 1
+            ok = W[H_LINK_LOST] == LINK_UP  # pcie_hot_reset_and_restore_state
         elif flags in (I.RESET_ASIC, I.RESET_ASIC_DMC, I.RESET_CONFIG_WRITE, I.RESET_USER):
-            if flags == I.RESET_ASIC_DMC and W[H_NOC_HUNG]:
-                result = errno.EIO          # needs ARC over the NoC: "NOC is likely hung"
-            else:
-                if flags != I.RESET_USER:
-                    chip.asic_reset()
+            W[H_GEN] += 1                   # bump_reset_gen: every other descriptor is disowned
+            W[H_EPOCH] += 1
+            self._gen = W[H_GEN]            # the resetting descriptor survives
+            self._tlbs.clear()
+            self._mapped.clear()
+            if flags != I.RESET_CONFIG_WRITE:
                 W[H_NEEDS_INIT] = 1
-                W[H_GEN] += 1
-                W[H_EPOCH] += 1
-                self._gen = W[H_GEN]        # the resetting descriptor survives
-                self._tlbs.clear()
-                self._mapped.clear()
+            W[H_RESET_MARKER] = 1           # set_reset_marker: PCI_COMMAND bit 6
+            if flags == I.RESET_ASIC_DMC and W[H_NOC_HUNG]:
+                ok = False                  # "Couldn't communicate with firmware; NOC is likely hung."
+            elif flags != I.RESET_USER and chip.asic_reset():
+                W[H_RESET_MARKER] = 0       # the reset cleared config space, marker included
         elif flags == I.RESET_POST:
-            chip.post_reset()
-            chip.power_up()
+            ok = not W[H_RESET_MARKER]      # is_reset_marker_zero
+            if W[H_NEEDS_INIT]:
+                chip.post_reset()
+                if ok:
+                    chip.power_up()
         elif flags != I.RESET_RESTORE_STATE:
             raise OSError(errno.EINVAL, f"unknown reset flags {flags}")
-        s.out.output_size_bytes, s.out.result = C.sizeof(I.ResetDeviceOut), result
+        s.out.output_size_bytes, s.out.result = C.sizeof(I.ResetDeviceOut), int(not ok)
 
     def _lock_ctl(self, buf: bytearray) -> None:
         s = I.LockCtl.from_buffer(buf)

@@ -31,7 +31,8 @@ def diagnose(rows: list[Row]) -> list[str]:
     if N.ID in failed_names:
         hints.append("nothing answers on BAR0: the PCIe link is down, the bitstream is not loaded, or the FPGA "
                      "was reprogrammed after the PC enumerated it (rescan the PCI bus or reboot)")
-    if N.PCIE in failed_names:
+    link_gone = N.ID in failed_names and not (by_name.get(N.PCIE) and by_name[N.PCIE].data)
+    if N.PCIE in failed_names and not link_gone:     # no link at all is the ID hint's "link is down"
         hints.append("PCIe link below Gen1 x8: lane order / GT placement in the build, or a narrower slot")
     for ch in (0, 1):
         if N.calib(ch) in failed_names:
@@ -44,7 +45,15 @@ def diagnose(rows: list[Row]) -> list[str]:
         hints.append("interleave patterns fail while each channel passes: the host's split/join of 64-byte beats "
                      "(and the CHASH swap) disagrees with the card's interleave")
 
-    hints += _isa_hints(rows, by_name)
+    hints += _follows(rows, by_name)
+    hung = [r for r in failed if (r.data or {}).get("hung")]
+    if hung:
+        later = sum(1 for r in rows if r.status == Status.SKIP and (r.data or {}).get("hung_on"))
+        hints.append(f"the core hung on '{hung[0].name}' (it did not halt): a hung sequencer or memory path; "
+                     f"reload the bitstream (a simulated card: `otpu sim reset`)"
+                     + (f"; the {later} program{'s' if later != 1 else ''} after it were not run" if later else ""))
+    else:
+        hints += _isa_hints(rows, by_name)
 
     if any(r.section == "i2c" for r in failed):
         hints.append("I2C bus fault: a missing pull-up, a device holding SCL/SDA low, or the pin assignment")
@@ -54,8 +63,13 @@ def diagnose(rows: list[Row]) -> list[str]:
         hints.append(f"die temperature out of range{at}: check the heatsink, the fan and the airflow; "
                      "a card this hot will fail timing")
     if N.SOAK in failed_names:
-        hints.append("intermittent failures under soak: timing margin (WNS of the build), temperature, or "
-                     "calibration drift")
+        soak = by_name[N.SOAK].data or {}
+        if soak.get("intermittent") or "deterministic" not in soak:
+            hints.append("intermittent failures under soak: timing margin (WNS of the build), temperature, or "
+                         "calibration drift")
+        if soak.get("deterministic"):
+            hints.append(f"under soak {', '.join(soak['deterministic'])} fail every round: a deterministic fault "
+                         "(their own rows say what), not an intermittent one")
     if any(N.is_bandwidth(n) for n in failed_names):
         hints.append("DMA bandwidth low: LnkSta width and speed (lspci -vv), the IOMMU (iommu=pt), or the "
                      "driver in poll mode")
@@ -63,6 +77,21 @@ def diagnose(rows: list[Row]) -> list[str]:
         hints.append("cycle counters disagree with the wall clock: the core clock (CORE_KHZ) is not what the build "
                      "says, or the MMCM is not locked")
     return hints
+
+
+def _follows(rows: list[Row], by_name: dict[str, Row]) -> list[str]:
+    """What the first causes kept from running: checks SKIPped because a memory check they
+    need failed (a program cannot be judged on DRAM that does not store its data)."""
+    blocked: dict[str, int] = defaultdict(int)
+    for r in rows:
+        cause = by_name.get(r.blocked_by or "")
+        if r.status == Status.SKIP and cause is not None and cause.status == Status.FAIL and cause.section == "mem" \
+                and r.section in ("isa", "system"):
+            blocked[cause.name] += 1
+    if not blocked:
+        return []
+    n = sum(blocked.values())
+    return [f"the {n} ISA and system checks were not run: they need working DRAM ({', '.join(blocked)} failed)"]
 
 
 def _memory_hints(failed: list[Row]) -> list[str]:
@@ -104,6 +133,8 @@ def _isa_hints(rows: list[Row], by_name: dict[str, Row]) -> list[str]:
         return ["every op-check group fails: program load, the sequencer, the core clock or reset, or DRAM "
                 "(a hung core fails them all)"]
     out = []
+    lanes = sorted({int(x) for r in groups.get("vpu", []) if r.status == Status.FAIL
+                    for x in (r.data or {}).get("vpu_lanes", [])})
     if bad == {"vpu-new"}:
         regmap = ((by_name.get(N.CONFIG) and by_name[N.CONFIG].data) or {}).get("regmap", 0)
         if regmap >= 3:
@@ -125,16 +156,23 @@ def _isa_hints(rows: list[Row], by_name: dict[str, Row]) -> list[str]:
         out.append("composite VPU functions fail while plain ones pass: the composite lanes (EXP2 / RECIP / "
                    "RSQRT / LOG2)")
     if "vpu" in bad:
-        lanes = sorted({int(x) for r in groups["vpu"] for x in (r.data or {}).get("vpu_lanes", [])})
         plural = "s" if len(lanes) > 1 else ""
         where = f" (wrong words all on VPU lane{plural} {', '.join(map(str, lanes))})" if lanes else ""
         out.append(f"VPU programs fail: a VPU lane or the TMEM ports{where}")
     if bad == {"vpu-edge"}:
         out.append("only edge values fail: FTZ / inf / NaN handling differs from otpu_core/fp32.py")
-    if "gen" in bad:
+    if "gen" in bad and not _on_lanes(groups["gen"], lanes):
         out.append("decode-loop programs fail: RLD, ARGMAX or HALT CHAIN")
     if "waitw" in bad:
         out.append("WAITW programs fail: the DMA wait on host-written DRAM words")
     if "collective" in bad:
         out.append("GATHER fails: the collective path between slices")
     return out
+
+
+def _on_lanes(rows: list[Row], lanes: list[int]) -> bool:
+    """Whether every failing row's wrong words sit on the faulty VPU lanes already named (then
+    that group fails because of them, and gets no hint of its own)."""
+    failing = [r for r in rows if r.status == Status.FAIL]
+    return bool(lanes) and all((r.data or {}).get("vpu_lanes") and set((r.data or {})["vpu_lanes"]) <= set(lanes)
+                               for r in failing)

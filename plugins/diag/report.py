@@ -9,9 +9,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from otpu_core.checks import Row, Status, summary
+from otpu_core.checks import Row, Status, skipped, summary
 
-STATUS_STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow", Status.INFO: "cyan"}
+STATUS_STYLE = {Status.PASS: "green", Status.WARN: "bold yellow", Status.FAIL: "bold red", Status.SKIP: "yellow",
+                Status.INFO: "cyan"}
 
 
 def row_text(row: Row) -> str:
@@ -49,7 +50,7 @@ def summary_table(rows: list[Row]) -> Table:
 
 
 def _cell(status: Status, n: int) -> str:
-    return f"[{STATUS_STYLE[status]}]{n}[/]" if n and status in (Status.FAIL, Status.SKIP) else str(n)
+    return f"[{STATUS_STYLE[status]}]{n}[/]" if n and status in (Status.FAIL, Status.WARN, Status.SKIP) else str(n)
 
 
 def print_summary(console: Console, rows: list[Row], hints: list[str]) -> None:
@@ -57,14 +58,19 @@ def print_summary(console: Console, rows: list[Row], hints: list[str]) -> None:
     console.print("[bold]summary[/]")
     console.print(summary_table(rows))
     failed = [r for r in rows if r.status == Status.FAIL]
-    skipped = [r for r in rows if r.status == Status.SKIP]
+    warned = [r for r in rows if r.status == Status.WARN]
+    skips = [r for r in rows if r.status == Status.SKIP]
     if failed:
         console.print("[bold]does not work:[/]")
         for r in failed:
             console.print(f"  {r.section}: {escape(r.name)}: {escape(r.message)}", highlight=False)
-    if skipped:
+    if warned:
+        console.print("[bold]near a limit:[/]")
+        for r in warned:
+            console.print(f"  {r.section}: {escape(r.name)}: {escape(r.message)}", highlight=False)
+    if skips:
         console.print("[bold]not run:[/]")
-        for r in skipped:
+        for r in skips:
             console.print(f"  {r.section}: {escape(r.name)}: {escape(r.message)}", highlight=False)
     if hints:
         console.print("[bold]diagnosis:[/]")
@@ -74,12 +80,30 @@ def print_summary(console: Console, rows: list[Row], hints: list[str]) -> None:
 
 
 def verdict_text(rows: list[Row]) -> str:
+    """`N checks failed`, `ALL PASS` (with the warnings and skips counted), or `nothing passed`."""
     n = sum(r.status == Status.FAIL for r in rows)
+    extra = "".join(f", {k} {what}" for k, what in ((sum(r.status == Status.WARN for r in rows), "near a limit"),
+                                                      (skipped(rows), "skipped")) if k)
     if n:
-        return f"[bold red]{n} check{'s' if n > 1 else ''} failed[/]"
-    if not any(r.status == Status.PASS for r in rows):
+        return f"[bold red]{n} check{'s' if n > 1 else ''} failed[/]{extra}"
+    if not any(r.status in (Status.PASS, Status.WARN) for r in rows):
         return "[bold yellow]nothing passed (every check was skipped)[/]"
-    return "[bold green]ALL PASS[/]"
+    return f"[bold green]ALL PASS[/]{extra}"
+
+
+def history_table(entries: list[dict]) -> Table:
+    """Earlier runs, oldest first: when, card, level, counts, exit code and the first failure."""
+    table = Table(title="otpu-diag history", title_justify="left")
+    for col in ("time", "device", "target", "level", "PASS", "WARN", "FAIL", "SKIP", "exit", "first failure"):
+        table.add_column(col, justify="right" if col in ("level", "PASS", "WARN", "FAIL", "SKIP", "exit") else "left")
+    for e in entries:
+        c = e.get("counts") or {}
+        failed = e.get("failed") or []
+        first = f"{failed[0].get('name')}: {failed[0].get('message')}" if failed else ""
+        table.add_row(*(escape(str(x)) for x in (e.get("time", "?"), e.get("device", "?"), e.get("target") or "",
+                                                 e.get("level", "?"), c.get("PASS", 0), c.get("WARN", 0),
+                                                 c.get("FAIL", 0), c.get("SKIP", 0), e.get("exit_code", "?"), first)))
+    return table
 
 
 def document(device: str, target: str | None, rows: list[Row], hints: list[str]) -> dict:

@@ -11,8 +11,9 @@ from rich.markup import escape
 
 from otpu_core.checks import Row, Status
 
-STATUS_STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow", Status.INFO: "cyan"}
-_RANK = {Status.FAIL: 3, Status.SKIP: 2, Status.INFO: 1, Status.PASS: 0}
+STATUS_STYLE = {Status.PASS: "green", Status.WARN: "bold yellow", Status.FAIL: "bold red", Status.SKIP: "yellow",
+                Status.INFO: "cyan"}
+_RANK = {Status.FAIL: 4, Status.WARN: 3, Status.SKIP: 2, Status.INFO: 1, Status.PASS: 0}
 NAME_WIDTH = 10
 MESSAGE_WIDTH = 120
 
@@ -74,5 +75,16 @@ def stage_text(line: StageLine) -> str:
     return text
 
 
-def verdict_text(stopped: str | None) -> str:
-    return "[bold green]ALL PASS[/]" if stopped is None else f"[bold red]stopped at stage '{stopped}'[/]"
+def verdict_text(stopped: str | None, lines: list[StageLine] = ()) -> str:
+    """`ALL PASS` (with the stages that checked nothing counted: `ALL PASS, 2 skipped`) or
+    `stopped at stage 'x'`."""
+    if stopped is not None:
+        return f"[bold red]stopped at stage '{stopped}'[/]"
+    extra = "".join(f", {k} {what}" for k, what in ((sum(ln.status == Status.WARN for ln in lines), "near a limit"),
+                                                      (sum(ln.status == Status.SKIP for ln in lines), "skipped")) if k)
+    return f"[bold green]ALL PASS[/]{extra}"
+
+
+def verdict_plain(stopped: str | None, lines: list[StageLine] = ()) -> str:
+    from rich.text import Text
+    return Text.from_markup(verdict_text(stopped, lines)).plain

@@ -8,5 +8,5 @@ from . import cli
 
 @hookimpl
 def otpu_commands(app) -> None:
-    # the same function as otpu-smi: one command under two names
-    app.command("smi", help=cli.HELP)(cli.smi)
+    # the same app as otpu-smi: one command (with its dmon sub-command) under two names
+    app.add_typer(cli.app, name="smi")

@@ -26,15 +26,26 @@ def bar(percent: float | None) -> str:
     return "█" * full + "░" * (BAR_CELLS - full) + f" {p:3.0f}%"
 
 
-def sparkline(values: Iterable[float | None], lo: float = 0.0, hi: float | None = None) -> str:
+def sparkline(values: Iterable[float | None], lo: float | None = None, hi: float | None = None) -> str:
+    """One block per value, scaled to [lo, hi]; by default the series' own range, so a rise of
+    a degree shows as a rise (a flat series is a row of the lowest block)."""
     vals = [v for v in values]
     nums = [v for v in vals if v is not None]
     if not nums:
         return ""
-    top = hi if hi is not None else max(nums)
-    span = (top - lo) or 1.0
-    return "".join(" " if v is None else BLOCKS[min(len(BLOCKS) - 1, max(0, int((v - lo) / span * len(BLOCKS))))]
+    bottom = min(nums) if lo is None else lo
+    top = max(nums) if hi is None else hi
+    span = top - bottom
+    if span <= 0:
+        return "".join(" " if v is None else BLOCKS[0] for v in vals)
+    return "".join(" " if v is None else BLOCKS[min(len(BLOCKS) - 1, max(0, int((v - bottom) / span * len(BLOCKS))))]
                    for v in vals)
+
+
+def spark_range(values: list) -> str:
+    """`3.0..3.2` beside a sparkline scaled to its own range."""
+    nums = [v for v in values if v is not None]
+    return f" {min(nums):.1f}..{max(nums):.1f}" if nums else ""
 
 
 class History:
@@ -60,7 +71,10 @@ def _text(fields: dict, name: str) -> str:
 
 def card_table(report: dict[str, Any], history: History | None = None) -> Table:
     f = report["fields"]
-    title = f"{report['device']} · {report['name']} · target {report['target']}"
+    own = report.get("card_target")
+    built = f"target {own}" if own else "target unknown"
+    asked = "" if own == report["target"] else f" (compared with {report['target']})"
+    title = f"{report['device']} · {report['name']} · {built}{asked}"
     t = Table(title=title, title_justify="left", box=box.ROUNDED, show_header=False, expand=False, min_width=72)
     t.add_column("what", style="bold", no_wrap=True)
     t.add_column("value")
@@ -73,22 +87,29 @@ def card_table(report: dict[str, Any], history: History | None = None) -> Table:
     link = f"ok ({pcie.get('speed')} x{pcie.get('width')})" if pcie.get("speed") else "ok (PCIe link unknown)"
     state = "[green]running[/]" if report["running"] else "idle"
     t.add_row("Link", f"{link} · {_text(f, 'memory.type')} {_text(f, 'memory.calibration')} · {state}")
+    health = report.get("health") or []
+    t.add_row("Health", Text("ok", style="green") if not health else
+              Text("\n".join(health), style="bold red"))
     temp = f.get("temperature.die")
     hot = temp is not None and temp.value is not None and temp.value >= 85
     temp_text = f"[bold red]{temp.text()}[/]" if hot else _text(f, "temperature.die")
     board_t = f.get("temperature.board")
     board_text = f" · board {board_t.text()}" if board_t is not None and board_t.value is not None else ""
-    t.add_row("Temp", f"die {temp_text}{board_text}")
+    t.add_row("Temp", f"die {temp_text} / {_text(f, 'temperature.die.limit')}{board_text}")
     pw = f.get("power.draw")
     if pw is None or pw.value is None:
         power_text = "n/a"
     elif pw.source == "measured":
-        power_text = f"{pw.value:.1f}W measured"
+        power_text = f"{pw.value:.1f}W measured" + "".join(
+            f" · {label} {' '.join(f[k].text() for k in keys if k in f and f[k].value is not None)}"
+            for label, keys in (("input", ("voltage.input", "current.input")), ("core", ("voltage.core", "current.core")))
+            if keys[0] in f and f[keys[0]].value is not None)
     else:
-        power_text = f"~{pw.value:.1f}W estimate (max {_text(f, 'power.max')})"
+        power_text = f"~{pw.value:.1f}W estimate / {_text(f, 'power.limit')} max"
     t.add_row("Power", power_text)
     used = f.get("memory.used")
-    mem = f"{_text(f, 'memory.total')} total" + (f", {used.text()} used" if used is not None and used.value else "")
+    mem = (f"{used.text()} / {_text(f, 'memory.total')} used" if used is not None and used.value
+           else f"{_text(f, 'memory.total')} total")
     kv = ((report["process"] or {}).get("dram") or {}) if not (report["process"] or {}).get("stale") else {}
     if isinstance(kv, dict) and kv.get("kv_capacity"):
         mem += f" (KV {kv.get('kv_used', 0) / 2**20:.0f} / {kv['kv_capacity'] / 2**20:.0f} MiB)"
@@ -105,11 +126,12 @@ def card_table(report: dict[str, Any], history: History | None = None) -> Table:
         t.add_row("Stalls", f"{stalls} · IPC {_text(f, 'ipc')} · over {_text(f, 'sample.ms')}")
     if history is not None:
         dev = report["device"]
+        watts, degrees = history.get(dev, "power.draw"), history.get(dev, "temperature.die")
         t.add_row("History", Text.assemble(
-            ("run ", "bold"), sparkline(history.get(dev, "utilization.running"), 0, 100), "\n",
-            ("mxu ", "bold"), sparkline(history.get(dev, "utilization.mxu"), 0, 100), "\n",
-            ("W   ", "bold"), sparkline(history.get(dev, "power.draw"), 0), "\n",
-            ("C   ", "bold"), sparkline(history.get(dev, "temperature.die"), 0)))
+            ("run ", "bold"), sparkline(history.get(dev, "utilization.running"), 0, 100), " 0..100%\n",
+            ("mxu ", "bold"), sparkline(history.get(dev, "utilization.mxu"), 0, 100), " 0..100%\n",
+            ("W   ", "bold"), sparkline(watts), spark_range(watts), "\n",
+            ("C   ", "bold"), sparkline(degrees), spark_range(degrees)))
     t.add_row("Process", _process_text(report["process"]))
     return t
 
@@ -121,6 +143,8 @@ def _gbs(v: float | None) -> str:
 def _process_text(p: dict | None) -> str:
     if not p:
         return "no process"
+    if p.get("not_holder"):
+        return f"no process (the status file names pid {p.get('pid')}, which does not hold the card's lock)"
     if p.get("stale"):
         return f"no process (stale status file from pid {p.get('pid')})"
     text = f"PID {p.get('pid')}  {p.get('cmd', '')}"
@@ -144,7 +168,11 @@ def error_table(dev: str, message: str) -> Table:
 
 
 def screen(reports: list[dict], history: History | None = None) -> Group:
-    return Group(*(card_table(r, history) if r.get("ok") else error_table(r["device"], r["error"]) for r in reports))
+    """A banner (tool, version, time: the live view's clock), then a table per card."""
+    from otpu_core import __version__
+    stamp = (reports[0].get("time") or "").replace("T", " ") if reports else ""
+    return Group(Text.assemble(("otpu-smi ", "bold"), __version__, "    ", stamp),
+                 *(card_table(r, history) if r.get("ok") else error_table(r["device"], r["error"]) for r in reports))
 
 
 def query_lines(obj: Any, indent: int = 0) -> list[str]:

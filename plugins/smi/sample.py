@@ -17,10 +17,11 @@ from otpu_core import plugins, power, smi_fields
 from otpu_core import target as target_mod
 from otpu_core.board import Board
 from otpu_core.card import regs
-from otpu_core.card.runstate import read_status, run_dir
+from otpu_core.card.runstate import lock_holders, read_status, run_dir
 from otpu_core.errors import DeviceError
 from otpu_core.smi_fields import Field
 
+TEMP_LIMIT_C = 85.0      # the die limit selftest and diag judge by
 CYCLE_COUNTERS = ("RUNNING", "MXU_BUSY", "MXU_MAC", "VPU_BUSY", "QNT_BUSY", "DMA_BUSY", "TMEM_DENY", "DRAM_WAIT",
                   "MXU_STARVE")
 UTIL_FIELDS = {"RUNNING": "utilization.running", "MXU_BUSY": "utilization.mxu", "MXU_MAC": "utilization.mac",
@@ -73,13 +74,14 @@ class Sampler:
         r = rates(self.prev, snap, info.core_khz) if snap and self.prev else None
         self.prev, self.prev_t = snap, time.monotonic()
         target = b.target
-        # CFG_HASH covers the arch layer only: several targets share one; prefer the one asked for.
-        built_for = target if info.cfg_hash in (None, target.arch_hash()) else (_built_for(info.cfg_hash) or target)
+        built_for = card_target(b.t, info.cfg_hash, target)
         status = _status_file(b.t.devname)
         est = self.model.estimate(r["util"]) if r else None
         report = {
             "device": self.dev, "time": dt.datetime.now().isoformat(timespec="milliseconds"), "ok": True,
-            "name": built_for.platform["board"], "target": target.name, "id": f"0x{info.id:08x}", "link": "ok",
+            "name": built_for.platform["board"] if built_for else "openTPU (CFG_HASH of no known target)",
+            "card_target": built_for.name if built_for else None, "target": target.name,
+            "id": f"0x{info.id:08x}", "link": "ok", "health": info.health, "faults": info.fault_note or None,
             "pcie": info.link, "regmap": info.regmap,
             "bitstream": {"D": info.d, "MCOLS": info.mcols, "LANES": info.lanes,
                           "core_mhz": info.core_khz / 1000 if info.core_khz else None,
@@ -122,15 +124,17 @@ def contributed_fields(board) -> list:
 _BROKEN: set[str] = set()
 
 
-def _built_for(cfg_hash: int | None):
-    """The shipped target a card's CFG_HASH names, if any (so the name is the card's, not the one asked for)."""
-    if cfg_hash is None:
-        return None
-    for name in target_mod.names():
-        t = target_mod.load(name)
-        if t.arch_hash() == cfg_hash:
-            return t
-    return None
+def card_target(transport, cfg_hash: int | None, asked):
+    """The card's own target: what the card says it is where it can (a simulated card knows),
+    else the target asked for when the CFG_HASH matches it, else the one shipped target with
+    that hash (None when none or several have it: a hash names an arch, not a board)."""
+    own = transport.card_target()
+    if own is not None:
+        return target_mod.load(own)
+    if cfg_hash is None or cfg_hash == asked.arch_hash():
+        return asked
+    found = [t for t in (target_mod.load(n) for n in target_mod.names()) if t.arch_hash() == cfg_hash]
+    return found[0] if len(found) == 1 else None
 
 
 def _status_file(devname: str | None) -> dict | None:
@@ -139,6 +143,11 @@ def _status_file(devname: str | None) -> dict | None:
         return None
     st = read_status(run_dir() / f"{devname}.json")
     if not st or st.get("stale") or not isinstance(st.get("pid"), int):
+        return st
+    holders = lock_holders(run_dir() / f"{devname}.lock")
+    if holders is not None and st["pid"] not in holders:
+        st["stale"] = True           # a status file its PID no longer backs with the lock
+        st["not_holder"] = True
         return st
     try:
         proc = psutil.Process(st["pid"])
@@ -171,10 +180,14 @@ def fields_of(r: dict[str, Any]) -> list[Field]:
         Field("cfg_hash.match", r["cfg_hash"]["match"]),
         Field("pcie.link.gen.current", link.get("speed")), Field("pcie.link.width.current", link.get("width")),
         Field("clocks.core", bs["core_mhz"], "MHz"), Field("temperature.die", r["temp_c"], "C"),
+        Field("temperature.die.limit", TEMP_LIMIT_C, "C"),
+        Field("health", "; ".join(r["health"]) if r["health"] else "ok"),
+        Field("card_target", r["card_target"]),
         Field("temperature.board", None, "C"),
         Field("power.draw", round(pw["w"], 2) if pw else None, "W", "estimate"),
         Field("power.source", f"estimate ({pw['source']})" if pw else None),
         Field("power.max", pw.get("max_w") if pw else None, "W", "estimate"),
+        Field("power.limit", pw.get("max_w") if pw else None, "W", "estimate"),
         Field("memory.total", int(mib), "MiB"),
         Field("memory.used", None if used is None else int(used / 2**20), "MiB"),
         Field("memory.free", None if used is None else int(mib - used / 2**20), "MiB"),

@@ -13,9 +13,11 @@ from .recover import RUNGS, Report
 
 STATE_STYLE = {
     "in reset": (".", "dim"), "idle": ("o", "green"), "resident": ("R", "bold green"), "running": (">", "cyan"),
+    "foreign fw": ("f", "cyan"),
     "hung": ("H", "bold yellow"), "wedged": ("W", "bold red"), "unresponsive": ("X", "bold red"),
-    "chip hung": ("!", "bold red"), "link lost": ("L", "bold magenta"),
+    "chip hung": ("!", "bold red"), "link lost": ("L", "bold magenta"), "reset pending": ("P", "bold magenta"),
 }
+CHIP_STATES = ("chip hung", "link lost", "reset pending")
 SPINNER = ("●∙∙", "∙●∙", "∙∙●", "∙●∙")
 
 
@@ -28,7 +30,7 @@ def _limit(value: float | None, limit: float | None, unit: str, fmt: str = "{:g}
     return Text(f"{_na(value, fmt)} / {_na(limit, fmt)} {unit}", style=style)
 
 
-def smi(snap: dict) -> Group:
+def smi(snap: dict, unopened: list[dict] = ()) -> Group:
     parts = []
     for d in snap["device_info"]:
         b, t, f, lim = d["board_info"], d["telemetry"], d["firmwares"], d["limits"]
@@ -45,10 +47,12 @@ def smi(snap: dict) -> Group:
         grid.add_row("AICLK", _limit(t["aiclk"], lim["asic_fmax"], "MHz"), "voltage",
                      _limit(t["voltage"], lim["vdd_max"], "V", "{:.3f}"))
         grid.add_row("power", _limit(t["power"], lim["tdp_limit"], "W"), "current", _limit(t["current"], lim["tdc_limit"], "A"))
-        grid.add_row("ASIC temp", _limit(t["asic_temperature"], lim["therm_trip_l1_limit"], "°C", "{:.1f}"), "board power",
-                     _limit(t["board_power"], lim["board_power_limit"], "W"))
+        temp = _limit(t["asic_temperature"], lim["thm_limit"], "°C", "{:.1f}")
+        if lim["therm_trip_l1_limit"] is not None:      # tt-smi shows the shutdown limit; the throttle point beside
+            temp.append(f" (throttles at {lim['therm_trip_l1_limit']:g})", style="dim")
+        grid.add_row("ASIC temp", temp, "board power", _limit(t["board_power"], lim["board_power_limit"], "W"))
         grid.add_row("heartbeat", hb, "fan", f"{_na(t['fan_speed'])} RPM")
-        throttled = Text(", ".join(d["throttling"]), style="bold red") if d["throttling"] else Text("none", style="green")
+        throttled = _throttling(d["throttling"])
         if b["dram_status"] is None:
             dram = Text("N/A", style="dim")
         else:
@@ -62,7 +66,26 @@ def smi(snap: dict) -> Group:
         for p in d["processes"]:
             procs.add_row(str(p["pid"]), p["user"], p["device"], p["cmdline"])
         parts.append(procs)
+    for e in [*unopened, *snap.get("errors", [])]:
+        text = Text(f"{e['dev']}", style="bold")
+        if e.get("bus_id"):
+            text.append(f" ({e['bus_id']})")
+        text.append(f": {e['error']}", style="bold red")
+        if e.get("hint"):
+            text.append(f"\n  hint: {e['hint']}", style="dim")
+        parts.append(text)
     return Group(*parts)
+
+
+def _throttling(th: dict | None) -> Text:
+    if th is None:
+        return Text("N/A", style="dim")
+    if not th["throttled"]:
+        return Text("none", style="green")
+    return Text(f"{th['arbiter']} (AICLK held at or below {th['max_mhz']} MHz)", style="bold red")
+
+
+STATUS_STYLE = {"ok": "green", "degraded": "yellow"}
 
 
 def card_list(rows: list[dict]) -> Table:
@@ -70,9 +93,11 @@ def card_list(rows: list[dict]) -> Table:
     for col in ("dev", "node", "bus", "board", "serial", "Tensix", "status"):
         table.add_column(col)
     for r in rows:
-        status = Text("ok", style="green") if not r.get("error") else Text(r["error"], style="red")
-        table.add_row(r["dev"], r.get("node", ""), r.get("bus_id", ""), r.get("board_type", ""), r.get("board_id", ""),
-                      str(r.get("tensix_enabled", "")), status)
+        status = Text(r["status"], style=STATUS_STYLE.get(r["health"], "red"))
+        if r.get("detail"):
+            status.append(f": {r['detail']}")
+        table.add_row(r["dev"], r.get("node") or "", r.get("bus_id") or "?", r.get("board_type") or "?",
+                      r.get("board_id") or "?", str(r.get("tensix_enabled") or ""), status)
     return table
 
 
@@ -98,8 +123,15 @@ def core_grid(tiles: TileMap, states: list[CoreState]) -> Group:
     for s in states:
         counts[s.state] = counts.get(s.state, 0) + 1
     summary = Text(", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    remembered = [s for s in states if s.data.get("remembered")]
+    if remembered:
+        summary.append(f"  ({len(remembered)} found unresponsive before and not read again; --reprobe reads them)",
+                       style="dim")
     parts = [grid, legend, summary]
-    bad = [s for s in states if not s.healthy or s.state in ("resident", "running")]
+    chip_wide = [s for s in states if s.state in CHIP_STATES]
+    if chip_wide:
+        parts.append(Text(f"the whole chip: {chip_wide[0].detail}", style=STATE_STYLE[chip_wide[0].state][1]))
+    bad = [s for s in states if s.state not in CHIP_STATES and (not s.healthy or s.state in ("resident", "running"))]
     if bad:
         table = Table(title="what they are doing", title_justify="left")
         for col in ("core", "state", "detail"):
@@ -110,15 +142,26 @@ def core_grid(tiles: TileMap, states: list[CoreState]) -> Group:
     return Group(*parts)
 
 
-def probe_view(s: CoreState) -> Table:
-    table = Table.grid(padding=(0, 2))
+PROBE_FIELDS = (("soft_reset", "soft reset"), ("pcs", "PC snapshots"), ("queue_state", "resident queue"),
+                ("posted", "posted"), ("completed", "completed"), ("pending", "pending"), ("exit", "last exit"))
+
+
+def probe_view(s: CoreState, next_step: str | None = None) -> Table:
+    table = Table(title=f"Tensix {s.tile.x},{s.tile.y}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
     table.add_column()
-    table.add_column()
-    table.add_row("core", f"{s.tile.x},{s.tile.y} (NOC0 {s.tile.noc0[0]},{s.tile.noc0[1]})")
+    table.add_row("core", f"{s.tile.x},{s.tile.y} translated (NOC0 {s.tile.noc0[0]},{s.tile.noc0[1]})")
     table.add_row("state", Text(s.state, style=STATE_STYLE.get(s.state, ("", ""))[1]))
     table.add_row("detail", s.detail)
-    for k, v in s.data.items():
-        table.add_row(k, str(v))
+    for key, label in PROBE_FIELDS:
+        value = s.data.get(key)
+        if value in (None, "", {}):
+            continue
+        if key == "pcs":
+            value = ", ".join(f"{r.upper()} {pc}" for r, pc in value.items())
+        table.add_row(label, str(value))
+    if next_step:
+        table.add_row("next", next_step)
     return table
 
 
@@ -127,7 +170,8 @@ def recover_view(report: Report) -> Group:
     for col in ("rung", "action", "cores", "result", "took"):
         table.add_column(col)
     for st in report.steps:
-        style = "green" if st.result == "fixed" else ("red" if st.result.startswith(("failed", "still", "needs")) else "yellow")
+        style = "green" if st.result == "fixed" else ("red" if st.result.startswith(("failed", "still", "needs", "refused"))
+                                                      else "yellow")
         cores = ", ".join(st.targets) if len(st.targets) <= 4 else f"{len(st.targets)} cores"
         table.add_row(f"{st.rung} {st.name}", _action(st.rung), cores, Text(st.result, style=style), f"{st.seconds:.3f} s")
     parts = [table] if report.steps else []
@@ -146,7 +190,11 @@ def recover_view(report: Report) -> Group:
             last = RUNGS[-1]
             parts.append(Text(f"if those do not help: {last.number} {last.name}, the honest answer, not an action "
                               f"this tool takes ({last.action})", style="dim"))
-    if not report.recovered and not report.needs_yes:
+    for note in report.notes:
+        parts.append(Text(note, style="yellow"))
+    if report.busy:
+        parts.append(Text(f"stopped: {report.busy}", style="bold red"))
+    elif not report.recovered and not report.needs_yes:
         bad = [s for s in report.after if not s.healthy]
         parts.append(Text(f"still bad: {', '.join(f'{s.tile.x},{s.tile.y} ({s.state})' for s in bad[:8])}"
                           + (" ..." if len(bad) > 8 else ""), style="bold red"))

@@ -1,0 +1,131 @@
+"""GGUF to FTTW conversion: time and peak RSS on a generated GGUF of at least 1 GiB.
+
+Generates a llama-shaped F16 checkpoint (dim 2048, ffn 5632, vocab 32000: 8 layers is 1.01 GiB of
+tensors) into a temporary directory under /tmp, removed afterwards, never kept. Baselines, run
+in this process on the same file: reading it once (sequential 16 MiB reads, page cache warm, as
+the convert's own reads are), and the seed's figures for a full model on 2 cores (55.5 s, 210 MiB
+peak RSS). Each convert runs in a child process so its peak RSS (VmHWM) is its own; a small
+model (1 layer) is converted too, so the RSS ratio shows whether memory is flat in model size.
+
+    .venv/bin/python benchmarks/bench_fttw.py [--layers 8] [--default bfp8] [--keep]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SEED_SECONDS, SEED_RSS_MIB = 55.5, 210.0
+DIM, FFN, VOCAB = 2048, 5632, 32000
+
+
+def generate(path: Path, layers: int) -> int:
+    """A llama-shaped F16 GGUF, written tensor by tensor (never the whole model in memory)."""
+    import gguf
+    rng = np.random.default_rng(0)
+    shapes = {"token_embd.weight": (VOCAB, DIM), "output_norm.weight": (DIM,)}
+    for i in range(layers):
+        shapes.update({f"blk.{i}.attn_norm.weight": (DIM,), f"blk.{i}.ffn_norm.weight": (DIM,)})
+        for n in ("q", "k", "v", "output"):
+            shapes[f"blk.{i}.attn_{n}.weight"] = (DIM, DIM)
+        shapes.update({f"blk.{i}.ffn_gate.weight": (FFN, DIM), f"blk.{i}.ffn_up.weight": (FFN, DIM),
+                       f"blk.{i}.ffn_down.weight": (DIM, FFN)})
+    shapes["output.weight"] = (VOCAB, DIM)
+    w = gguf.GGUFWriter(str(path), "llama")
+    for name, shape in shapes.items():
+        dtype = np.float32 if len(shape) == 1 else np.float16
+        w.add_tensor_info(name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    total = 0
+    for name, shape in shapes.items():
+        if len(shape) == 1:
+            a = (1 + 0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+        else:
+            a = (0.02 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float16)
+        w.write_tensor_data(a)
+        total += a.nbytes
+    w.close()
+    return total
+
+
+def read_once(path: Path) -> float:
+    buf = bytearray(16 << 20)
+    t0 = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
+    return time.perf_counter() - t0
+
+
+CHILD = """
+import json, sys, time
+from otpu_core.tt import bfp
+from otpu_core.tt.convert import convert
+t0 = time.perf_counter()
+r = convert(sys.argv[1], sys.argv[2], default=bfp.format_named(sys.argv[3]))
+seconds = time.perf_counter() - t0
+# VmHWM: this process image's own peak (ru_maxrss would count the parent's pages shared at fork)
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+print(json.dumps({"seconds": seconds, "file_bytes": r.file_bytes, "rss_mib": hwm / 1024}))
+"""
+
+
+def convert_child(gguf_path: Path, out: Path, fmt: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(gguf_path), str(out), fmt], stdout=subprocess.PIPE)
+    if proc.returncode:
+        raise SystemExit(f"convert failed ({proc.returncode})")
+    return json.loads(proc.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=8, help="layers of the large model (8 = 1.01 GiB)")
+    ap.add_argument("--default", default="bfp8", help="format of the matrices")
+    ap.add_argument("--keep", action="store_true", help="keep the generated files (printed)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="otpu-bench-fttw-", dir="/tmp"))
+    try:
+        rows = {}
+        for label, layers in (("small", 1), ("large", args.layers)):
+            src = work / f"{label}.gguf"
+            t0 = time.perf_counter()
+            size = generate(src, layers)
+            gen = time.perf_counter() - t0
+            read_once(src)                       # warm the page cache, as a second pass would find it
+            read = read_once(src)
+            conv = convert_child(src, work / f"{label}.fttw", args.default)
+            rows[label] = {"gguf_bytes": src.stat().st_size, "tensor_bytes": size, "generate_s": round(gen, 2),
+                           "read_once_s": round(read, 3), "convert_s": round(conv["seconds"], 2),
+                           "convert_over_read": round(conv["seconds"] / read, 1), "peak_rss_mib": round(conv["rss_mib"], 1),
+                           "fttw_bytes": conv["file_bytes"]}
+            (work / f"{label}.fttw").unlink()
+            if not args.keep:
+                src.unlink()
+        large, small = rows["large"], rows["small"]
+        gib = large["gguf_bytes"] / (1 << 30)
+        print(json.dumps(rows, indent=2))
+        print(f"large model: {gib:.2f} GiB F16 -> {args.default}: convert {large['convert_s']:.1f} s, "
+              f"reading it once {large['read_once_s']:.2f} s: ratio {large['convert_over_read']:.1f}x (goal <= 2x)")
+        print(f"peak RSS {large['peak_rss_mib']:.0f} MiB at {gib:.2f} GiB, {small['peak_rss_mib']:.0f} MiB at "
+              f"{small['gguf_bytes'] / (1 << 30):.2f} GiB: ratio {large['peak_rss_mib'] / small['peak_rss_mib']:.2f} "
+              f"(flat = 1.0)")
+        print(f"against the seed (full model, 2 cores): {large['convert_s'] / SEED_SECONDS:.2f}x its {SEED_SECONDS} s, "
+              f"{large['peak_rss_mib'] / SEED_RSS_MIB:.2f}x its {SEED_RSS_MIB:.0f} MiB peak RSS")
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

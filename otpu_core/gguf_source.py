@@ -1,0 +1,143 @@
+"""GGUF checkpoints as a source of fp32 rows: the one place the suite reads a GGUF file.
+
+`open_gguf(path)` lists the tensors (name, numpy-order shape, GGML type, where the data is) with
+gguf's own `GGUFReader`; `GgufModel.read_rows(tensor, start, count)` returns `count` rows of a
+tensor as float32, dequantised with `gguf.quants.dequantize` for the quantised types. A tensor's
+rows are its last axis; leading axes are flattened (a 3-D expert stack of E matrices of N x K is
+E * N rows of K). Rows are read with pread into fresh buffers, never through a mapping of the
+whole file, so a process that walks a model a strip at a time stays at the size of its strips
+(mapped file pages count as the reader's resident memory; the page cache does not).
+
+Every problem with the file (not a GGUF, truncated, an unsupported type) is a `UsageError` naming
+the file, and the tensor where there is one.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import UsageError
+
+FLOAT_TYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8")}
+
+
+@dataclass(frozen=True)
+class SourceTensor:
+    name: str
+    shape: tuple[int, ...]        # numpy order: outermost first (GGUF's ne reversed)
+    ggml_type: str                # GGML type name: F32, F16, BF16, Q8_0, Q4_K, ...
+    type_code: int                # GGML type number
+    offset: int                   # where its data starts in the file
+    nbytes: int
+
+    @property
+    def cols(self) -> int: return self.shape[-1] if self.shape else 1
+
+    @property
+    def rows(self) -> int: return math.prod(self.shape[:-1])
+
+    @property
+    def row_bytes(self) -> int: return self.nbytes // self.rows
+
+
+class GgufModel:
+    """An open GGUF file: its tensors, and their rows as float32."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.tensors: list[SourceTensor] = _read_directory(self.path)
+        self._by_name = {t.name: t for t in self.tensors}
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def tensor(self, name: str) -> SourceTensor | None:
+        return self._by_name.get(name)
+
+    def read_rows(self, t: SourceTensor, start: int, count: int) -> np.ndarray:
+        """Rows start .. start + count of `t` as a new (count, cols) float32 array."""
+        import gguf
+
+        if start < 0 or count < 0 or start + count > t.rows:
+            raise ValueError(f"rows {start}..{start + count} of {t.name} (it has {t.rows})")
+        nbytes = count * t.row_bytes
+        buf = bytearray(nbytes)
+        got = os.preadv(self._fd, [buf], t.offset + start * t.row_bytes)
+        if got != nbytes:
+            raise UsageError(f"{self.path}: tensor '{t.name}' is cut short (the file is truncated)")
+        raw = np.frombuffer(buf, np.uint8).reshape(count, t.row_bytes)
+        dtype = FLOAT_TYPES.get(t.ggml_type)
+        if dtype is not None:
+            return raw.view(dtype).astype(np.float32, copy=dtype != np.float32)
+        if t.ggml_type == "F16":
+            return half_to_float(raw.view("<u2"))
+        if t.ggml_type == "BF16":
+            return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
+        try:
+            return np.asarray(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(t.type_code)), np.float32)
+        except NotImplementedError:
+            raise UsageError(f"{self.path}: tensor '{t.name}' is {t.ggml_type}, which gguf cannot dequantise",
+                             hint="re-export the model in F16, BF16, F32 or a Q*_0/Q*_K type") from None
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "GgufModel": return self
+
+    def __exit__(self, *exc) -> None: self.close()
+
+
+def half_to_float(bits: np.ndarray) -> np.ndarray:
+    """IEEE half (as uint16) to float32, exactly: twice as fast as numpy's astype.
+
+    The 15 exponent-and-fraction bits shifted into float32's place read as a float 2^-112 too
+    small, subnormals included; one multiply by 2^112 fixes them all. Inf and NaN (exponent all
+    ones) are put right afterwards, where there are any.
+    """
+    w = bits.astype(np.uint32)
+    sign = (w & 0x8000) << 16
+    np.bitwise_and(w, 0x7FFF, out=w)
+    special = w >= 0x7C00
+    np.left_shift(w, 13, out=w)
+    f = w.view(np.float32)
+    f *= np.float32(2.0 ** 112)
+    np.bitwise_or(w, sign, out=w)
+    if special.any():
+        f[special] = bits[special].view(np.float16).astype(np.float32)
+    return f
+
+
+def open_gguf(path: Path | str) -> GgufModel:
+    return GgufModel(path)
+
+
+def _read_directory(path: Path) -> list[SourceTensor]:
+    import gguf
+
+    if not path.is_file():
+        raise UsageError(f"{path}: no such GGUF file" if not path.exists() else f"{path}: not a file")
+    try:
+        reader = gguf.GGUFReader(path, "r")
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError) as e:
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if head != b"GGUF":
+            raise UsageError(f"{path}: not a GGUF file (it starts with {head!r}, a GGUF with b'GGUF')") from None
+        raise UsageError(f"{path}: not a readable GGUF file ({e}); it may be truncated or corrupt") from None
+    size = path.stat().st_size
+    out = []
+    for t in reader.tensors:
+        kind = gguf.GGMLQuantizationType(int(t.tensor_type))
+        if kind.name in ("I8", "I16", "I32", "I64"):
+            raise UsageError(f"{path}: tensor '{t.name}' holds integers ({kind.name}); weights must be floating point")
+        shape = tuple(int(d) for d in reversed(t.shape.tolist())) or (1,)
+        if t.data_offset + t.n_bytes > size:
+            raise UsageError(f"{path}: tensor '{t.name}' ends at byte {t.data_offset + t.n_bytes}, past the end "
+                             f"of the file ({size} bytes): the file is truncated")
+        out.append(SourceTensor(t.name, shape, kind.name, int(kind), int(t.data_offset), int(t.n_bytes)))
+    del reader
+    return out

@@ -1,0 +1,192 @@
+"""The kernel library as small programs for the RTL: one `KernelCase` per kernel (and per weight
+format for the matrix kernels), each compiled for a target with its DRAM image and run values,
+so tests and benchmarks run the same programs on the RTL and on the golden simulator.
+
+`kernel_cases(target)` lists them; `KernelCase.build()` returns (Image, Program, run values).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import ol
+from .kernels import (append_kv, argmax, attention, embed, greedy_head, linear, matmul, rmsnorm, rmsnorm_quantized,
+                      rope, softmax, swiglu_mlp, topk)
+from .kernels.decoder import DecoderShape, check_layers, decoder_step, plan_layer
+from .ol.runtime import Image
+
+
+@dataclass(frozen=True)
+class KernelCase:
+    name: str
+    make: Callable[[str], tuple]
+    target: str
+
+    def build(self) -> tuple:
+        """(Image, compiled Program, run values)"""
+        return self.make(self.target)
+
+
+def _rng(name: str) -> np.random.Generator:
+    return np.random.default_rng(sum(map(ord, name)))
+
+
+def _matmul(fmt: str, m: int = 3, k: int = 96, n: int = 40):
+    def make(t):
+        rng = _rng("matmul" + fmt)
+        img = Image(t)
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        x, wq, y = img.tensor(a), img.weight(w, fmt), img.tensor(shape=(m, n))
+        return img, ol.compile_kernel(matmul, t, x=x, w=wq, y=y, n_chunk=16), {}
+    return make
+
+
+def _rmsnorm(t):
+    rng = _rng("rmsnorm")
+    img = Image(t)
+    x, w = rng.standard_normal((3, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    xt, wt, out = img.tensor(x), img.tensor(w), img.tensor(shape=x.shape)
+
+    def k(x, w, out):
+        ol.store(out, rmsnorm(ol.load(x), ol.load(w)))
+    return img, ol.compile_kernel(k, t, x=xt, w=wt, out=out), {}
+
+
+def _rmsnorm_quantized(t):
+    rng = _rng("rmsnorm_quantized")
+    img = Image(t)
+    x, w = rng.standard_normal((2, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    xt, wt, wq, out = img.tensor(x), img.tensor(w), img.weight(rng.standard_normal((8, 64))), img.tensor(shape=(2, 8))
+
+    def k(x, w, wq, out):
+        ol.store(out, ol.dot(rmsnorm_quantized(ol.load(x), ol.load(w)), wq))
+    return img, ol.compile_kernel(k, t, x=xt, w=wt, wq=wq, out=out), {}
+
+
+def _softmax(t):
+    rng = _rng("softmax")
+    img = Image(t)
+    x = (rng.standard_normal((3, 70)) * 3).astype(np.float32)
+    xt, out = img.tensor(x), img.tensor(shape=x.shape)
+
+    def k(x, out):
+        ol.store(out, softmax(ol.load(x)))
+    return img, ol.compile_kernel(k, t, x=xt, out=out), {}
+
+
+def _rope(t):
+    rng = _rng("rope")
+    img = Image(t)
+    x = rng.standard_normal((2, 32)).astype(np.float32)
+    theta = rng.uniform(-np.pi, np.pi, (8, 16))
+    xt, ct, st, out = img.tensor(x), img.tensor(np.cos(theta)), img.tensor(np.sin(theta)), img.tensor(shape=x.shape)
+
+    def k(x, c, s, out):
+        ol.store(out, rope(ol.load(x), c, s, ol.runvar("pos")))
+    return img, ol.compile_kernel(k, t, x=xt, c=ct, s=st, out=out), {"pos": 5}
+
+
+def _attention(t):
+    rng = _rng("attention")
+    g, d, n, cap = 2, 32, 40, 64
+    img = Image(t)
+    q, kk, vv = (rng.standard_normal(s).astype(np.float32) for s in ((g, d), (n, d), (n, d)))
+    qt, kt, vt, kv, out = img.tensor(q), img.tensor(kk), img.tensor(vv), img.kv_cache(cap, d), img.tensor(shape=(g, d))
+
+    def kernel(q, kk, vv, kv, out):
+        for i in ol.range(n):
+            append_kv(kv, i, ol.load(kk[i]), ol.load(vv[i]))
+        ol.store(out, attention(ol.load(q), kv, n, 32))
+    return img, ol.compile_kernel(kernel, t, q=qt, kk=kt, vv=vt, kv=kv, out=out), {}
+
+
+def _mlp(fmt: str):
+    def make(t):
+        rng = _rng("mlp" + fmt)
+        d, fc, f = 64, 32, 64
+        img = Image(t)
+        x = rng.standard_normal((2, d)).astype(np.float32)
+        wg, wu = (rng.standard_normal((f, d)) * 0.2).astype(np.float32), (rng.standard_normal((f, d)) * 0.2).astype(np.float32)
+        wd = (rng.standard_normal((d, f)) * 0.2).astype(np.float32)
+        xt, gq, uq, dq, out = img.tensor(x), img.weight(wg, fmt), img.weight(wu, fmt), img.weight_parts(wd, fc, fmt), \
+            img.tensor(shape=(2, d))
+
+        def kernel(x, wg, wu, wd, out):
+            ol.store(out, swiglu_mlp(ol.load(x), wg, wu, wd, fc))
+        return img, ol.compile_kernel(kernel, t, x=xt, wg=gq, wu=uq, wd=dq, out=out), {}
+    return make
+
+
+def _sampling(t):
+    rng = _rng("sampling")
+    img = Image(t)
+    logits = rng.standard_normal(150).astype(np.float32)
+    lt, o1, o2 = img.tensor(logits), img.tensor(shape=(2,)), img.tensor(shape=(3, 2))
+
+    def kernel(l, o1, o2):
+        ol.store(o1, argmax(l, 64))
+        ol.store(o2, topk(l, 3, 64))
+    return img, ol.compile_kernel(kernel, t, l=lt, o1=o1, o2=o2), {}
+
+
+def _greedy_head(t):
+    """The LM head's logits and their argmax straight from the MMs (the embedding gather of the
+    picked token is its own case: on a 2-row ACT RAM its one-hot needs every ACT block)."""
+    rng = _rng("head")
+    img = Image(t)
+    head = rng.standard_normal((100, 64)).astype(np.float32)
+    hq, xt = img.weight(head), img.tensor(rng.standard_normal(64).astype(np.float32))
+    logits, pick = img.tensor(shape=(100,)), img.tensor(shape=(2,))
+
+    def kernel(x, head, logits, pick):
+        xq = ol.quantize(ol.load(x).reshape(1, 64))
+        ol.store(logits, linear(xq, head))
+        ol.store(pick, greedy_head(xq, head, chunk=64))
+    return img, ol.compile_kernel(kernel, t, x=xt, head=hq, logits=logits, pick=pick), {}
+
+
+def _embed(t):
+    rng = _rng("embed")
+    img = Image(t)
+    hq, out = img.weight(rng.standard_normal((50, 64)).astype(np.float32)), img.tensor(shape=(64,))
+
+    def kernel(head, out):
+        ol.store(out, embed(head, ol.runvar("tok")))
+    return img, ol.compile_kernel(kernel, t, head=hq, out=out), {"tok": 17}
+
+
+DECODER = DecoderShape(layers=2, d=64, heads=2, kv_heads=1, head_dim=32, ffn=64, vocab=64, cap=32, f_chunk=32,
+                       head_chunk=64, attn_block=32)
+
+
+def _decoder(t):
+    rng = _rng("decoder")
+    img = Image(t)
+    s = DECODER
+
+    def weight(shape, parts=None):
+        w = (rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float32)
+        return img.weight_parts(w, parts) if parts else img.weight(w)
+
+    def tensor(shape):
+        return img.tensor((1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32))
+    layers = [plan_layer(s, weight, tensor, img.kv_cache) for _ in range(s.layers)]
+    args = dict(layer=check_layers(layers), final_norm=tensor((s.d,)), head=weight((s.vocab, s.d)),
+                x=img.tensor(rng.standard_normal(s.d).astype(np.float32)), logits=img.tensor(shape=(s.vocab,)))
+    theta = np.outer(np.arange(s.cap), 1.0 / 10000 ** (np.arange(s.head_dim // 2) / (s.head_dim // 2)))
+    args["cos"], args["sin"] = img.tensor(np.cos(theta)), img.tensor(np.sin(theta))
+    return img, ol.compile_kernel(decoder_step, t, shape=s, pos=0, **args), {}
+
+
+def kernel_cases(target: str = "nangate45-small") -> list[KernelCase]:
+    cases = [KernelCase(f"matmul {fmt}", _matmul(fmt), target) for fmt in ("int8", "int4", "e2m1", "int8x", "fp4x6")]
+    cases += [KernelCase(name, fn, target) for name, fn in (
+        ("rmsnorm", _rmsnorm), ("rmsnorm_quantized", _rmsnorm_quantized), ("softmax", _softmax), ("rope", _rope),
+        ("attention", _attention), ("sampling argmax topk", _sampling), ("greedy_head", _greedy_head),
+        ("embed", _embed))]
+    cases += [KernelCase(f"swiglu_mlp {fmt}", _mlp(fmt), target) for fmt in ("int8", "fp4x6")]
+    cases.append(KernelCase("decoder_step", _decoder, target))
+    return cases

@@ -1,0 +1,92 @@
+"""RTL against the golden simulator: one program, the same DRAM image and TMEM on both, every
+TMEM and DRAM bit compared, and the cycle counts of the RTL and of the timing model side by side.
+
+`compare_run(rtl, program, args, waits)` runs the program on an `RtlBackend` and on a golden
+`Machine` holding the same state (DRAM, TMEM, ACT RAM copied from the backend before the run)
+and returns a `Comparison`. The program area the RTL loads its program from is written into the
+golden DRAM too, so the two memories are compared whole.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .isasim import Machine, SimError
+from .rtlbackend import RtlBackend
+
+
+@dataclass
+class Comparison:
+    tmem_words: int               # TMEM words that differ
+    dram_bytes: int               # DRAM bytes that differ
+    first_tmem: int | None
+    first_dram: int | None
+    rtl_cycles: int
+    model_cycles: int
+    golden_error: str | None = None
+
+    @property
+    def ok(self) -> bool: return self.golden_error is None and self.tmem_words == 0 and self.dram_bytes == 0
+
+    @property
+    def ratio(self) -> float: return self.rtl_cycles / self.model_cycles if self.model_cycles else float("nan")
+
+    def message(self) -> str:
+        if self.golden_error:
+            return f"the golden simulator refused the program: {self.golden_error}"
+        if self.ok:
+            return f"bit-exact; {self.rtl_cycles} RTL cycles, {self.model_cycles} model cycles (ratio {self.ratio:.3f})"
+        return (f"{self.tmem_words} TMEM words differ (first {self.first_tmem}), {self.dram_bytes} DRAM bytes differ "
+                f"(first {None if self.first_dram is None else hex(self.first_dram)})")
+
+
+def golden_machine(rtl: RtlBackend) -> Machine:
+    """A golden Machine (with the timing model) holding a copy of the backend's state."""
+    m = Machine(rtl.target, drams=[np.zeros(rtl.cfg.DRAM_BYTES, np.uint8) if rtl.cfg.DRAM_BYTES <= rtl.dram_bytes
+                                   else None])
+    m.write_dram(0, rtl.dram[: rtl.dram_bytes])
+    sl = m.slice
+    sl.tmem.t[:] = rtl.tmem
+    sl.act.q[:] = rtl.act_q
+    sl.act.scale[:] = rtl.act_scale
+    sl.act.sub[:] = rtl.act_sub
+    return m
+
+
+def compare_run(rtl: RtlBackend, program, args=None, waits=None) -> Comparison:
+    prog = rtl.prepare(program, waits)
+    m = golden_machine(rtl)
+    m.write_dram(rtl.prog_at, prog.image)
+    err = None
+    try:
+        m.load(list(prog.instrs), args, waits=list(prog.waits) if prog.waits is not None else None)
+        m.run()
+    except SimError as e:
+        err = str(e)
+    stats = rtl.run(prog, args)
+    if err:
+        return Comparison(0, 0, None, None, stats.cycles, 0, err)
+    gd = m.slice.dram.bytes[: rtl.dram_bytes]
+    dt = np.flatnonzero(rtl.tmem != m.slice.tmem.t)
+    dd = np.flatnonzero(rtl.dram[: rtl.dram_bytes] != gd)
+    return Comparison(int(dt.size), int(dd.size), int(dt[0]) if dt.size else None, int(dd[0]) if dd.size else None,
+                      stats.cycles, m.counters()["CYCLES"])
+
+
+def reset_state(rtl: RtlBackend, image: np.ndarray | None = None) -> None:
+    """A cold machine: DRAM zero except `image` (from address 0), TMEM and ACT RAM zero."""
+    rtl.dram[:] = 0
+    if image is not None:
+        rtl.write(0, image)
+    rtl.tmem[:] = 0
+    rtl.act_q[:] = 0
+    rtl.act_scale[:] = 0
+    rtl.act_sub[:] = 0
+
+
+def compare_case(rtl: RtlBackend, case) -> Comparison:
+    """A kernel case (otpu_core.rtlcases) from a cold machine, with its compiled wait table."""
+    img, prog, values = case.build()
+    reset_state(rtl, img.dram[: img.cursor])
+    return compare_run(rtl, prog, prog.arg_words(**values))

@@ -1,0 +1,153 @@
+"""GGUF to FTTW: stream a checkpoint a block of 32-row strips at a time into the card's tile formats.
+
+For each tensor the ledger picks format, layout and gate (`ledger`); the plan (`fttw.layout_plan`)
+gives every tensor its file offset and DRAM place before any data moves. Then each 2-D matrix is
+read in blocks of whole strips (at most `BLOCK_ELEMS` values), padded with zeros to whole tiles,
+packed (`bfp.pack_strips`) and written where its tiles go, with the tensor's CRC-32 kept as it
+goes; 1-D tensors are copied as fp32. Memory is a few strip-block buffers whatever the model's
+size. The output is written to `OUT.partial` and renamed over OUT only when complete, so a
+failure (a NaN in a tensor, a full disk) leaves no half file and no lost earlier OUT.
+"""
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import UsageError
+from ..gguf_source import GgufModel, SourceTensor, open_gguf
+from . import bfp, fttw
+from .ledger import NMAJOR, Ledger
+
+BLOCK_ELEMS = 1 << 20            # source values per block of strips (a whole strip if larger)
+
+Progress = Callable[[int, int, str], None]      # (source bytes done, total, tensor name)
+
+
+@dataclass
+class Converted:
+    path: Path
+    entries: list[fttw.Entry]
+    source_bytes: int
+    file_bytes: int
+    seconds: float
+    unused_rules: list[tuple[int, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        by_format: dict[str, dict] = {}
+        for e in self.entries:
+            row = by_format.setdefault(e.fmt.name, {"tensors": 0, "bytes": 0})
+            row["tensors"] += 1
+            row["bytes"] += e.nbytes
+        return {"path": str(self.path), "tensors": len(self.entries), "source_bytes": self.source_bytes,
+                "file_bytes": self.file_bytes, "seconds": round(self.seconds, 3), "by_format": by_format,
+                "unused_ledger_rules": [{"rule": i, "match": m} for i, m in self.unused_rules]}
+
+
+def plan(model: GgufModel, ledger: Ledger, default: bfp.TileFormat) -> list[fttw.Entry]:
+    entries = []
+    for t in model.tensors:
+        if len(t.shape) == 1:
+            e = fttw.entry_for(t.name, t.shape, bfp.FLOAT32, fttw.FLAT)
+            e.min_pcc, e.max_abs = 1.0, 0.0
+        else:
+            choice = ledger.choose(t.name, default)
+            e = fttw.entry_for(t.name, t.shape, choice.fmt, choice.layout)
+            e.min_pcc, e.max_abs = choice.min_pcc, choice.max_abs
+        e.source_type = t.type_code
+        entries.append(e)
+    return entries
+
+
+def convert(gguf_path: Path | str, out_path: Path | str, ledger: Ledger | None = None,
+            default: bfp.TileFormat = bfp.BFP8_B, progress: Progress | None = None, jobs: int | None = None) -> Converted:
+    """Convert `gguf_path` to the FTTW file `out_path` (see the module docstring).
+
+    `jobs` threads pack blocks at once (numpy lets go of the GIL); default: up to 2 cores. The
+    bytes written do not depend on it."""
+    jobs = jobs or min(2, os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    out_path = Path(out_path)
+    ledger = ledger or Ledger()
+    with open_gguf(gguf_path) as model:
+        entries = plan(model, ledger, default)
+        header = fttw.layout_plan(entries)
+        total = sum(t.nbytes for t in model.tensors)
+        tmp = out_path.with_name(out_path.name + ".partial")
+        try:
+            with open(tmp, "wb") as out, ThreadPoolExecutor(jobs, thread_name_prefix="fttw") as pool:
+                out.truncate(header.file_bytes)
+                done = 0
+                for t, e in zip(model.tensors, entries):
+                    out.seek(e.offset)
+                    e.crc32 = _write_tensor(model, t, e, out, pool, jobs)
+                    done += t.nbytes
+                    if progress:
+                        progress(done, total, t.name)
+                directory = fttw.directory_bytes(entries)
+                header.directory_crc = zlib.crc32(directory)
+                out.seek(0)
+                out.write(header.pack() + directory)
+            os.replace(tmp, out_path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    return Converted(out_path, entries, total, header.file_bytes, time.perf_counter() - t0, ledger.unused())
+
+
+def _write_tensor(model: GgufModel, t: SourceTensor, e: fttw.Entry, out, pool: ThreadPoolExecutor, jobs: int) -> int:
+    """Write one tensor's bytes at the file's current position; returns their CRC-32."""
+    if e.layout == fttw.FLAT:
+        values = model.read_rows(t, 0, 1)
+        _check_finite(model, t, values, 0)
+        data = values.astype("<f4").tobytes().ljust(e.nbytes, b"\0")
+        out.write(data)
+        return zlib.crc32(data)
+    cols_padded = e.tiles_per_strip * bfp.TILE
+    per_block = max(1, BLOCK_ELEMS // (bfp.TILE * cols_padded))
+
+    def block(m: int, s0: int) -> np.ndarray:
+        n_strips = min(per_block, e.strips - s0)
+        r0 = s0 * bfp.TILE
+        n_rows = min(n_strips * bfp.TILE, e.rows - r0)
+        values = model.read_rows(t, m * e.rows + r0, n_rows)
+        _check_finite(model, t, values, m * e.rows + r0)
+        if values.shape != (n_strips * bfp.TILE, cols_padded):       # pad to whole tiles with zeros
+            padded = np.zeros((n_strips * bfp.TILE, cols_padded), np.float32)
+            padded[:n_rows, :e.cols] = values
+            values = padded
+        return bfp.pack_strips(values, e.fmt, e.layout == NMAJOR)
+
+    crc = 0
+    pending: deque = deque()
+    for m in range(e.matrices):
+        for s0 in range(0, e.strips, per_block):
+            pending.append(pool.submit(block, m, s0))
+            if len(pending) > jobs:                       # bounded: a few blocks in flight
+                crc = _emit(pending.popleft().result(), out, crc)
+    while pending:
+        crc = _emit(pending.popleft().result(), out, crc)
+    return crc
+
+
+def _emit(data: np.ndarray, out, crc: int) -> int:
+    out.write(data)
+    return zlib.crc32(data, crc)
+
+
+def _check_finite(model: GgufModel, t: SourceTensor, values: np.ndarray, row0: int) -> None:
+    finite = np.isfinite(values)
+    if finite.all():
+        return
+    bad = np.argwhere(~finite)
+    r, c = (int(v) for v in bad[0])
+    where = f"row {row0 + r}, column {c}" if len(t.shape) > 1 else f"element {c}"
+    raise UsageError(f"{model.path}: tensor '{t.name}' has {len(bad)} non-finite values (the first, {values[r, c]}, "
+                     f"at {where}); the card's formats have no encoding for them", hint="the checkpoint is damaged; export it again")

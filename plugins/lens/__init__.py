@@ -1,0 +1,1 @@
+"""otpu-lens: record a run on the timing model or a card, profile it, and look at it in the browser."""

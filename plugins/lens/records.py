@@ -1,0 +1,238 @@
+"""Per-instruction timing rebuilt from a slice's 64-bit trace records, vectorised with numpy.
+
+The records are the card's (host.md 1.4, `otpu_core/tracefmt.py`), from a card's trace buffer
+or the timing model: D + 2 O at dispatch, S (+ R) at the unit start, G when an MM releases the
+MXU, E at completion, U + V with the unit's counters, P/Q + V activity windows, H + V at HALT.
+`decode` turns them into one row per dispatched instruction, in dispatch order, in a fraction
+of a second for millions of records:
+
+- a group whose followers are missing or cut (the ring's start or the buffer's end) is skipped,
+  as `tracefmt.unpack` does;
+- 32-bit cycles are unwrapped (records are in cycle order);
+- S, G and E carry only a 4-bit window slot: each belongs to the latest D of its slot. After a
+  ring wrap the D of the oldest in-flight slots is gone; their S/G/E are `orphans`, dropped;
+- U records carry a unit and a cycle: they belong to the instruction of that unit ending then;
+- an instruction still open where the trace ends (a keep-first buffer that filled) is closed at
+  the last traced cycle and counted in `open_at_end`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from otpu_core import tracefmt as tf
+from otpu_core.isa import UNIT_OF, Op
+
+M32, M52, M60 = (1 << 32) - 1, (1 << 52) - 1, (1 << 60) - 1
+HEADS = (tf.D, tf.S, tf.G, tf.E, tf.U, tf.P, tf.Q, tf.H)
+IS_HEAD = np.zeros(16, bool)
+IS_HEAD[list(HEADS)] = True
+IS_SLOTTED = np.zeros(16, bool)
+IS_SLOTTED[[tf.D, tf.S, tf.G, tf.E]] = True
+SLOTS = 16                        # the records' slot field is 4 bits wide
+UNIT_BY_OP = np.full(256, -1, np.int8)
+for _op, _unit in UNIT_OF.items():
+    UNIT_BY_OP[int(_op)] = int(_unit) if _unit.name != "SEQ" else -1
+
+
+@dataclass
+class Decoded:
+    """One slice's trace, as arrays (one entry per dispatched instruction unless noted)."""
+    pc: np.ndarray
+    op: np.ndarray
+    words: np.ndarray              # [n, 3]: resolved w1, w2, w3
+    unit: np.ndarray               # from S (or the opcode when the S record is missing)
+    dispatch: np.ndarray
+    ready: np.ndarray
+    start: np.ndarray
+    release: np.ndarray            # -1 unless an MM (G record)
+    end: np.ndarray
+    starve: np.ndarray             # U record: MXU starve, DRAM wait (bp), TMEM deny
+    bp: np.ndarray
+    deny: np.ndarray
+    open: np.ndarray               # bool: closed by us at `traced_to`
+    windows: dict = field(default_factory=dict)   # "cycle", "n" and every P/Q field, one entry per window
+    halt: int | None = None        # cycle of the H record
+    ports: dict = field(default_factory=dict)     # H record: port beats
+    orphans: int = 0               # S/G/E records whose D is not in the trace
+    unmatched: int = 0             # S/G/E records beyond the first of their instruction, U with no instruction
+    cut_groups: int = 0            # groups skipped because followers were missing
+    records: int = 0
+    traced_to: int = 0             # last cycle any record names
+
+    @property
+    def n(self) -> int: return int(self.pc.size)
+
+
+def _follower_type(kind: np.ndarray) -> np.ndarray:
+    return np.where(kind == tf.D, tf.O, np.where(kind == tf.S, tf.R, tf.V))
+
+
+def _group_len(kind: np.ndarray, pay: np.ndarray) -> np.ndarray:
+    n = np.zeros(kind.size, np.int64)
+    n[kind == tf.D] = 2
+    n[(kind == tf.S) & (((pay >> 32) & 0xFFFF) == 0xFFFF)] = 1
+    u = kind == tf.U
+    unit = (pay >> 48) & 15
+    for uid, names in tf.U_FIELDS.items():
+        n[u & (unit == uid)] = len(names)
+    n[kind == tf.P] = len(tf.P_FIELDS)
+    n[kind == tf.Q] = len(tf.Q_FIELDS)
+    n[kind == tf.H] = len(tf.H_FIELDS)
+    return n
+
+
+def _unwrap(raw: np.ndarray) -> np.ndarray:
+    """32-bit cycles in record order, made 64-bit: a drop by more than half the range is a wrap."""
+    if raw.size < 2:
+        return raw.astype(np.int64)
+    wraps = np.concatenate([[0], np.cumsum(np.diff(raw.astype(np.int64)) < -(1 << 31))])
+    return raw.astype(np.int64) + (wraps << 32)
+
+
+def _first_per(owner: np.ndarray, values: np.ndarray, n: int, fill: int = -1) -> tuple[np.ndarray, int]:
+    """values[first event of each owner] per owner (owners -1 ignored), events of one owner adjacent
+    (they are, in slot order); and how many events were extra."""
+    out = np.full(n, fill, np.int64)
+    ok = owner >= 0
+    own, vals = owner[ok], values[ok]
+    first = np.ones(own.size, bool)
+    first[1:] = own[1:] != own[:-1]
+    out[own[first]] = vals[first]
+    return out, int(own.size - np.count_nonzero(first))
+
+
+def decode(records) -> Decoded:
+    recs = np.ascontiguousarray(np.asarray(records, dtype=np.uint64))
+    kind_all = (recs >> np.uint64(60)).astype(np.int64)
+    pay_all = (recs & np.uint64(M60)).astype(np.int64)       # 60 bits fit int64
+    head_idx = np.nonzero(IS_HEAD[kind_all])[0]
+    kind, pay = kind_all[head_idx], pay_all[head_idx]
+    need = _group_len(kind, pay)
+    ftype = _follower_type(kind)
+    # every record that is not a head follows the nearest head before it; a group is complete when
+    # at least `need` records follow its head and they are all of the follower type its head takes
+    owner = np.cumsum(IS_HEAD[kind_all]) - 1
+    follows = np.diff(np.append(head_idx, recs.size)) - 1
+    stray = ~IS_HEAD[kind_all] & (owner >= 0)
+    wrong = stray.copy()
+    wrong[stray] = kind_all[stray] != ftype[owner[stray]]
+    d_rows = np.nonzero(kind == tf.D)[0]
+    ok = (follows >= need) & (np.bincount(owner[wrong], minlength=head_idx.size) == 0)
+    for k in (1, 2):                # the two O halves of a D are told apart by their bit 52
+        at = head_idx[d_rows] + k
+        inside = at < recs.size
+        half_ok = np.zeros(d_rows.size, bool)
+        half_ok[inside] = ((pay_all[at[inside]] >> 52) & 1) == k - 1
+        ok[d_rows] &= half_ok
+    cut = int((~ok).sum())
+    head_idx, kind, pay = head_idx[ok], kind[ok], pay[ok]
+    cycle = _unwrap(pay & M32)
+    traced_to = int(cycle.max()) if cycle.size else 0
+
+    def follow(at: np.ndarray, k: int) -> np.ndarray:
+        return pay_all[at + k]
+
+    # -- dispatches ------------------------------------------------------------------------------
+    is_d = kind == tf.D
+    d_at = head_idx[is_d]
+    o1, o2 = follow(d_at, 1), follow(d_at, 2)
+    n = int(is_d.sum())
+    pc = ((pay[is_d] >> 32) & 0xFFFF).astype(np.int64)
+    op = ((o2 >> 44) & 0xFF).astype(np.int64)
+    words = np.stack([o1 & M32, ((o1 >> 32) & 0xFFFFF) | ((o2 & 0xFFF) << 20), (o2 >> 12) & M32], axis=1) \
+        if n else np.zeros((0, 3), np.int64)
+    dispatch = cycle[is_d]
+
+    # -- S, G, E: the latest D of the same slot ----------------------------------------------------
+    sl_pos = np.nonzero(IS_SLOTTED[kind])[0]
+    slot = ((pay[sl_pos] >> 52) & 15).astype(np.uint8)
+    order = np.argsort(slot, kind="stable")               # a radix sort for one-byte keys
+    sp, ss = sl_pos[order], slot[order]
+    d_ordinal = np.cumsum(is_d) - 1                       # instruction index of each D head
+    last_d = np.maximum.accumulate(np.where(is_d[sp], np.arange(sp.size), -1)) if sp.size else sp
+    owner_pos = np.where(last_d >= 0, sp[np.maximum(last_d, 0)], -1)
+    same_slot = (last_d >= 0) & (ss[np.maximum(last_d, 0)] == ss)
+    owner = np.where(same_slot, d_ordinal[np.maximum(owner_pos, 0)], -1)
+    orphans = int(((~same_slot) & ~is_d[sp]).sum())
+    unmatched = 0
+
+    kind_sp = kind[sp]
+    masks = {kk: kind_sp == kk for kk in (tf.S, tf.G, tf.E)}
+
+    def by_kind(kk: int, values: np.ndarray) -> np.ndarray:
+        nonlocal unmatched
+        m = masks[kk]
+        out, extra = _first_per(owner[m], values[m], n)
+        unmatched += extra
+        return out
+
+    cycle_sp = cycle[sp]
+    start = by_kind(tf.S, cycle_sp)
+    s_heads = sp[masks[tf.S]]
+    s_ready = np.zeros(sp.size, np.int64)
+    delay = (pay[s_heads] >> 32) & 0xFFFF
+    long_wait = delay == 0xFFFF
+    ready_s = cycle[s_heads] - delay
+    if long_wait.any():
+        r32 = pay_all[head_idx[s_heads[long_wait]] + 1] & M32
+        ready_s[long_wait] = cycle[s_heads[long_wait]] - ((((cycle[s_heads[long_wait]]) & M32) - r32) & M32)
+    s_ready[masks[tf.S]] = ready_s
+    ready = by_kind(tf.S, s_ready)
+    s_unit = np.zeros(sp.size, np.int64)
+    s_unit[masks[tf.S]] = (pay[s_heads] >> 48) & 15
+    unit = by_kind(tf.S, s_unit)
+    release = by_kind(tf.G, cycle_sp)
+    end = by_kind(tf.E, cycle_sp)
+    no_s = unit < 0
+    unit[no_s] = UNIT_BY_OP[op[no_s]]
+
+    # -- instructions still open where the trace ends ------------------------------------------
+    is_open = end < 0
+    end[is_open] = traced_to
+    start[start < 0] = traced_to
+    missing_ready = ready < 0
+    ready[missing_ready] = np.minimum(traced_to, start[missing_ready])
+
+    # -- U: the instruction of that unit that ends in that cycle -----------------------------------
+    starve, bp, deny = (np.zeros(n, np.int64) for _ in range(3))
+    is_u = kind == tf.U
+    if is_u.any():
+        u_unit, u_cycle = (pay[is_u] >> 48) & 15, cycle[is_u]
+        mxu = u_unit == 1
+        rows = np.nonzero(unit == 1)[0]
+        ends = end[rows]
+        order_e = np.argsort(ends, kind="stable")
+        at = np.searchsorted(ends[order_e], u_cycle[mxu])
+        at_ok = at < ends.size
+        hit = np.zeros(at.size, bool)
+        hit[at_ok] = ends[order_e][at[at_ok]] == u_cycle[mxu][at_ok]
+        target = rows[order_e][at[hit]]
+        u_at = head_idx[is_u][mxu][hit]
+        for name, arr in (("starve", starve), ("bp", bp), ("deny", deny)):
+            arr[target] = follow(u_at, tf.U_FIELDS[1].index(name) + 1) & M32
+        unmatched += int((~hit).sum())
+
+    # -- activity windows and HALT ---------------------------------------------------------------
+    windows: dict = {}
+    is_p, is_q = kind == tf.P, kind == tf.Q
+    if is_p.sum() == is_q.sum():
+        windows["cycle"] = cycle[is_p] + 1                # a window's record names its last cycle
+        windows["n"] = (pay[is_p] >> 32) & 0xFFFFFF
+        for mask, names in ((is_p, tf.P_FIELDS), (is_q, tf.Q_FIELDS)):
+            at = head_idx[mask]
+            for k, name in enumerate(names, 1):
+                windows[name] = follow(at, k) & M32
+    halt, ports = None, {}
+    is_h = np.nonzero(kind == tf.H)[0]
+    if is_h.size:
+        h = is_h[-1]
+        halt = int(cycle[h])
+        ports = {name: int(pay_all[head_idx[h] + k] & M32) for k, name in enumerate(tf.H_FIELDS, 1)}
+    return Decoded(pc, op, words, unit.astype(np.int64), dispatch, ready, start, release, end, starve, bp, deny,
+                   is_open, windows, halt, ports, orphans, unmatched, cut, int(recs.size), traced_to)
+
+
+def op_name(op: int) -> str:
+    return Op(op).name if op in Op._value2member_map_ else f"op 0x{op:02x}"

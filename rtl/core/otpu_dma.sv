@@ -1,0 +1,301 @@
+// otpu_dma: the DMA unit: LD (DRAM words -> TMEM), ST (TMEM words -> DRAM) and WAITW (poll a
+// DRAM word until a compare holds, then copy it to TMEM). One instruction at a time, in order.
+//
+// DRAM traffic is whole beats of BB bytes (the unit owns the DRAM port while its instruction holds
+// the head ticket); `req_bytes` is the useful bytes of each beat, which the memory charges
+// against its bandwidth. Reads land in a FIFO of FIFO_DEPTH beats (requests are issued only
+// while their data has room) and leave it LANES words per cycle into TMEM; ST reads TMEM LANES
+// words per cycle and assembles them into beats with byte strobes. An instruction completes
+// when its last TMEM write has landed (LD, WAITW) or its last DRAM write is acknowledged (ST).
+module otpu_dma
+#(
+  parameter int BB = 32,
+  parameter int LANES = 4,
+  parameter int FIFO_DEPTH = 64
+) (
+  input  logic                   clk,
+  input  logic                   rst,
+  // instruction
+  input  logic                   in_valid,
+  input  logic [7:0][31:0]       in_w,
+  output logic                   take,
+  output logic                   release_o,
+  output logic                   done,
+  output logic                   err,
+  output logic [7:0]             err_code,
+  // DRAM
+  output logic                   req_valid,
+  output logic                   req_write,
+  output logic [31:0]            req_addr,
+  output logic [BB*8-1:0]        req_wdata,
+  output logic [BB-1:0]          req_wstrb,
+  output logic [15:0]            req_bytes,
+  input  logic                   req_ready,
+  output logic                   dram_pop,
+  input  logic                   resp_valid,
+  input  logic                   resp_write,
+  input  logic [BB*8-1:0]        resp_rdata,
+  // TMEM
+  output logic [LANES-1:0]       rd_en,
+  output logic [LANES-1:0][31:0] rd_addr,
+  input  logic                   rd_gnt,
+  input  logic [LANES-1:0][31:0] rd_data,
+  output logic [LANES-1:0]       wr_en,
+  output logic [LANES-1:0][31:0] wr_addr,
+  output logic [LANES-1:0][31:0] wr_data
+);
+  `include "otpu_defs.svh"
+  localparam int WPB = BB / 4;
+  localparam int FW = $clog2(FIFO_DEPTH + 1);
+
+  typedef enum logic [2:0] {S_IDLE, S_LD, S_ST, S_WAITW, S_WAITW_GAP, S_DONE} state_t;
+  state_t state;
+  logic [7:0][31:0] w;
+  logic [31:0] dram0, tmem0, nwords;
+  logic [31:0] beat_first, beat_last, beat_next;     // beat indices of the transfer
+  logic [31:0] acked, placed, issued_words;
+
+  assign dram0 = w[1];
+  assign tmem0 = w[2];
+  assign nwords = w[3];
+  assign take = (state == S_IDLE || state == S_DONE) && in_valid;
+
+  // useful bytes of beat b of [dram0, dram0 + 4 n)
+  function automatic logic [15:0] useful(input logic [31:0] b, input logic [31:0] lo, input logic [31:0] hi);
+    logic [31:0] s, e;
+    s = b * BB > lo ? b * BB : lo;
+    e = (b + 1) * BB < hi ? (b + 1) * BB : hi;
+    useful = e > s ? 16'(e - s) : 16'd0;
+  endfunction
+
+  // -- LD: response FIFO and the word window --------------------------------------------------------
+  logic [BB*8-1:0] fifo [FIFO_DEPTH];
+  logic [FW-1:0]   f_count, f_head, f_tail;
+  logic [FW-1:0]   outstanding;            // read requests whose data has not arrived
+  logic [31:0]     win_words [2 * WPB];
+  logic [$clog2(2 * WPB + 1)-1:0] win_n;
+  logic [31:0]     beats_taken;            // beats moved from the FIFO into the window
+  logic            pop_beat;
+  logic [31:0]     skip;                   // leading words of the first beat
+
+  // -- ST: beat assembly -------------------------------------------------------------------------------
+  logic [BB*8-1:0] sb_data [4];
+  logic [BB-1:0]   sb_strb [4];
+  logic [31:0]     sb_beat [4];
+  logic [2:0]      sb_n;
+  logic [BB*8-1:0] cur_data;
+  logic [BB-1:0]   cur_strb;
+  logic [31:0]     cur_beat;
+  logic            cur_any;
+  logic            st_rd_pending;
+  logic [31:0]     st_rd_base;
+  logic [$clog2(LANES+1)-1:0] st_rd_k;
+  logic [31:0]     writes_issued, writes_total;
+
+  // -- WAITW ---------------------------------------------------------------------------------------------
+  logic [31:0] polls, gap, value;
+  logic        wait_rd_out;
+
+  logic ld_issue, st_issue, ww_issue, ww_write, holds, st_release;
+  assign ww_write = state == S_WAITW_GAP && holds;
+  assign done = state == S_DONE;
+  assign release_o = (state == S_DONE && w[0][7:0] != OP_ST) || st_release;
+  logic [LANES-1:0] ld_wr_en;
+  logic [$clog2(LANES+1)-1:0] ld_k;
+  logic [31:0] remaining;
+
+  always_comb begin
+    // DRAM requests
+    ld_issue = state == S_LD && nwords != 0 && beat_next <= beat_last && 32'(outstanding) + 32'(f_count) < FIFO_DEPTH;
+    st_issue = state == S_ST && sb_n != 0;
+    ww_issue = state == S_WAITW && !wait_rd_out && gap == 0;
+    req_valid = ld_issue || st_issue || ww_issue;
+    req_write = st_issue;
+    req_addr = st_issue ? sb_beat[0] * BB : (ww_issue ? (dram0 / BB) * BB : beat_next * BB);
+    req_wdata = sb_data[0];
+    req_wstrb = sb_strb[0];
+    req_bytes = st_issue ? 16'($countones(sb_strb[0])) : (ww_issue ? 16'd4 : useful(beat_next, dram0, dram0 + 4 * nwords));
+    dram_pop = (ld_issue && req_ready && beat_next == beat_last) ||
+               (st_issue && req_ready && writes_issued + 1 == writes_total) ||
+               (state == S_LD && nwords == 0 && beat_next == beat_first) || ww_write;
+    // LD: the window's words to TMEM
+    remaining = nwords - placed;
+    ld_k = 0;
+    ld_wr_en = '0;
+    for (int l = 0; l < LANES; l++) begin
+      wr_addr[l] = tmem0 + placed + l;
+      wr_data[l] = win_words[l];
+      if (state == S_LD && l < win_n && 32'(l) < remaining) begin
+        ld_wr_en[l] = 1'b1;
+        ld_k = ld_k + 1;
+      end
+    end
+    wr_en = ld_wr_en;
+    if (ww_write) begin
+      wr_en[0] = 1'b1;
+      wr_addr[0] = w[2];
+      wr_data[0] = value;
+    end
+    pop_beat = state == S_LD && f_count != 0 && 32'(win_n) - 32'(ld_k) + WPB <= 2 * WPB && beats_taken < beat_last - beat_first + 1;
+    // ST: read LANES words per cycle while the beat FIFO has room
+    rd_en = '0;
+    for (int l = 0; l < LANES; l++) rd_addr[l] = tmem0 + issued_words + l;
+    if (state == S_ST && issued_words < nwords && 32'(sb_n) + (st_rd_pending ? 1 : 0) <= 2)
+      for (int l = 0; l < LANES; l++) rd_en[l] = 32'(l) < nwords - issued_words;
+  end
+
+  always_comb begin
+    logic [31:0] v, ref_, mask;
+    v = value;
+    ref_ = w[3];
+    mask = w[4];
+    case (w[0][25:24])
+      2'd0: holds = (v & mask) == ref_;
+      2'd1: holds = (v & mask) != ref_;
+      default: holds = !(32'((v & mask) - ref_) >> 31);
+    endcase
+  end
+
+  always_ff @(posedge clk) begin
+    if (rst) begin
+      state <= S_IDLE;
+      st_release <= 1'b0;
+      err <= 1'b0;
+      err_code <= E_NONE;
+      f_count <= 0; f_head <= 0; f_tail <= 0; outstanding <= 0;
+    end else begin
+      st_release <= 1'b0;
+      case (state)
+        S_IDLE, S_DONE: state <= S_IDLE;
+        S_LD: begin
+          if (ld_issue && req_ready) beat_next <= beat_next + 1;
+          if (nwords == 0 && beat_next == beat_first) beat_next <= beat_last + 1;
+          // FIFO
+          if (resp_valid && !resp_write) begin
+            fifo[f_tail] <= resp_rdata;
+            f_tail <= f_tail == FW'(FIFO_DEPTH - 1) ? 0 : f_tail + 1;
+          end
+          f_count <= f_count + FW'(resp_valid && !resp_write) - FW'(pop_beat);
+          outstanding <= outstanding + FW'(ld_issue && req_ready) - FW'(resp_valid && !resp_write);
+          // the window: emit ld_k words, then append a beat
+          begin
+            logic [31:0] nw [2 * WPB];
+            int n2, first;
+            for (int i = 0; i < 2 * WPB; i++) nw[i] = i + ld_k < 2 * WPB ? win_words[i + ld_k] : 32'd0;
+            n2 = int'(win_n) - int'(ld_k);
+            if (pop_beat) begin
+              first = beats_taken == 0 ? int'(skip) : 0;
+              for (int i = 0; i < WPB; i++)
+                if (i >= first) nw[n2 + i - first] = fifo[f_head][32 * i +: 32];
+              n2 = n2 + WPB - first;
+              f_head <= f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1;
+              beats_taken <= beats_taken + 1;
+            end
+            for (int i = 0; i < 2 * WPB; i++) win_words[i] <= nw[i];
+            win_n <= $bits(win_n)'(n2);
+          end
+          placed <= placed + 32'(ld_k);
+          if (placed + 32'(ld_k) >= nwords && beat_next > beat_last) begin
+            state <= S_DONE;
+          end
+        end
+        S_ST: begin
+          // TMEM reads in flight come back the next cycle
+          if (|rd_en && rd_gnt) begin
+            st_rd_pending <= 1'b1;
+            st_rd_base <= issued_words;
+            st_rd_k <= $bits(st_rd_k)'($countones(rd_en));
+            issued_words <= issued_words + 32'($countones(rd_en));
+            if (issued_words + 32'($countones(rd_en)) >= nwords) st_release <= 1'b1;
+          end else st_rd_pending <= 1'b0;
+          begin
+            logic [BB*8-1:0] cd;
+            logic [BB-1:0] cs;
+            logic [31:0] cb;
+            logic ca;
+            logic [2:0] n;
+            logic [BB*8-1:0] qd [4];
+            logic [BB-1:0] qs [4];
+            logic [31:0] qb [4];
+            for (int i = 0; i < 4; i++) begin qd[i] = sb_data[i]; qs[i] = sb_strb[i]; qb[i] = sb_beat[i]; end
+            n = sb_n;
+            if (st_issue && req_ready) begin
+              for (int i = 0; i < 3; i++) begin qd[i] = qd[i + 1]; qs[i] = qs[i + 1]; qb[i] = qb[i + 1]; end
+              n = n - 1;
+              writes_issued <= writes_issued + 1;
+            end
+            cd = cur_data; cs = cur_strb; cb = cur_beat; ca = cur_any;
+            if (st_rd_pending)
+              for (int l = 0; l < LANES; l++)
+                if (l < st_rd_k) begin
+                  logic [31:0] a, b;
+                  a = dram0 + 4 * (st_rd_base + l);
+                  b = a / BB;
+                  if (ca && b != cb) begin
+                    qd[n] = cd; qs[n] = cs; qb[n] = cb; n = n + 1;
+                    cs = '0; ca = 1'b0;
+                  end
+                  cb = b;
+                  ca = 1'b1;
+                  cd[8 * (a % BB) +: 32] = rd_data[l];
+                  cs[(a % BB) +: 4] = 4'hF;
+                end
+            if (ca && st_rd_pending && st_rd_base + 32'(st_rd_k) >= nwords) begin
+              qd[n] = cd; qs[n] = cs; qb[n] = cb; n = n + 1;
+              cs = '0; ca = 1'b0;
+            end
+            for (int i = 0; i < 4; i++) begin sb_data[i] <= qd[i]; sb_strb[i] <= qs[i]; sb_beat[i] <= qb[i]; end
+            sb_n <= n;
+            cur_data <= cd; cur_strb <= cs; cur_beat <= cb; cur_any <= ca;
+          end
+          if (resp_valid && resp_write) acked <= acked + 1;
+          if (nwords == 0 || (acked + (resp_valid && resp_write ? 1 : 0) >= writes_total && writes_issued >= writes_total
+                              && writes_total != 0)) state <= S_DONE;
+        end
+        S_WAITW: begin
+          if (ww_issue && req_ready) wait_rd_out <= 1'b1;
+          if (resp_valid && !resp_write && wait_rd_out) begin
+            value <= resp_rdata[8 * (dram0 % BB) +: 32];
+            wait_rd_out <= 1'b0;
+            state <= S_WAITW_GAP;
+          end
+        end
+        S_WAITW_GAP: begin
+          if (holds) state <= S_DONE;
+          else begin
+            polls <= polls + 1;
+            if (w[6] != 0 && (polls + 1) * (w[5] > 1 ? w[5] : 1) >= w[6]) begin
+              err <= 1'b1;
+              err_code <= E_WAITW_TIMEOUT;
+              state <= S_IDLE;
+            end else begin
+              gap <= w[5];
+              state <= S_WAITW;
+            end
+          end
+        end
+        default: state <= S_IDLE;
+      endcase
+      if (state == S_WAITW && gap != 0) gap <= gap - 1;
+      if (take) begin
+        w <= in_w;
+        beat_first <= in_w[1] / BB;
+        beat_next <= in_w[1] / BB;
+        beat_last <= in_w[3] == 0 ? in_w[1] / BB : (in_w[1] + 4 * in_w[3] - 1) / BB;
+        acked <= 0; placed <= 0; issued_words <= 0; beats_taken <= 0;
+        win_n <= 0;
+        skip <= (in_w[1] % BB) / 4;
+        sb_n <= 0; cur_any <= 1'b0; st_rd_pending <= 1'b0;
+        writes_issued <= 0;
+        writes_total <= in_w[3] == 0 ? 0 : (in_w[1] + 4 * in_w[3] - 1) / BB - in_w[1] / BB + 1;
+        polls <= 0; gap <= 0; wait_rd_out <= 1'b0;
+        case (in_w[0][7:0])
+          OP_LD: state <= S_LD;
+          OP_ST: state <= S_ST;
+          default: state <= S_WAITW;
+        endcase
+      end
+
+    end
+  end
+endmodule

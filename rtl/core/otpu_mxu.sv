@@ -1,0 +1,512 @@
+// otpu_mxu: the matrix unit: MM, streamed weight rows x the stationary ACT rows (otpu_core/mxu.py).
+//
+// For each weight row the unit reads its side data (scale words, or the seed formats' scale row)
+// and then its D-byte chunks from DRAM, one chunk per beat; the beats wait in a FIFO of
+// FIFO_DEPTH. One D-block per cycle (4-bit formats: two blocks per chunk) meets all M ACT rows:
+// per row j four exact integer sub-block dots (int8 activations against int8, int4 or
+// E2M1-times-2 weights, times the 4-bit sub-block multipliers), shifted by the QACT SUB offsets.
+// - public formats (WF 0..2): each block's term mul(mul(i2f(isum), ws), ascale) is added into
+//   partial k mod 4, and a finished row folds (p0 + p2) + (p1 + p3);
+// - seed formats (WF 3, 4): the block sums, shifted by the weight's per-block exponent, add up
+//   exactly in a 48-bit accumulator (two's complement, wrapping); a finished row is
+//   mul(mul(mul(i2f(acc), 2^-Emax), Sw), Sa).
+// A finished row's M results queue for the write-back, which waits for `wr_ok` (the window's
+// TMEM conflicts) and applies ACC (add the old value) or ASCALE (old value times alpha_j first);
+// RMAX keeps the first maximum of each written row j and writes it after the last row.
+module otpu_mxu
+#(
+  parameter int D = 32,
+  parameter int MCOLS = 2,
+  parameter int ROWS = 2,
+  parameter int LANES = 4,
+  parameter int ACT_BLOCKS = 16,
+  parameter int BB = 32,
+  parameter int FIFO_DEPTH = 64,
+  parameter int LATENCY = 7
+) (
+  input  logic                   clk,
+  input  logic                   rst,
+  input  logic                   in_valid,
+  input  logic [7:0][31:0]       in_w,
+  output logic                   take,
+  output logic                   release_o,
+  output logic                   done,
+  output logic                   err,
+  output logic [7:0]             err_code,
+  input  logic                   wr_ok,
+  // DRAM (reads only)
+  output logic                   req_valid,
+  output logic [31:0]            req_addr,
+  output logic [15:0]            req_bytes,
+  input  logic                   req_ready,
+  output logic                   dram_pop,
+  input  logic                   resp_valid,
+  input  logic [BB*8-1:0]        resp_rdata,
+  // ACT RAM
+  output logic [$clog2(ACT_BLOCKS)-1:0] act_rblk,
+  input  logic [ROWS-1:0][D*8-1:0] act_rq,
+  input  logic [ROWS-1:0][31:0]  act_rscale,
+  input  logic [ROWS-1:0][15:0]  act_rsub,
+  // TMEM
+  output logic [LANES-1:0]       rd_en,
+  output logic [LANES-1:0][31:0] rd_addr,
+  input  logic                   rd_gnt,
+  input  logic [LANES-1:0][31:0] rd_data,
+  output logic [LANES-1:0]       wr_en,
+  output logic [LANES-1:0][31:0] wr_addr,
+  output logic [LANES-1:0][31:0] wr_data
+);
+  `include "otpu_defs.svh"
+  `include "otpu_fp_funcs.svh"
+  localparam int FW = $clog2(FIFO_DEPTH + 1);
+  localparam int SBYTES = 4 * ACT_BLOCKS + 4;     // the largest side data of one weight row
+  localparam int SUBW = D / 4;
+  localparam int OQ = 8;                          // finished rows waiting for the write-back
+  localparam int M = MCOLS;
+
+  typedef enum logic [2:0] {S_IDLE, S_CHECK, S_PREP, S_RUN, S_FINISH, S_DONE, S_ERR} state_t;
+  state_t state;
+
+  // -- the instruction --------------------------------------------------------------------------------
+  logic [7:0][31:0] w;
+  logic [31:0] sa, ssa, out, rs, srs;
+  logic [15:0] n, kb, ors;
+  logic [7:0]  m, ab;
+  logic [2:0]  wf;
+  logic        unit, acc, rmax, ascale, four, seed;
+  assign sa = w[1]; assign ssa = w[2]; assign out = w[3];
+  assign n = w[4][15:0]; assign kb = w[4][31:16]; assign rs = w[5];
+  assign ors = w[6][15:0]; assign m = w[6][23:16]; assign ab = w[6][31:24]; assign srs = w[7];
+  assign wf = {w[0][31], w[0][29:28]};
+  assign unit = w[0][24 + F_UNIT]; assign acc = w[0][24 + F_ACC]; assign rmax = w[0][24 + F_RMAX];
+  assign ascale = w[0][24 + F_ASCALE];
+  assign four = wf == WF_INT4 || wf == WF_E2M1 || wf == WF_FP4X6;
+  assign seed = wf == WF_INT8X || wf == WF_FP4X6;
+
+  logic [31:0] nch, sbytes;                        // chunks and side bytes per weight row
+  assign nch = four ? (32'(kb) + 1) / 2 : 32'(kb);
+  assign sbytes = unit ? 0 : (wf == WF_INT8X ? 4 + 32'(kb) : 4 * 32'(kb));
+
+  assign take = (state == S_IDLE || state == S_DONE) && in_valid;
+  assign done = state == S_DONE;
+  assign release_o = done;
+
+  // -- ACT side data of the MM: sub-block offsets and their row maxima (S_PREP, one block a cycle) ---
+  logic [15:0]    prep_k;
+  logic           with_sub;
+  logic [M-1:0][2:0] emax;
+  logic [M-1:0][31:0] row_sa;                      // seed formats: the row's one activation scale
+  logic           act_scale_mismatch;
+
+  // -- DRAM requests: per weight row, its side beats then its chunks ---------------------------------------
+  logic [31:0] q_row, q_idx;                       // request position
+  logic        q_side;                             // requesting side beats
+  logic [FW-1:0] outstanding, f_count;
+  logic [31:0] side_first, side_last;              // beat indices of the row's side data
+  always_comb begin
+    side_first = (ssa + q_row * srs) / BB;
+    side_last = (ssa + q_row * srs + sbytes - 1) / BB;
+  end
+  logic req_more;
+  assign req_more = (state == S_PREP || state == S_RUN) && q_row < 32'(n);
+  assign req_valid = req_more && 32'(outstanding) + 32'(f_count) < FIFO_DEPTH;
+  always_comb begin
+    if (q_side) begin
+      logic [31:0] lo, hi, bs, be;
+      req_addr = (side_first + q_idx) * BB;
+      lo = ssa + q_row * srs;
+      hi = lo + sbytes;
+      bs = req_addr > lo ? req_addr : lo;
+      be = req_addr + BB < hi ? req_addr + BB : hi;
+      req_bytes = 16'(be - bs);
+    end else begin
+      req_addr = sa + q_row * rs + q_idx * D;
+      req_bytes = 16'(D);
+    end
+  end
+  logic last_req;
+  assign last_req = !q_side && q_idx + 1 == nch && q_row + 1 == 32'(n);
+  assign dram_pop = req_valid && req_ready && last_req;
+
+  // -- response FIFO ---------------------------------------------------------------------------------------------
+  logic [BB*8-1:0] fifo [FIFO_DEPTH];
+  logic [FW-1:0]   f_head, f_tail;
+  logic            f_pop;
+
+  // -- consumer: side data, then blocks ------------------------------------------------------------------------
+  logic [31:0] c_row, c_idx, c_blk;                // consumer position
+  logic        c_side;
+  logic [7:0]  sbuf [SBYTES];                      // side data of the row being consumed
+  logic [31:0] c_side_first;
+  logic        c_half;                             // 4-bit: second block of the chunk
+  logic        blocks_go;                          // a block can be computed this cycle
+  logic        oq_room;
+
+  // the row's decoded side data
+  logic [31:0] ws [ACT_BLOCKS];                    // public: block scales
+  logic [3:0][5:0] mult [ACT_BLOCKS];              // 4-bit: sub-block multipliers
+  logic [4:0]  wshift [ACT_BLOCKS];                // seed: block shifts
+  logic [31:0] row_scale;                          // seed: Sw
+  logic        side_bad;
+  always_comb begin
+    logic [7:0] base, top;
+    side_bad = 1'b0;
+    base = 8'hFF; top = 8'h00;
+    for (int k = 0; k < ACT_BLOCKS; k++) begin
+      logic [31:0] word;
+      word = {sbuf[4 * k + 3], sbuf[4 * k + 2], sbuf[4 * k + 1], sbuf[4 * k]};
+      ws[k] = unit ? ONE : (wf == WF_INT8 ? ftz(word) : ftz({word[15:0], 16'd0}));
+      for (int b = 0; b < 4; b++)
+        mult[k][b] = unit ? 6'd1 : (wf == WF_FP4X6 ? 6'(word >> (8 + 6 * b)) : {2'b00, 4'(word >> (16 + 4 * b))});
+      if (k < kb && wf == WF_FP4X6) begin
+        if (word[7:0] < base) base = word[7:0];
+        if (word[7:0] > top) top = word[7:0];
+      end
+      wshift[k] = 0;
+    end
+    row_scale = ONE;
+    if (!unit && wf == WF_INT8X) begin
+      row_scale = ftz({sbuf[3], sbuf[2], sbuf[1], sbuf[0]});
+      for (int k = 0; k < ACT_BLOCKS; k++) begin
+        wshift[k] = 5'(sbuf[4 + k]);
+        if (k < kb && sbuf[4 + k] > 16) side_bad = 1'b1;
+      end
+    end
+    if (!unit && wf == WF_FP4X6) begin
+      row_scale = base >= 2 ? {1'b0, 8'(base - 1), 23'd0} : 32'd0;
+      if (top - base > 16) side_bad = 1'b1;
+      for (int k = 0; k < ACT_BLOCKS; k++)
+        wshift[k] = 5'({sbuf[4 * k + 3], sbuf[4 * k + 2], sbuf[4 * k + 1], sbuf[4 * k]} & 32'hFF) - 5'(base);
+    end
+  end
+
+  // -- one block against the M ACT rows ----------------------------------------------------------------------------
+  logic [D*8-1:0] chunk;
+  assign chunk = fifo[f_head];
+  assign act_rblk = $bits(act_rblk)'(state == S_PREP ? 32'(ab) + 32'(prep_k) : 32'(ab) + c_blk);
+
+  function automatic logic signed [11:0] weight_of(input logic [2:0] f, input logic [7:0] byte_, input logic hi,
+                                                   input logic [5:0] mul);
+    logic [3:0] nib;
+    logic signed [11:0] v;
+    nib = hi ? byte_[7:4] : byte_[3:0];
+    case (nib[2:0])
+      3'd0: v = 0; 3'd1: v = 1; 3'd2: v = 2; 3'd3: v = 3; 3'd4: v = 4; 3'd5: v = 6; 3'd6: v = 8; default: v = 12;
+    endcase
+    if (nib[3]) v = -v;                                  // E2M1 (decoded to twice its value)
+    if (f == WF_INT4) v = 12'($signed(nib));
+    weight_of = (f == WF_INT8 || f == WF_INT8X) ? 12'($signed(byte_)) : v * $signed({6'd0, mul});
+  endfunction
+
+  logic signed [M-1:0][47:0] isum;                 // the block's exact sum per ACT row
+  always_comb begin
+    for (int j = 0; j < M; j++) begin
+      logic signed [47:0] total;
+      total = 0;
+      for (int b = 0; b < 4; b++) begin
+        logic signed [31:0] dot;
+        logic [2:0] e, sh;
+        dot = 0;
+        for (int i = 0; i < SUBW; i++) begin
+          int el;
+          logic [7:0] wb;
+          el = b * SUBW + i;
+          wb = four ? chunk[8 * ((c_half ? D / 2 : 0) + el / 2) +: 8] : chunk[8 * el +: 8];
+          dot += $signed(act_rq[j][8 * el +: 8]) * weight_of(wf, wb, four && el[0], mult[c_blk][b]);
+        end
+        e = act_rsub[j][3 * b +: 3];
+        sh = with_sub ? emax[j] - e : 3'd0;
+        total += $signed(48'(dot)) <<< sh;
+      end
+      isum[j] = total;
+    end
+  end
+
+  // -- stage A: accumulate; a finished row's results ---------------------------------------------------------------
+  logic            a_valid, a_last;
+  logic [31:0]     a_row, a_blk;
+  logic signed [M-1:0][47:0] a_isum;
+  logic [M-1:0][31:0] a_ascale;
+  logic [31:0]     a_ws;
+  logic [4:0]      a_wshift;
+  logic [31:0]     a_row_scale;
+  logic [M-1:0][3:0][31:0] part;                   // public partials
+  logic signed [M-1:0][47:0] accum;                // seed accumulator
+
+  logic [M-1:0][31:0] a_i2f, a_t1, a_t, a_padd, a_f02, a_f13, a_fold;
+  logic [M-1:0][31:0] a_exact, a_tot, a_tot2, a_seed;
+  logic signed [M-1:0][47:0] a_acc_new;
+  for (genvar j = 0; j < M; j++) begin : g_col
+    otpu_fp_i2f #(.W(48)) u_i2f (.i(a_isum[j]), .y(a_i2f[j]));
+    otpu_fp_mul u_m1 (.a(a_i2f[j]), .b(a_ws), .y(a_t1[j]));
+    otpu_fp_mul u_m2 (.a(a_t1[j]), .b(a_ascale[j]), .y(a_t[j]));
+    otpu_fp_add u_pa (.a(part[j][a_blk[1:0]]), .b(a_t[j]), .sub(1'b0), .y(a_padd[j]));
+    otpu_fp_add u_f02 (.a(a_blk[1:0] == 0 ? a_padd[j] : part[j][0]), .b(a_blk[1:0] == 2 ? a_padd[j] : part[j][2]),
+                       .sub(1'b0), .y(a_f02[j]));
+    otpu_fp_add u_f13 (.a(a_blk[1:0] == 1 ? a_padd[j] : part[j][1]), .b(a_blk[1:0] == 3 ? a_padd[j] : part[j][3]),
+                       .sub(1'b0), .y(a_f13[j]));
+    otpu_fp_add u_fold (.a(a_f02[j]), .b(a_f13[j]), .sub(1'b0), .y(a_fold[j]));
+    // seed: the exact sum, i2f, 2^-Emax, Sw, Sa
+    assign a_acc_new[j] = accum[j] + (a_isum[j] <<< a_wshift);
+    otpu_fp_i2f #(.W(48)) u_i2f48 (.i(a_acc_new[j]), .y(a_exact[j]));
+    otpu_fp_mul u_e (.a(a_exact[j]), .b({1'b0, 8'(127 - emax[j]), 23'd0}), .y(a_tot[j]));
+    otpu_fp_mul u_sw (.a(a_tot[j]), .b(a_row_scale), .y(a_tot2[j]));
+    otpu_fp_mul u_sa (.a(a_tot2[j]), .b(row_sa[j]), .y(a_seed[j]));
+  end
+
+  // -- write-back queue ----------------------------------------------------------------------------------------------
+  logic [M-1:0][31:0] oq_y [OQ];
+  logic [31:0]        oq_row [OQ];
+  logic [$clog2(OQ+1)-1:0] oq_n;
+  assign oq_room = 32'(oq_n) + 3 <= OQ;
+
+  // the write-back: (ACC) read the old values, then write
+  logic [M-1:0][31:0] alpha;
+  logic               alpha_ok, alpha_pend;
+  logic               wb_rd, wb_pend;
+  logic [M-1:0][31:0] wb_y;
+  logic [31:0]        wb_row;
+  logic [M-1:0][31:0] wb_prod, wb_sum;
+  logic [M-1:0][31:0] best;
+  logic [M-1:0]       best_any;
+  logic               rmax_pend, rmax_done;
+  for (genvar j = 0; j < M; j++) begin : g_wb
+    otpu_fp_mul u_am (.a(rd_data[j]), .b(alpha[j]), .y(wb_prod[j]));
+    otpu_fp_add u_aa (.a(ascale ? wb_prod[j] : rd_data[j]), .b(wb_y[j]), .sub(1'b0), .y(wb_sum[j]));
+  end
+  logic wb_issue;
+  assign wb_issue = state inside {S_RUN, S_FINISH} && oq_n != 0 && wr_ok && alpha_ok;
+  always_comb begin
+    rd_en = '0;
+    for (int l = 0; l < LANES; l++) rd_addr[l] = out + 32'(l) * 32'(ors) + oq_row[0];
+    if (state inside {S_RUN, S_FINISH} && wr_ok && !alpha_ok && !alpha_pend && ascale)
+      for (int l = 0; l < LANES; l++) begin
+        rd_en[l] = l < m;
+        rd_addr[l] = ssa + l;
+      end
+    else if (wb_issue && acc)
+      for (int l = 0; l < LANES; l++) rd_en[l] = l < m;
+    wr_en = '0;
+    for (int l = 0; l < LANES; l++) begin
+      wr_addr[l] = out + 32'(l) * 32'(ors) + wb_row;
+      wr_data[l] = acc ? wb_sum[l % M] : wb_y[l % M];
+    end
+    if (wb_pend) for (int l = 0; l < LANES; l++) wr_en[l] = l < m;
+    if (rmax_pend)
+      for (int l = 0; l < LANES; l++) begin
+        wr_en[l] = l < m;
+        wr_addr[l] = out + 32'(m) * 32'(ors) + l;
+        wr_data[l] = best[l % M];
+      end
+  end
+
+  // -- control ----------------------------------------------------------------------------------------------------------
+  logic [31:0] rows_written;
+  always_ff @(posedge clk) begin
+    if (rst) begin
+      state <= S_IDLE;
+      err <= 1'b0;
+      err_code <= E_NONE;
+      outstanding <= 0; f_count <= 0; f_head <= 0; f_tail <= 0;
+      oq_n <= 0;
+      a_valid <= 1'b0;
+      wb_pend <= 1'b0;
+      rmax_pend <= 1'b0;
+    end else begin
+      logic [$clog2(OQ+1)-1:0] on;
+      logic pushed;
+      on = oq_n;
+      a_valid <= 1'b0;
+      wb_pend <= 1'b0;
+      rmax_pend <= 1'b0;
+      case (state)
+        S_CHECK: begin
+          logic bad;
+          bad = n == 0 || kb == 0 || m == 0 || 32'(m) > MCOLS || 32'(ab) + 32'(kb) > ACT_BLOCKS || wf > WF_FP4X6 ||
+                sa % D != 0 || rs % D != 0 || (ascale && !(unit && acc)) || w[0][24 + F_PAIR];
+          if (bad) begin
+            err <= 1'b1;
+            err_code <= w[0][24 + F_PAIR] ? E_UNSUPPORTED : E_SHAPE;
+            state <= S_ERR;
+          end else begin
+            state <= S_PREP;
+            prep_k <= 0;
+            with_sub <= 1'b0;
+            emax <= '0;
+            act_scale_mismatch <= 1'b0;
+          end
+        end
+        S_PREP: begin
+          // the MM's ACT blocks: any sub-block offsets, their maxima per row, one scale per row
+          for (int j = 0; j < M; j++)
+            if (j < m) begin
+              logic [2:0] em;
+              em = emax[j];
+              if (act_rsub[j][15]) with_sub <= 1'b1;
+              for (int b = 0; b < 4; b++)
+                if (act_rsub[j][3 * b +: 3] > em && act_rsub[j][15]) em = act_rsub[j][3 * b +: 3];
+              emax[j] <= em;
+              if (prep_k == 0) row_sa[j] <= act_rscale[j];
+              else if (act_rscale[j] != row_sa[j] && seed) act_scale_mismatch <= 1'b1;
+            end
+          if (32'(prep_k) + 1 >= 32'(kb)) begin
+            state <= S_RUN;
+          end
+          prep_k <= prep_k + 1;
+        end
+        S_RUN: begin
+          if ((with_sub && !seed) || act_scale_mismatch) begin
+            err <= 1'b1;
+            err_code <= E_SHAPE;
+            state <= S_ERR;
+          end
+          if (c_row >= 32'(n) && !a_valid && oq_n == 0 && !wb_pend) state <= S_FINISH;
+        end
+        S_FINISH: begin
+          if (rmax && !rmax_done) begin
+            rmax_pend <= 1'b1;
+            rmax_done <= 1'b1;
+          end else if (!rmax_pend) state <= S_DONE;
+        end
+        S_DONE: state <= S_IDLE;
+        default: ;
+      endcase
+
+      // request position
+      if (req_valid && req_ready) begin
+        if (q_side) begin
+          if ((side_first + q_idx) == side_last) begin q_side <= 1'b0; q_idx <= 0; end
+          else q_idx <= q_idx + 1;
+        end else if (q_idx + 1 == nch) begin
+          q_row <= q_row + 1;
+          q_idx <= 0;
+          q_side <= sbytes != 0;
+        end else q_idx <= q_idx + 1;
+      end
+
+      // FIFO of beats
+      if (resp_valid) begin
+        fifo[f_tail] <= resp_rdata;
+        f_tail <= f_tail == FW'(FIFO_DEPTH - 1) ? 0 : f_tail + 1;
+      end
+      f_count <= f_count + FW'(resp_valid) - FW'(f_pop);
+      outstanding <= outstanding + FW'(req_valid && req_ready) - FW'(resp_valid);
+      if (f_pop) f_head <= f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1;
+
+      // consumer
+      if (state == S_RUN && f_count != 0 && c_row < 32'(n)) begin
+        if (c_side) begin
+          logic [31:0] lo;
+          lo = ssa + c_row * srs;
+          for (int b = 0; b < BB; b++) begin
+            logic [31:0] a;
+            a = (c_side_first + c_idx) * BB + b;
+            if (a >= lo && a < lo + sbytes) sbuf[a - lo] <= chunk[8 * b +: 8];
+          end
+          if ((c_side_first + c_idx) * BB + BB >= lo + sbytes) begin c_side <= 1'b0; c_idx <= 0; end
+          else c_idx <= c_idx + 1;
+        end else if (oq_room) begin
+          // a block: into stage A
+          if (side_bad) begin
+            err <= 1'b1;
+            err_code <= E_SHAPE;
+            state <= S_ERR;
+          end
+          a_valid <= 1'b1;
+          a_row <= c_row;
+          a_blk <= c_blk;
+          a_isum <= isum;
+          for (int j = 0; j < M; j++) a_ascale[j] <= act_rscale[j];
+          a_ws <= ws[c_blk];
+          a_wshift <= wshift[c_blk];
+          a_row_scale <= row_scale;
+          a_last <= c_blk + 1 == 32'(kb);
+          if (c_blk + 1 == 32'(kb)) begin
+            c_row <= c_row + 1;
+            c_blk <= 0;
+            c_half <= 1'b0;
+            c_side <= sbytes != 0;
+            c_idx <= 0;
+            c_side_first <= (ssa + (c_row + 1) * srs) / BB;
+          end else begin
+            c_blk <= c_blk + 1;
+            c_half <= four ? !c_half : 1'b0;
+          end
+        end
+      end
+
+      // stage A
+      pushed = 1'b0;
+      if (a_valid) begin
+        for (int j = 0; j < M; j++) begin
+          if (!seed) begin
+            part[j][a_blk[1:0]] <= a_padd[j];
+            if (a_last) for (int q = 0; q < 4; q++) part[j][q] <= 32'd0;
+          end else begin
+            accum[j] <= a_last ? 48'sd0 : a_acc_new[j];
+          end
+        end
+        if (a_last) begin
+          for (int j = 0; j < M; j++) oq_y[on][j] <= seed ? a_seed[j] : a_fold[j];
+          oq_row[on] <= a_row;
+          pushed = 1'b1;
+        end
+      end
+
+      // alpha (ASCALE)
+      if (rd_en != 0 && !alpha_ok && ascale && !wb_issue) alpha_pend <= 1'b1;
+      if (alpha_pend) begin
+        for (int j = 0; j < M; j++) alpha[j] <= rd_data[j];
+        alpha_ok <= 1'b1;
+        alpha_pend <= 1'b0;
+      end
+
+      // write-back
+      if (wb_issue) begin
+        wb_pend <= 1'b1;
+        wb_y <= oq_y[0];
+        wb_row <= oq_row[0];
+        for (int q = 0; q < OQ - 1; q++) begin oq_y[q] <= oq_y[q + 1]; oq_row[q] <= oq_row[q + 1]; end
+        if (pushed) begin
+          oq_y[on - 1] <= seed ? a_seed : a_fold;
+          oq_row[on - 1] <= a_row;
+        end
+        on = on - 1;
+      end
+      if (pushed) on = on + 1;
+      oq_n <= on;
+      if (wb_pend) begin
+        rows_written <= rows_written + 1;
+        for (int j = 0; j < M; j++)
+          if (j < m) begin
+            logic [31:0] y, k;
+            y = acc ? wb_sum[j] : wb_y[j];
+            if (!best_any[j] || key_of(ftz(y)) > key_of(ftz(best[j]))) begin
+              best[j] <= ftz(y);
+              best_any[j] <= 1'b1;
+            end
+          end
+      end
+
+      if (take) begin
+        w <= in_w;
+        state <= S_CHECK;
+        q_row <= 0; q_idx <= 0;
+        c_row <= 0; c_idx <= 0; c_blk <= 0; c_half <= 1'b0;
+        q_side <= in_w[0][24 + F_UNIT] == 0;
+        c_side <= in_w[0][24 + F_UNIT] == 0;
+        c_side_first <= in_w[2] / BB;
+        alpha_ok <= in_w[0][24 + F_ASCALE] == 0;
+        alpha_pend <= 1'b0;
+        rmax_done <= 1'b0;
+        best_any <= '0;
+        rows_written <= 0;
+        for (int j = 0; j < M; j++) begin
+          accum[j] <= 0;
+          for (int q = 0; q < 4; q++) part[j][q] <= 32'd0;
+        end
+      end
+    end
+  end
+  assign f_pop = state == S_RUN && f_count != 0 && c_row < 32'(n) && (c_side || (oq_room && (!four || c_half || c_blk + 1 == 32'(kb))));
+endmodule

@@ -1,0 +1,86 @@
+"""The machine's RTL (nangate45-small: D=32, MCOLS=2, 4 lanes, WAITC) under Verilator against the
+golden simulator: every ISA op check of selftest/diag and every kernel of the library, from the
+same DRAM image, TMEM and DRAM compared bit for bit after the run; cycle counts against the
+timing model reported per kernel; the RtlBackend interface; refusals and run errors."""
+import numpy as np
+import pytest
+
+from otpu_core import isa, opchecks, rtlcases
+from otpu_core.rtlbackend import RtlError
+from otpu_core.rtlcheck import compare_case, compare_run, reset_state
+from rtl_support import TARGET, rtl_backend  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.slow
+
+
+def _op_checks(cfg):
+    checks = opchecks.op_checks(cfg, gen=True, waitw=True)
+    return checks + [opchecks.demo_check(cfg), opchecks.masked_check(cfg)]
+
+
+def test_every_op_check_is_bit_exact(rtl_backend):
+    be = rtl_backend
+    image = opchecks.diag_image(be.cfg)
+    results, refused = {}, []
+    for check in _op_checks(be.cfg):
+        if "pair" in check.caps and not be.cfg.PAIR:
+            refused.append(check.title)            # the target has no column reuse: not a check here
+            continue
+        reset_state(be)
+        for addr, data in image.items():
+            be.write(addr, data)
+        results[check.title] = compare_run(be, list(check.program))
+    bad = {t: r.message() for t, r in results.items() if not r.ok}
+    assert not bad, bad
+    assert len(results) >= 110 and refused == ["mxu: MM e2m1 PAIR"]
+
+
+def test_every_kernel_is_bit_exact_and_its_cycles_are_reported(rtl_backend, capsys):
+    rows, bad = [], {}
+    for case in rtlcases.kernel_cases(TARGET):
+        r = compare_case(rtl_backend, case)
+        rows.append(f"{case.name:24s} RTL {r.rtl_cycles:7d}  model {r.model_cycles:7d}  ratio {r.ratio:.3f}")
+        if not r.ok:
+            bad[case.name] = r.message()
+    with capsys.disabled():
+        print("\nRTL cycles against the timing model (nangate45-small):\n" + "\n".join(rows))
+    assert not bad, bad
+    assert len(rows) == len(rtlcases.kernel_cases(TARGET)) >= 16
+
+
+def test_backend_interface_keeps_state_between_runs_like_a_card(rtl_backend):
+    be = rtl_backend
+    reset_state(be)
+    be.attach(be.cfg)
+    data = np.arange(64, dtype=np.float32)
+    be.write(0x1000, data)
+    stats = be.run("ld dram=0x1000 tmem=100 n=64\nhalt")
+    assert stats.instructions == 2 and stats.cycles > 30
+    # TMEM survives into the next program, which also sees its arguments in R8..R15
+    prog = be.prepare("vop.add dst=r8+0 a=100 rows=1 cols=64 bmode=scalar imm=1.0\nst dram=0x2000 tmem=r8+0 n=64\nhalt")
+    be.start(prog, args=[300])
+    be.wait()
+    assert np.array_equal(be.read(0x2000, 256).view(np.float32), data + 1)
+    assert np.array_equal(be.tmem[100:164].view(np.float32), data)
+    be.close()
+
+
+def test_a_program_the_rtl_refuses_is_an_error_naming_the_pc(rtl_backend):
+    be = rtl_backend
+    reset_state(be)
+    with pytest.raises(RtlError, match="pc 1: TMEM or DRAM range"):
+        be.run(f"nop\nld dram=0 tmem={be.cfg.TMEM_WORDS - 4} n=8\nhalt")
+    bad_pair = isa.mm(sa=0, ssa=0, out=0, n=1, kb=1, rs=32, m=1, wf="e2m1", pair=True, unit=True)
+    with pytest.raises(RtlError, match="unsupported by the RTL"):
+        be.run([bad_pair, isa.halt()])
+
+
+def test_a_program_that_never_halts_is_reported(rtl_backend):
+    be = rtl_backend
+    reset_state(be)
+    keep, be.max_cycles = be.max_cycles, 2000
+    try:
+        with pytest.raises(RtlError, match="did not halt within 2000 cycles"):
+            be.run("loop body=1 count=0xFFFFFFF\nnop\nhalt")
+    finally:
+        be.max_cycles = keep
