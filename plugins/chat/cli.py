@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from otpu_core import __version__, cliopts
+from otpu_core import cliopts
 from otpu_core import target as target_mod
-from otpu_core.cli import tool_main
+from otpu_core.cli import tool_main, version_option
 from otpu_core.console import print_json, stderr, stdout
 from otpu_core.errors import EXIT_CHECKS_FAILED, UsageError
 from otpu_core.llm import convert as convert_mod
@@ -21,18 +21,13 @@ from otpu_core.outpath import check_writable, write_or_show
 from .session import ENGINES, Options, Session, logits_array
 from .views import StepProgress, stats_line, turn_stats
 
+PROG = "otpu-chat"
 HELP = ("Chat with a model on an openTPU card: `-p TEXT` answers once (streamed, then a stats line); "
         "without -p a multi-turn REPL (/reset, /stats, /system, /help; Ctrl-C stops the answer); --tui a "
         "full-screen app. The model is converted to the card's format once (cached). Subcommands: models, "
         "convert. Exit 0 ok, 1 --check found a difference, 2 bad options or model file, 3 card busy or absent.")
 
 app = typer.Typer(name="chat", add_completion=False, rich_markup_mode=None, invoke_without_command=True)
-
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"otpu-chat {__version__}")
-        raise typer.Exit(0)
 
 
 @app.callback(invoke_without_command=True, help=HELP)
@@ -62,8 +57,7 @@ def chat(ctx: typer.Context,
                                                            "quantised golden (teacher-forced); name the first "
                                                            "token whose greedy choice or cosine differs."),
          tui: bool = typer.Option(False, "--tui", help="Full-screen app (conversation, live tok/s, card use)."),
-         version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                      help="Print the version and exit.")) -> None:
+         version: bool = version_option(PROG)) -> None:
     """Chat with a model on the card."""
     if ctx.invoked_subcommand is not None:
         return
@@ -174,7 +168,7 @@ def convert_cmd(model: str = typer.Argument(..., help="Model name or path (GGUF 
 
 
 def main() -> None:
-    tool_main(app, "otpu-chat")
+    tool_main(app, PROG)
 
 
 if __name__ == "__main__":
