@@ -118,6 +118,18 @@ def test_each_turn_feeds_only_what_the_template_appended(model):
     assert c.turn.prompt_tokens == len(c.prompt_ids)
 
 
+def test_a_template_that_rewrites_history_restarts_the_sequence(model):
+    """A template may rewrite earlier turns (Qwen3's drops past reasoning); here one that keeps only
+    the newest message: the second turn does not extend what was fed, so it is fed whole."""
+    from otpu_core.llm.chat_template import ChatTemplate
+    s = Session.open(Options(model=model, engine="quant", max_tokens=2, temperature=0.0))
+    s.model._template = ChatTemplate("{% for m in messages[-1:] %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+                                     "{% endfor %}<|im_start|>assistant\n")
+    s.ask("What is a list?")
+    b = s.ask("And a tuple?")
+    assert b.turn.prompt_tokens == len(b.prompt_ids) and "list" not in s.fed_text
+
+
 def test_ctrl_c_stops_the_answer_not_the_session(model):
     s = Session.open(Options(model=model, engine="quant", max_tokens=40, temperature=0.0))
     with Interrupt() as stop:

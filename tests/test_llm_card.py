@@ -17,7 +17,7 @@ from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program 
 from otpu_core.board import IsaBackend
 from otpu_core.kernels import reference as R
 from otpu_core.llm import checkpoint, convert, engine, layout, reference
-from otpu_core.llm.sampling import Sampling, choose
+from otpu_core.llm.sampling import Sampling, choose, penalised
 from otpu_core.target import load as load_target
 
 T = "sim-small"
@@ -172,6 +172,16 @@ def test_sampling_on_the_card_draws_what_the_host_sampler_draws(models):
         seen[turn.tokens[i]] = True
     assert host == turn.tokens
     assert len(set(turn.tokens)) > 3                      # it sampled, not one repeated argmax
+
+
+def test_repeat_penalty_divides_positive_and_multiplies_negative_logits():
+    """llama.cpp's and transformers' rule, written out: a seen token's logit l becomes l / p if l > 0,
+    else l * p; unseen ones are untouched (so a seen token never gains probability)."""
+    logits = np.array([2.0, -2.0, 1.0, -0.5, 0.0])
+    seen = np.array([True, True, False, False, True])
+    want = np.array([2.0 / 1.5, -2.0 * 1.5, 1.0, -0.5, 0.0])
+    got = penalised(logits, seen, 1.5)
+    assert np.abs(got - want).max() == 0.0, (got, want)
 
 
 def test_stop_tokens_and_the_stop_request(models):
