@@ -49,7 +49,7 @@ BASE = {      # arguments every case of a command starts from: a cheap run on th
     ("sim", "run"): ["-t", "sim-small"], ("tt", "smi"): ["--dev", "tt:sim"], ("tt", "core", "status"): ["--dev", "tt:sim"],
     ("tt", "core", "probe"): ["--dev", "tt:sim"], ("tt", "core", "recover"): ["--dev", "tt:sim"],
     ("tt", "sim", "reset"): ["--dev", "tt:sim"],
-    ("chat",): ["-p", "x", "-n", "1", "--ctx", "32", "--dev", "sim:chat", "-t", "ypcb-00338"],  # the shipped model fits it
+    ("chat",): ["-p", "x", "-n", "1", "--ctx", "16", "--dev", "sim:chat", "-t", "ypcb-00338"],  # the shipped model fits it
 }
 RUNS_ITSELF = {("chat",)}              # groups whose callback is the command (otpu-chat -p ...): their options too
 OWN_VALUES = {   # list options and free-form strings with a syntax of their own
@@ -64,7 +64,7 @@ FINDS = {("setup",)}                   # a check of this host: exit 1 is its fin
 SKIP = {(("smi", "dmon"), "-c", "huge"),   # a huge sample count is a long stream, not an error
         (("selftest",), "--fault", "''"),   # '' clears the faults: a whole healthy run, covered by diag's
         (("sim", "reset"), "--fault", "''")}
-OUTPUTS = {"-o", "--output", "--json", "--trace", "--chrome", "--asm", "-f", "--filename"}
+OUTPUTS = {"-o", "--output", "--json", "--trace", "--chrome", "--asm", "-f", "--filename", "--logits"}
 
 NUMBER_VALUES = {"0": "0", "-1": "-1", "nan": "nan", "inf": "inf", "huge": "99999999999999999999", "text": "x1"}
 IN_PATHS = {"missing": "{missing}", "directory": "{dir}", "empty": "{empty}", "non-utf8": "{latin1}",

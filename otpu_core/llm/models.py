@@ -40,6 +40,10 @@ def known() -> list[dict]:
 
 
 def resolve(spec: str | None) -> Path:
+    """None is the default model; an empty name is an error, not the default."""
+    if spec is not None and not spec.strip():
+        raise ModelError(f"model {spec!r}: the name is empty",
+                         hint="give a model name (otpu-chat models lists them), a GGUF file or a Hugging Face directory")
     spec = spec or DEFAULT_MODEL
     p = Path(spec).expanduser()
     if p.exists():

@@ -10,6 +10,8 @@ the same uniforms and a divergence shows where the logits part.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,10 +30,12 @@ class Sampling:
     seed: int = 0
 
     def check(self) -> "Sampling":
-        for name, v, ok, allowed in (("--temperature", self.temperature, self.temperature >= 0, ">= 0"),
+        t, r = self.temperature, self.repeat_penalty
+        for name, v, ok, allowed in (("--temperature", t, 0 <= t < math.inf, ">= 0 and finite"),
                                      ("--top-k", self.top_k, self.top_k >= 0, ">= 0 (0: all)"),
                                      ("--top-p", self.top_p, 0 < self.top_p <= 1, "in (0, 1]"),
-                                     ("--repeat-penalty", self.repeat_penalty, self.repeat_penalty > 0, "> 0")):
+                                     ("--repeat-penalty", r, 0 < r < math.inf, "> 0 and finite"),
+                                     ("--seed", self.seed, 0 <= self.seed < 2 ** 64, "in 0 .. 2^64-1")):
             if not ok:
                 raise ModelError(f"{name} {v}: must be {allowed}")
         return self

@@ -61,6 +61,8 @@ def chat(ctx: typer.Context,
     """Chat with a model on the card."""
     if ctx.invoked_subcommand is not None:
         return
+    if prompt is not None and not prompt.strip():
+        raise UsageError("-p: the prompt is empty", hint="give the text to answer, or leave out -p for the REPL")
     if engine not in ENGINES:
         raise UsageError(f"--engine {engine}: must be one of {', '.join(ENGINES)}")
     if prompt is None and (json_out or logits_file is not None or check):

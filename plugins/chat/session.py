@@ -181,8 +181,12 @@ class Session:
                 if piece:
                     on_text(piece)
 
-        turn = self.engine.generate(self.seq, self.sampling, self.opts.max_tokens, stops, on_token, stop,
+        # --ctx holds exactly: a card image rounds its context up to whole KV pages
+        max_new = min(self.opts.max_tokens, limit - len(prompt_ids))
+        turn = self.engine.generate(self.seq, self.sampling, max_new, stops, on_token, stop,
                                     want_logits=self.opts.logits)
+        if max_new < self.opts.max_tokens and turn.end == "max_tokens":
+            turn.end = "context"
         body = turn.tokens[:-1] if turn.tokens and turn.tokens[-1] in stops else turn.tokens
         reply = tok.decode(body)
         if self.templated:
