@@ -131,10 +131,10 @@ def _min_cosine_vs_quant(eng, ck, conv, prompt, n=6):
     return min(R.cosine(a, b) for a, b in zip(turn.logits, ref)), R.max_abs(np.stack(turn.logits), ref)
 
 
-def _v_token_major(kv, pos, k, v):
+def _v_token_major(kv, pos, v):
     """A KV layout mistake: V written token-major like K (element stride 1 instead of the page width)."""
     from otpu_core.ol import ops
-    ops.kv_append(kv, pos, k, v)
+    ops.kv_append_v(kv, pos, v)
     b = ops.current()
     b.blocks[-1][-1].imm["es"] = 1
 
@@ -150,7 +150,7 @@ def test_a_wrong_kernel_detail_turns_the_comparison_red(models, mutation, monkey
     elif mutation == "norm epsilon":
         cfg = cfg.with_(norm_eps=1e-3)
     else:
-        monkeypatch.setattr("otpu_core.ol.kv_append", _v_token_major)
+        monkeypatch.setattr("otpu_core.ol.kv_append_v", _v_token_major)
     eng, ck, conv, be = make(models["qwen3"], cfg=cfg, cache=False)
     cos, err = _min_cosine_vs_quant(eng, ck, conv, llmtiny.prompts(1, cfg.vocab, length=16)[0], n=4)
     assert cos < 0.9995, f"{mutation}: still cosine {cos:.6f} (max-abs {err:.4f}) against the quantised golden"
