@@ -10,7 +10,10 @@ worker thread), `write_channel`/`read_channel` at raw channel offsets, registers
 while the card runs) and `run`. Results are plain dataclasses.
 
 `IsaBackend` (a persistent golden Machine whose DRAM is adopted, not copied) and `BoardBackend`
-(the same calls on a card) share one interface, so model code runs unchanged on either.
+(the same calls on a card) share one interface, so model code runs unchanged on either:
+`write`/`read`, `start`/`wait`/`run`, `poll` (is the run still going? On IsaBackend it also
+advances the run, answering WAITWs only from DRAM the host wrote between polls) and
+`counters` (the free-running counters: SNAP on a card, the timing model on the simulator).
 """
 from __future__ import annotations
 
@@ -552,11 +555,13 @@ def check_features(cfg, caps_or_cfg: dict[str, bool], where: str) -> None:
 class IsaBackend:
     """The golden simulator behind the Backend interface; its DRAM may be a caller's buffer (adopted)."""
 
-    def __init__(self, target: str | target_mod.Target | None = None, dram: np.ndarray | None = None):
+    def __init__(self, target: str | target_mod.Target | None = None, dram: np.ndarray | None = None,
+                 timing: bool = True):
+        """`timing=False` skips the timing model (no cycles or counters; results are the same bits)."""
         from .isasim import Machine
         self.target = target if isinstance(target, target_mod.Target) else target_mod.load(target)
         self.cfg = self.target.config()
-        self.machine = Machine(self.target, drams=[dram] if dram is not None else None)
+        self.machine = Machine(self.target, drams=[dram] if dram is not None else None, timing=timing)
         self._t0 = 0.0
 
     def attach(self, cfg) -> None:
@@ -574,6 +579,20 @@ class IsaBackend:
         from . import isa
         self.machine.load(isa.decode_program(prepare(program).image.view(np.uint32)), args)
         self._t0 = time.monotonic()
+
+    def poll(self, budget: int = 1024) -> bool:
+        """Run up to `budget` instructions; True while the program has not halted (a WAITW the
+        host has not answered yet leaves it running, as on a card)."""
+        from .isasim import HALTED
+        if self.machine.halted:
+            return False
+        self.machine.wait_for_host = True
+        try:
+            return self.machine.run_for(budget) != HALTED
+        finally:
+            self.machine.wait_for_host = False
+
+    def counters(self) -> dict[str, int]: return dict(self.machine.counters())
 
     def wait(self, timeout: float = 600.0) -> RunStats:
         self.machine.run()
@@ -635,5 +654,11 @@ class BoardBackend:
     def run(self, program, args: Sequence[int] | None = None, timeout: float = 600.0) -> RunStats:
         self.start(program, args)
         return self.wait(timeout)
+
+    def poll(self, budget: int = 0) -> bool:
+        """True while the started program has not halted (one STATUS read)."""
+        return not self.board.status() & regs.ST_HALTED
+
+    def counters(self) -> dict[str, int] | None: return self.board.snapshot()
 
     def close(self) -> None: self.board.close()

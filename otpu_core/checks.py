@@ -75,6 +75,9 @@ class Check:
     stage: str | None = None  # the bring-up stage this check belongs to, if any
     title: str = ""
     group: str | None = None  # finer grouping used by diagnosis (e.g. ISA op-check groups)
+    # Called once before any check of the run: validates the options this check reads. A UsageError
+    # raised here ends the run (exit 2) instead of becoming a FAIL row: the input was wrong, not the card.
+    prepare: Callable[[CheckContext], None] | None = None
 
 
 @dataclass
@@ -228,11 +231,18 @@ def run_one(check: Check, ctx: CheckContext) -> Row:
     return out
 
 
+def _prepare(chosen: Iterable[Check], ctx: CheckContext) -> None:
+    for c in chosen:
+        if c.prepare is not None:
+            c.prepare(ctx)
+
+
 def run_all(registry: Registry, ctx: CheckContext, sections: Iterable[str] | None = None,
             on_row: Callable[[Row], None] | None = None, always: Iterable[str] = ("platform",)) -> list[Row]:
     """Diagnosis policy: every check of the chosen sections (plus what they need) runs or is SKIPped."""
     wanted = None if sections is None else set(sections) | set(always)
     chosen = [c for c in registry.for_device(ctx.device_kind) if wanted is None or c.section in wanted]
+    _prepare(chosen, ctx)
     rows = []
     for check in registry.ordered(chosen):
         row = run_one(check, ctx)
@@ -250,6 +260,7 @@ def run_stages(registry: Registry, ctx: CheckContext, stages: Iterable[str],
     Prerequisites outside the stage list run silently first, and their failure fails the stage.
     """
     mine = registry.for_device(ctx.device_kind)
+    _prepare([c for c in mine if c.stage in set(stages)], ctx)
     rows: list[Row] = []
     for stage in stages:
         stage_checks = [c for c in mine if c.stage == stage]

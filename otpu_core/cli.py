@@ -85,16 +85,20 @@ def tool_main(app: typer.Typer, prog_name: str) -> None:
     sys.exit(run_app(app, prog_name))
 
 
-def add_version_option(app: typer.Typer, prog: str) -> None:
-    """Give a tool's Typer app (one with sub-commands) a `--version` that prints `<prog> <version>`."""
+def version_option(prog: str):
+    """The `--version` option (prints `<prog> <version>`), for a tool whose root callback has options
+    of its own (otpu-chat's is the chat itself); `add_version_option` for the others."""
     def show(value: bool) -> None:
         if value:
             print(f"{prog} {__version__}")
             raise typer.Exit(0)
+    return typer.Option(False, "--version", callback=show, is_eager=True, help="Print the version and exit.")
 
+
+def add_version_option(app: typer.Typer, prog: str) -> None:
+    """Give a tool's Typer app (one with sub-commands) a `--version` that prints `<prog> <version>`."""
     @app.callback()
-    def _root(version: bool = typer.Option(False, "--version", callback=show, is_eager=True,
-                                           help="Print the version and exit.")) -> None:
+    def _root(version: bool = version_option(prog)) -> None:
         pass
 
 

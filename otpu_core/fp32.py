@@ -83,11 +83,17 @@ def to_float(b) -> np.ndarray:
 _MIN_NORMAL = np.float32(2.0 ** -126)
 
 
+_DENORMAL_SPAN = np.uint32(0x007FFFFF)
+_ONE_BIT = np.uint32(1)
+
+
 def _has_denormal(u: np.ndarray) -> bool:
-    # one float pass finds "zero or denormal"; zeros are checked only when that finds something
-    mag = np.abs(np.asarray(u).view(np.float32))
-    small = mag < _MIN_NORMAL
-    return bool(small.any()) and bool((small & (mag != 0)).any())
+    # a denormal's magnitude bits lie in [1, 0x7FFFFF]: minus one (zero wraps to 2^32 - 1) is below 0x7FFFFF
+    mag = np.asarray(u) & _ABS
+    if mag.ndim == 0:
+        return 0 < int(mag) <= 0x7FFFFF
+    mag -= _ONE_BIT
+    return bool((mag < _DENORMAL_SPAN).any())
 
 
 def _flush(u: np.ndarray) -> np.ndarray:

@@ -1,17 +1,21 @@
 """GGUF checkpoints as a source of fp32 rows: the one place the suite reads a GGUF file.
 
-`open_gguf(path)` lists the tensors (name, numpy-order shape, GGML type, where the data is) with
-gguf's own `GGUFReader`; `GgufModel.read_rows(tensor, start, count)` returns `count` rows of a
-tensor as float32, dequantised with `gguf.quants.dequantize` for the quantised types;
-`read_bits16` returns an F16 or BF16 tensor's rows as their raw 16-bit patterns (`DECODE16` maps
-each pattern to its float32 value, exactly), for a consumer that works on the bits. A tensor's
+`open_gguf(path)` lists the tensors (name, numpy-order shape, GGML type, where the data is) and
+the metadata (`GgufModel.metadata`: key -> decoded value) with gguf's own `GGUFReader`;
+`GgufModel.read_rows(tensor, start, count)` returns `count` rows of a tensor as float32,
+dequantised with `gguf.quants.dequantize` for the quantised types, and `read(tensor)` the whole
+tensor in its numpy shape; `read_bits16` returns an F16 or BF16 tensor's rows as their raw 16-bit
+patterns (`DECODE16` maps each pattern to its float32 value, exactly), for a consumer that works
+on the bits. The Blackhole FTTW converter and the model layer (`llm/gguf_file.py`) both read
+through it. A tensor's
 rows are its last axis; leading axes are flattened (a 3-D expert stack of E matrices of N x K is
 E * N rows of K). Rows are read with pread into fresh buffers, never through a mapping of the
 whole file, so a process that walks a model a strip at a time stays at the size of its strips
 (mapped file pages count as the reader's resident memory; the page cache does not).
 
-Every problem with the file (not a GGUF, truncated, an unsupported type) is a `UsageError` naming
-the file, and the tensor where there is one.
+Every problem with the file (not a GGUF, truncated, a type number gguf does not know) is a
+`UsageError` naming the file, and the tensor where there is one; each tensor's extent is checked
+against the file's size before gguf maps it, so a truncated download names the first tensor cut.
 """
 from __future__ import annotations
 
@@ -55,7 +59,7 @@ class GgufModel:
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
-        self.tensors: list[SourceTensor] = _read_directory(self.path)
+        self.tensors, self.metadata = _read_directory(self.path)
         self._by_name = {t.name: t for t in self.tensors}
         self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
 
@@ -94,6 +98,10 @@ class GgufModel:
             raise UsageError(f"{self.path}: tensor '{t.name}' is cut short (the file is truncated)")
         return np.frombuffer(buf, np.uint8).reshape(count, t.row_bytes)
 
+    def read(self, t: SourceTensor) -> np.ndarray:
+        """The whole tensor as float32, in its numpy-order shape."""
+        return self.read_rows(t, 0, t.rows).reshape(t.shape)
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
@@ -108,29 +116,65 @@ def open_gguf(path: Path | str) -> GgufModel:
     return GgufModel(path)
 
 
-def _read_directory(path: Path) -> list[SourceTensor]:
+def _metadata(reader) -> dict:
+    out = {}
+    for key, fld in reader.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        try:
+            out[key] = fld.contents()
+        except Exception:        # a field gguf cannot decode is one no user of this module reads either
+            continue
+    return out
+
+
+def _checked_reader(path: Path):
+    """gguf's reader, with each tensor's type and extent checked before gguf maps the tensor (gguf
+    itself fails on a cut file with a reshape error that names nothing)."""
+    import gguf
+
+    class Reader(gguf.GGUFReader):
+        def _build_tensors(self, start_offs, fields):
+            size = int(self.data.size)
+            for f in fields:
+                _, name, _, dims, raw_type, offset = f.parts
+                name = bytes(name).decode("utf-8", "replace")
+                try:
+                    qt = gguf.GGMLQuantizationType(int(raw_type[0]))
+                except ValueError:
+                    raise UsageError(f"{path}: tensor '{name}' has GGML type {int(raw_type[0])}, which gguf does "
+                                     "not know") from None
+                block, nbytes = gguf.GGML_QUANT_SIZES[qt]
+                end = int(start_offs) + int(offset[0]) + int(np.prod(dims)) * nbytes // block
+                if end > size:
+                    raise UsageError(f"{path}: truncated: tensor '{name}' needs bytes up to {end} but the file has "
+                                     f"{size}", hint="download the file again")
+            super()._build_tensors(start_offs, fields)
+
+    return Reader(path, "r")
+
+
+def _read_directory(path: Path) -> tuple[list[SourceTensor], dict]:
     import gguf
 
     if not path.is_file():
         raise UsageError(f"{path}: no such GGUF file" if not path.exists() else f"{path}: not a file")
     try:
-        reader = gguf.GGUFReader(path, "r")
-    except (ValueError, IndexError, KeyError, TypeError, OverflowError) as e:
+        reader = _checked_reader(path)
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError, MemoryError, UnicodeDecodeError) as e:
         with open(path, "rb") as f:
             head = f.read(4)
         if head != b"GGUF":
             raise UsageError(f"{path}: not a GGUF file (it starts with {head!r}, a GGUF with b'GGUF')") from None
-        raise UsageError(f"{path}: not a readable GGUF file ({e}); it may be truncated or corrupt") from None
-    size = path.stat().st_size
+        raise UsageError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e}); its header may be cut "
+                         f"short or damaged ({path.stat().st_size} bytes)", hint="download the file again") from None
     out = []
     for t in reader.tensors:
         kind = gguf.GGMLQuantizationType(int(t.tensor_type))
         if kind.name in ("I8", "I16", "I32", "I64"):
             raise UsageError(f"{path}: tensor '{t.name}' holds integers ({kind.name}); weights must be floating point")
         shape = tuple(int(d) for d in reversed(t.shape.tolist())) or (1,)
-        if t.data_offset + t.n_bytes > size:
-            raise UsageError(f"{path}: tensor '{t.name}' ends at byte {t.data_offset + t.n_bytes}, past the end "
-                             f"of the file ({size} bytes): the file is truncated")
         out.append(SourceTensor(t.name, shape, kind.name, int(kind), int(t.data_offset), int(t.n_bytes)))
+    meta = _metadata(reader)
     del reader
-    return out
+    return out, meta

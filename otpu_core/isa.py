@@ -355,10 +355,10 @@ class Instr:
         return cls(ws)
 
     # --- named access ---
-    @property
+    @cached_property
     def op(self) -> Op: return Op(self.words[0] & 0xFF)
 
-    @property
+    @cached_property
     def layout(self) -> Layout: return LAYOUTS[self.op]
 
     @property
@@ -398,12 +398,12 @@ class Instr:
         """MM weight format (WF_*)."""
         return _WF.get(self.words)
 
-    @property
+    @cached_property
     def func(self) -> VFunc:
         """VOP function."""
         return VFunc((self.words[6] >> 16) & 0xFF)
 
-    @property
+    @cached_property
     def bmode(self) -> BMode:
         return BMode((self.words[6] >> 24) & 3)
 

@@ -45,9 +45,21 @@ def test_busy_card_exits_3(capsys):
     assert out == "" and "sim-g is busy: held by PID" in err and "OTPU_LOCK_WAIT" in err
 
 
-def test_model_stage_needs_a_plugin(capsys):
-    assert run_app(cli.app, "otpu-selftest", ["--dev", "sim:g", "--model", "qwen3"]) == 2
+def test_model_stage_needs_a_plugin(capsys, monkeypatch):
+    from otpu_core import plugins
+    monkeypatch.setenv("OTPU_DISABLE_PLUGINS", "chat")
+    plugins.get.cache_clear()
+    try:
+        assert run_app(cli.app, "otpu-selftest", ["--dev", "sim:g", "--model", "qwen3"]) == 2
+    finally:
+        plugins.get.cache_clear()
     assert "no plugin provides the model stage" in capsys.readouterr().err
+
+
+def test_a_model_that_does_not_exist_is_a_usage_error(capsys):
+    assert run_app(cli.app, "otpu-selftest", ["--dev", "sim:g", "--target", "sim-small", "--model", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "--model nosuch: no such file, directory or known model" in err and "Traceback" not in err
 
 
 def test_wrong_target_stops_at_config(capsys):

@@ -36,6 +36,65 @@ def mask_table(block: int = ATTN_BLOCK) -> np.ndarray:
     return np.where(cols[None, :] <= cols[:, None], 0.0, MASKED).astype(np.float32)
 
 
+class _Flash:
+    """The online-softmax state of one query group (m, l, acc) and the block step that updates it."""
+
+    def __init__(self, q2: Tile, d: int):
+        D = ol.config().D
+        self.D = D
+        qscale = ol.full((d,), ol.LOG2E / math.sqrt(d))
+        self.qs = ol.quantize(q2 * qscale[None, :])
+        g = q2.shape[0]
+        self.acc = ol.zeros((g, d))
+        self.m = ol.full((g,), MASKED)
+        self.l = ol.zeros((g,))
+
+    def block(self, kv: KVCache, t0, n: int, mask_row: Tile | None) -> None:
+        """Keys [t0, t0+n) of `kv`; a partial block (mask_row given, or n short of whole blocks) is masked."""
+        self.softmax_block(kv, t0, n, *self.scores(kv, t0, n, mask_row))
+
+    def scores(self, kv: KVCache, t0, n: int, mask_row: Tile | None) -> tuple[Tile, Tile]:
+        """The block's MXU half: scores (masked where asked) and the new row maxima."""
+        D, m = self.D, self.m
+        npad = -(-n // D) * D
+        if mask_row is None and npad == n:
+            s = ol.dot(self.qs, kv.keys(t0, npad, D), rowmax=True)
+            return s, ol.maximum(m, s.rowmax)
+        s = ol.dot(self.qs, kv.keys(t0, npad, D))
+        if mask_row is None and npad > n:
+            mask_row = ol.zeros((npad,))
+            mask_row[n:npad].set(MASKED)
+        if mask_row is not None:
+            s += mask_row[None, :]
+        return s, ol.maximum(m, ol.max(s))
+
+    def softmax_block(self, kv: KVCache, t0, n: int, s: Tile, m_new: Tile) -> None:
+        """The block's VPU half and P.V^T: p, alpha, the rescaled accumulation, l and m."""
+        D, m, l = self.D, self.m, self.l
+        npad = -(-n // D) * D
+        p = ol.exp2(s - m_new[:, None])
+        alpha = ol.exp2(m - m_new)
+        vs = ol.zeros((npad,)) if npad > n else ol.empty((npad,))
+        ol.load(kv.value_scales(t0, n), out=vs[:n] if npad > n else vs)
+        ol.dot(ol.quantize(p * vs[None, :]), kv.values_t(t0, npad, D), acc=self.acc, acc_scale=alpha)
+        l.set(l * alpha + ol.sum(p))
+        m.set(m_new)
+
+    def result(self) -> Tile:
+        return self.acc * ol.recip(self.l)[:, None]
+
+
+def _query(q: Tile, d: int) -> Tile:
+    cfg = ol.config()
+    q2 = q if q.ndim == 2 else q.reshape(1, q.cols)
+    g, qd = q2.shape
+    if qd != d:
+        raise CompileError(f"shape mismatch in attention: q of shape {q.shape}, cache head dim {d}")
+    if g > cfg.MCOLS:
+        raise CompileError(f"attention: a query group of {g} rows exceeds MCOLS={cfg.MCOLS}; split the group")
+    return q2
+
+
 def attention(q: Tile, kv: KVCache, n_tokens, block: int = ATTN_BLOCK, *, full_blocks: int | None = None,
               mask: Tensor | None = None) -> Tile:
     """softmax(q K^T / sqrt(d)) V over the first n_tokens of the cache, for q (g, d).
@@ -45,14 +104,7 @@ def attention(q: Tile, kv: KVCache, n_tokens, block: int = ATTN_BLOCK, *, full_b
     `mask_table(block)` in DRAM); the last block then always spans `block` tokens and its mask
     row is read at the run-time offset. Cache slots past the last token must hold finite scales
     (they are multiplied by zero)."""
-    cfg = ol.config()
-    D = cfg.D
-    q2 = q if q.ndim == 2 else q.reshape(1, q.cols)
-    g, d = q2.shape
-    if d != kv.d:
-        raise CompileError(f"shape mismatch in attention: q of shape {q.shape}, cache head dim {kv.d}")
-    if g > cfg.MCOLS:
-        raise CompileError(f"attention: a query group of {g} rows exceeds MCOLS={cfg.MCOLS}; split the group")
+    q2 = _query(q, kv.d)
     runtime = not isinstance(n_tokens, int)
     if runtime:
         if full_blocks is None or mask is None or mask.shape != (block, block):
@@ -62,42 +114,91 @@ def attention(q: Tile, kv: KVCache, n_tokens, block: int = ATTN_BLOCK, *, full_b
             raise CompileError(f"attention: block {full_blocks} ends past the cache capacity {kv.cap}")
     elif not 0 < n_tokens <= kv.cap:
         raise CompileError(f"attention: {n_tokens} tokens in a cache of {kv.cap}")
-    if block % D:
-        raise CompileError(f"attention: block {block} is not a multiple of D={D}")
-    qscale = ol.full((d,), ol.LOG2E / math.sqrt(d))
-    qs = ol.quantize(q2 * qscale[None, :])
-    acc = ol.zeros((g, d))
-    m = ol.full((g,), MASKED)
-    l = ol.zeros((g,))
-
-    def step(t0, n: int, mask_row: Tile | None):
-        """Keys [t0, t0+n); a partial block (mask_row given, or n short of whole blocks) is masked."""
-        npad = -(-n // D) * D
-        if mask_row is None and npad == n and n == block:
-            s = ol.dot(qs, kv.keys(t0, npad, D), rowmax=True)
-            m_new = ol.maximum(m, s.rowmax)
-        else:
-            s = ol.dot(qs, kv.keys(t0, npad, D))
-            if mask_row is None and npad > n:
-                mask_row = ol.zeros((npad,))
-                mask_row[n:npad].set(MASKED)
-            if mask_row is not None:
-                s += mask_row[None, :]
-            m_new = ol.maximum(m, ol.max(s))
-        p = ol.exp2(s - m_new[:, None])
-        alpha = ol.exp2(m - m_new)
-        vs = ol.zeros((npad,)) if npad > n else ol.empty((npad,))
-        ol.load(kv.value_scales(t0, n), out=vs[:n] if npad > n else vs)
-        ol.dot(ol.quantize(p * vs[None, :]), kv.values_t(t0, npad, D), acc=acc, acc_scale=alpha)
-        l.set(l * alpha + ol.sum(p))
-        m.set(m_new)
-
+    if block % ol.config().D:
+        raise CompileError(f"attention: block {block} is not a multiple of D={ol.config().D}")
+    f = _Flash(q2, kv.d)
     full, tail = (full_blocks, None) if runtime else divmod(n_tokens, block)
     for b in ol.range(full):
-        step(b * block, block, None)
+        f.block(kv, b * block, block, None)
     if runtime:
-        step(full * block, block, ol.load(mask[n_tokens - 1 - full * block]))
+        f.block(kv, full * block, block, ol.load(mask[n_tokens - 1 - full * block]))
     elif tail:
-        step(full * block, tail, None)
-    out = acc * ol.recip(l)[:, None]
-    return out if q.ndim == 2 else out.reshape(d)
+        f.block(kv, full * block, tail, None)
+    out = f.result()
+    return out if q.ndim == 2 else out.reshape(kv.d)
+
+
+def _addrs(kv: KVCache) -> tuple:
+    return kv.k, kv.k_scale, kv.vt, kv.v_scale
+
+
+def page_runs(pages: list[KVCache]) -> list[tuple[KVCache, int, int]]:
+    """Consecutive pages equally far apart (all four arrays) as (first page, count, stride) runs."""
+    runs: list[tuple[KVCache, int, int]] = []
+    for kv in pages:
+        if runs:
+            first, n, stride = runs[-1]
+            deltas = [a - b for a, b in zip(_addrs(kv), _addrs(first))]
+            if all(x.is_static() for x in deltas) and len({x.const for x in deltas}) == 1:
+                c = deltas[0].const
+                if c and (n == 1 or c == n * stride):
+                    runs[-1] = (first, n + 1, c if n == 1 else stride)
+                    continue
+        runs.append((kv, 1, 0))
+    return runs
+
+
+class PagedAttention:
+    """`paged_attention` in two halves, so a caller can interleave several: `start()` issues every
+    full page and the last page's scores (MXU work), `finish()` the last page's softmax and P.V^T
+    and returns the output. Starting unit u+1 before finishing unit u lets the MXU stream u+1's
+    scores while the VPU works through u's softmax (the same instructions, another order)."""
+
+    def __init__(self, q: Tile, pages: list[KVCache], *, last_n: int | None = None, last_mask: Tensor | None = None):
+        if not pages:
+            raise CompileError("paged_attention needs at least one page")
+        P = pages[0].cap
+        if (last_n is None) == (last_mask is None):
+            raise CompileError("paged_attention: give the last page's token count (last_n) or its mask row (last_mask)")
+        if last_n is not None and not 0 < last_n <= P:
+            raise CompileError(f"paged_attention: {last_n} tokens in a page of {P}")
+        if last_mask is not None and last_mask.shape != (P,):
+            raise CompileError(f"paged_attention: the mask row must be ({P},), not {last_mask.shape}")
+        self.q, self.pages, self.P = q, pages, P
+        self.last_n, self.last_mask = last_n if last_n is not None else P, last_mask
+        self._pending = None
+
+    def start(self) -> "PagedAttention":
+        q2 = _query(self.q, self.pages[0].d)
+        f = _Flash(q2, self.pages[0].d)
+        P = self.P
+        for first, n, stride in page_runs(self.pages[:-1]):
+            if n == 1:
+                f.block(first, 0, P, None)
+                continue
+            for b in ol.range(n):
+                f.block(KVCache(first.k + b * stride, first.k_scale + b * stride, first.vt + b * stride,
+                                first.v_scale + b * stride, first.cap, first.d), 0, P, None)
+        mask = ol.load(self.last_mask) if self.last_mask is not None else None
+        self._pending = (f, f.scores(self.pages[-1], 0, self.last_n, mask))
+        return self
+
+    def finish(self) -> Tile:
+        f, (s, m_new) = self._pending
+        self._pending = None
+        f.softmax_block(self.pages[-1], 0, self.last_n, s, m_new)
+        out = f.result()
+        return out if self.q.ndim == 2 else out.reshape(self.pages[0].d)
+
+
+def paged_attention(q: Tile, pages: list[KVCache], *, last_n: int | None = None,
+                    last_mask: Tensor | None = None) -> Tile:
+    """softmax(q K^T / sqrt(d)) V for q (g, d) over a sequence's KV pages, P = pages[0].cap tokens each.
+
+    Every page but the last is full. The last holds `last_n` tokens (a compile-time count), or is
+    a whole page whose scores get the additive mask row `last_mask` (one row of `mask_table(P)`
+    at a run-time offset: the position is known only on the card). Runs of pages equally far
+    apart in DRAM are one hardware loop, so a sequence laid out in consecutive pages costs one
+    loop body whatever its length; a page list in any order still works, one block per page.
+    `PagedAttention` is the same in two halves, for interleaving."""
+    return PagedAttention(q, pages, last_n=last_n, last_mask=last_mask).start().finish()

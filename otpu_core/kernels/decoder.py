@@ -69,17 +69,7 @@ class Layer:
 
     def at(self, l) -> "Layer":
         delta = Affine.of(l) * self.stride
-        return Layer(*(_shift(getattr(self, f.name), delta) for f in dataclasses.fields(self)[:-1]), self.stride)
-
-
-def _shift(obj, delta: Affine):
-    if isinstance(obj, Tensor):
-        return Tensor(obj.base + delta, obj.shape, obj.rs)
-    if isinstance(obj, QTensor):
-        return dataclasses.replace(obj, data=obj.data + delta, scale=None if obj.scale is None else obj.scale + delta)
-    if isinstance(obj, KVCache):
-        return KVCache(obj.k + delta, obj.k_scale + delta, obj.vt + delta, obj.v_scale + delta, obj.cap, obj.d)
-    return [_shift(o, delta) for o in obj]
+        return Layer(*(ol.shift(getattr(self, f.name), delta) for f in dataclasses.fields(self)[:-1]), self.stride)
 
 
 def plan_layer(shape: DecoderShape, alloc_weight, alloc_tensor, alloc_kv) -> Layer:

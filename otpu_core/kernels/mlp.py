@@ -1,14 +1,19 @@
 """SwiGLU MLP: y = down(silu(x Wg^T) * (x Wu^T)), the hidden dimension F in chunks.
 
 x is quantised once; each F-chunk runs the gate and up MMs, silu(g)*u on the VPU, quantises the
-chunk and accumulates its down-projection into y with MM ACC, all inside one hardware loop. The
-down weight is stored as F-chunk column parts (`Image.weight_parts`) so each chunk's scales are
-contiguous. Every weight byte is streamed once.
+chunk and accumulates its down-projection into y with MM ACC. Up to `UNROLL` chunks are
+unrolled and software-pipelined (gate and up of chunk c+1 are issued before chunk c's down, in
+buffers of their own), so the in-order MXU streams them while the VPU computes chunk c's silu;
+more chunks run as one hardware loop. The down weight is stored as F-chunk column parts (`Image.weight_parts`)
+so each chunk's scales are contiguous. Every weight byte is streamed once.
 """
 from __future__ import annotations
 
 from .. import ol
 from ..ol import CompileError, QTensor, Stationary, Tile
+
+
+UNROLL = 4
 
 
 def swiglu_mlp(x: Tile | Stationary, w_gate: QTensor, w_up: QTensor, w_down: QTensor, f_chunk: int) -> Tile:
@@ -21,9 +26,22 @@ def swiglu_mlp(x: Tile | Stationary, w_gate: QTensor, w_up: QTensor, w_down: QTe
         raise CompileError(f"swiglu_mlp: F={F} must split into parts of {f_chunk} columns; down part shape {w_down.shape}")
     M = xq.M
     y = ol.zeros((M, w_down.N) if M > 1 else (w_down.N,))
-    for c in ol.range(F // f_chunk):
+    chunks = F // f_chunk
+    if chunks > UNROLL:
+        for c in ol.range(chunks):
+            g = ol.dot(xq, w_gate.rows(c * f_chunk, f_chunk))
+            u = ol.dot(xq, w_up.rows(c * f_chunk, f_chunk))
+            ol.dot(ol.silu(g) * u, w_down.part(c), acc=y)
+        return y
+    # the MXU runs in order: issue chunk c+1's gate and up before chunk c's down, so they stream
+    # while the VPU computes chunk c's silu
+    pending = None
+    for c in ol.static_range(chunks):
         g = ol.dot(xq, w_gate.rows(c * f_chunk, f_chunk))
         u = ol.dot(xq, w_up.rows(c * f_chunk, f_chunk))
-        h = ol.silu(g) * u
-        ol.dot(h, w_down.part(c), acc=y)
+        if pending is not None:
+            ol.dot(pending, w_down.part(c - 1), acc=y)
+        pending = ol.silu(g) * u
+        del g, u
+    ol.dot(pending, w_down.part(chunks - 1), acc=y)
     return y

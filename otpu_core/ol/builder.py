@@ -82,6 +82,7 @@ class Builder:
         self.runvars: list[RunVar] = []
         self.devvars: list[DevVar] = []
         self.savings = Savings()
+        self.chain: tuple[DevVar, DevVar] | None = None     # halt_chain(addr, length): the final HALT chains
         self.closed = False
         self._tokens = itertools.count(1)
 

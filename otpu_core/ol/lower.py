@@ -33,7 +33,7 @@ REG_FIELDS = {
     "LD": {"dram": "ra", "tmem": "rb"}, "ST": {"dram": "ra", "tmem": "rb"},
     "MM": {"sa": "ra", "ssa": "rb", "out": "rc"}, "QACT": {"src": "ra"},
     "QST": {"src": "ra", "dst": "rb", "sdst": "rc"}, "VOP": {"dst": "ra", "a": "rb", "b": "rc", "imm": "rd"},
-    "RLD": {"addr": "ra"},
+    "RLD": {"addr": "ra"}, "WAITW": {"addr": "ra", "dst": "rb", "ref": "rc"},
 }
 ARG_REGS = tuple(range(15, 7, -1))          # run-time combination k -> R(15 - k)
 FRESH_ZERO = frozenset(range(1, 8))         # R1..R7 are zero when a run starts; R8..R15 hold ARG words
@@ -129,7 +129,8 @@ def clear_after(key: Key) -> bool:
     return key.init == "zero"
 
 
-def lower(root: list, cfg) -> Lowered:
+def lower(root: list, cfg, halt_chain: tuple[DevVar, DevVar] | None = None) -> Lowered:
+    """`halt_chain`: (address, length) device values the final HALT chains to (ol.halt_chain)."""
     pos = _Pos(root)
     keys: dict[frozenset, Key] = {}
     devs: dict[DevVar, DevInfo] = {}
@@ -207,6 +208,8 @@ def lower(root: list, cfg) -> Lowered:
                 devs[v] = DevInfo(v, p, p)
 
     collect(root, ())
+    for v in halt_chain or ():
+        dev_use(v, pos.n, ())
     for k in keys.values():
         k.start = key_interval_start(k, pos)
         k.end = pos.span[id(k.outer)][1]
@@ -300,7 +303,7 @@ def lower(root: list, cfg) -> Lowered:
         return not resets
 
     emit_items(root)
-    put(isa.halt())
+    put(isa.halt(chain=True, ra=devs[halt_chain[0]].reg, rb=devs[halt_chain[1]].reg) if halt_chain else isa.halt())
     return Lowered(out, run_args, nodes, loops_info, chains)
 
 

@@ -8,6 +8,7 @@ temporary (its reference count, calibrated in vector.py) before asking `peephole
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import sys
 from dataclasses import dataclass
 
@@ -170,13 +171,18 @@ def quantize(x: Tile, *, row: bool = False, dup: bool = False, cscale: Tile | No
     return Stationary(src.rows, kb, cfg.D, chunks, dup=dup, owner=hold, row=row, suboffsets=suboffsets)
 
 
-def quantize_for(x: Tile, w: QTensor) -> Stationary:
-    """quantize x the way weight w wants it: one scale per row with sub-block offsets for the
-    seed formats (their exact path uses the offsets), DUP (for MM PAIR) for a 4-bit weight when
-    the target has PAIR and the rows fit half the MXU columns."""
+def quant_mode_for(x: Tile, w: QTensor) -> dict:
+    """The `quantize` keywords weight w wants for activations x: one scale per row with sub-block
+    offsets for the seed formats (their exact path uses the offsets), DUP (for MM PAIR) for a
+    4-bit weight when the target has PAIR and the rows fit half the MXU columns."""
     cfg = current().cfg
     dup = cfg.PAIR and w.four_bit and 2 * x.rows <= cfg.MCOLS and _pair_aligned(w)
-    return quantize(x, suboffsets=w.wf in WF_SEED, dup=dup)
+    return {"suboffsets": w.wf in WF_SEED, "dup": dup}
+
+
+def quantize_for(x: Tile, w: QTensor) -> Stationary:
+    """quantize x the way weight w wants it (`quant_mode_for`)."""
+    return quantize(x, **quant_mode_for(x, w))
 
 
 def _pair_aligned(w: QTensor) -> bool:
@@ -396,6 +402,36 @@ def rld(word: Tile, *, raw: bool = False, scale: int = 1) -> DevVar:
     return v
 
 
+# -- host handshakes and program chaining --------------------------------------------------------
+WAITW_CMP = {"eq": 0, "ne": 1, "ge": 2}
+
+
+def waitw(word: Tensor, dst: Tile, ref: int = 0, cmp: str = "ne", mask: int = 0xFFFFFFFF, interval: int = 64,
+          timeout: int = 0) -> None:
+    """WAITW: poll the DRAM word until `(word & mask) cmp ref` holds, then copy it into `dst` (one
+    TMEM word): a mailbox the host writes while the program runs."""
+    if word.cols != 1 or len(word.shape) != 1 or dst.rows * dst.cols != 1:
+        raise CompileError(f"waitw polls one DRAM word into one TMEM word, not {word.shape} into {dst.shape}")
+    if cmp not in WAITW_CMP:
+        raise CompileError(f"waitw compare {cmp!r}: one of {', '.join(WAITW_CMP)}")
+    current().emit(Node("WAITW", {"addr": word.base, "dst": dst.base, "ref": Affine(ref & 0xFFFFFFFF)},
+                        {"mask": mask, "interval": interval, "timeout": timeout, "cmp": WAITW_CMP[cmp]},
+                        [Access(DRAM, word.base, 4)], [Access(TMEM, dst.base, 1)]))
+    dst.buf.version += 1
+    dst.producer = dst.fusion = None
+
+
+def halt_chain(addr: DevVar, length: DevVar) -> None:
+    """End the program with HALT CHAIN: the card loads the program image at DRAM byte address
+    `addr` (`length` instructions, both device values from `rld`) and runs it in the same run."""
+    b = current()
+    if not isinstance(addr, DevVar) or not isinstance(length, DevVar):
+        raise CompileError("halt_chain takes the program address and length as device values (ol.rld)")
+    if b.loops:
+        raise CompileError("halt_chain ends the program: call it outside every loop")
+    b.chain = (addr, length)
+
+
 # -- KV cache -----------------------------------------------------------------------------------
 @dataclass(eq=False)
 class KVCache:
@@ -424,19 +460,51 @@ class KVCache:
         return Tensor(self.v_scale + 4 * t0, (n,))
 
 
+def shift(obj, delta):
+    """A DRAM layout (Tensor, QTensor or KVCache; a list of them) moved by `delta` bytes (affine):
+    the same data in another identical block, e.g. layer l's at l * stride."""
+    delta = Affine.of(delta)
+    if isinstance(obj, Tensor):
+        return Tensor(obj.base + delta, obj.shape, obj.rs)
+    if isinstance(obj, QTensor):
+        return dataclasses.replace(obj, data=obj.data + delta, scale=None if obj.scale is None else obj.scale + delta)
+    if isinstance(obj, KVCache):
+        return KVCache(obj.k + delta, obj.k_scale + delta, obj.vt + delta, obj.v_scale + delta, obj.cap, obj.d)
+    if isinstance(obj, (list, tuple)):
+        return [shift(o, delta) for o in obj]
+    raise CompileError(f"shift moves DRAM layouts, not a {type(obj).__name__}")
+
+
 def kv_append(kv: KVCache, pos, k: Tile, v: Tile) -> None:
     """Two QSTs: K as token row `pos` (per-block scales), V as column `pos` of V^T (one scale)."""
+    kv_append_k(kv, pos, k)
+    kv_append_v(kv, pos, v)
+
+
+def _kv_check(kv: KVCache, name: str, t: Tile) -> None:
+    if t.rows * t.cols != kv.d:
+        raise CompileError(f"shape mismatch in kv_append: {name} of shape {t.shape}, head dim {kv.d}")
+
+
+def kv_append_k(kv: KVCache, pos, k: Tile) -> None:
+    """One QST: K as token row `pos` of the token-major K, with its per-block scales."""
     b = current()
-    D = b.cfg.D
-    for name, t in (("k", k), ("v", v)):
-        if t.rows * t.cols != kv.d:
-            raise CompileError(f"shape mismatch in kv_append: {name} of shape {t.shape}, head dim {kv.d}")
+    _kv_check(kv, "k", k)
     pos = Affine.of(pos)
-    kb = kv.d // D
+    kb = kv.d // b.cfg.D
     kdst, ksd = kv.k + pos * kv.d, kv.k_scale + pos * (4 * kb)
     b.emit(Node("QST", {"src": k.base, "dst": kdst, "sdst": ksd},
                 {"rows": 1, "kb": kb, "srs": kv.d, "drs": kv.d, "es": 1, "row": False, "half": False},
                 [Access(TMEM, k.base, kv.d)], [Access(DRAM, kdst, kv.d), Access(DRAM, ksd, 4 * kb)]))
+
+
+def kv_append_v(kv: KVCache, pos, v: Tile) -> None:
+    """One QST: V as column `pos` of the dim-major V^T (element stride = capacity), one scale (the
+    slow byte-strided store: a program places it where its cost overlaps other work)."""
+    b = current()
+    _kv_check(kv, "v", v)
+    pos = Affine.of(pos)
+    kb = kv.d // b.cfg.D
     vdst, vsd = kv.vt + pos, kv.v_scale + 4 * pos
     b.emit(Node("QST", {"src": v.base, "dst": vdst, "sdst": vsd},
                 {"rows": 1, "kb": kb, "srs": kv.d, "drs": 1, "es": kv.cap, "row": True, "half": False},
@@ -445,6 +513,6 @@ def kv_append(kv: KVCache, pos, k: Tile, v: Tile) -> None:
 
 
 __all__ = ["LOG2E", "LN2", "config", "block_size", "mxu_columns", "act_rows", "empty", "full", "zeros",
-           "load", "store", "quantize", "quantize_for", "dot", "exp2", "log2", "recip", "rsqrt", "abs", "copy", "maximum",
+           "load", "store", "quantize", "quantize_for", "quant_mode_for", "dot", "exp2", "log2", "recip", "rsqrt", "abs", "copy", "maximum",
            "minimum", "silu", "sum", "max", "argmax", "range", "static_range", "runvar", "rld", "KVCache",
-           "kv_append"]
+           "kv_append", "kv_append_k", "kv_append_v", "shift", "waitw", "halt_chain"]

@@ -95,7 +95,7 @@ def compile_kernel(fn, target=None, *, peepholes: bool = True, **args) -> Progra
                            where=("", 0, ""))
     t0 = time.perf_counter()
     b = trace(fn, cfg, peepholes, args)
-    low = lower(b.root, cfg)
+    low = lower(b.root, cfg, b.chain)
     if len(low.instrs) > cfg.imem_instrs:
         raise CompileError(f"the program has {len(low.instrs)} instructions; IMEM holds {cfg.imem_instrs}",
                            hint="put repeated work in ol.range loops", where=("", 0, ""))

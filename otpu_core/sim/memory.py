@@ -99,9 +99,12 @@ class Dram:
 class Tmem:
     """TMEM: TMEM_WORDS 32-bit words holding raw fp32 bit patterns."""
 
+    INDEX_CACHE = 4096             # tile index arrays kept (programs reuse a few hundred shapes)
+
     def __init__(self, words: int):
         self.size = words
         self.t = np.zeros(words, np.uint32)
+        self._index: dict[tuple[int, int, int, int], np.ndarray] = {}
 
     def check(self, addr: int, n: int, what: str) -> None:
         if addr < 0 or n < 0 or addr + n > self.size:
@@ -121,12 +124,19 @@ class Tmem:
         self.t[addr: addr + len(values)] = values
 
     def tile_index(self, base: int, rows: int, cols: int, rs: int, what: str) -> np.ndarray:
-        """Word indices base + r*rs + c of a rows x cols tile, checked."""
-        idx = base + rs * np.arange(rows, dtype=np.int64)[:, None] + np.arange(cols, dtype=np.int64)[None, :]
+        """Word indices base + r*rs + c of a rows x cols tile, checked (read-only: shared between calls)."""
         if rows and cols:
             lo, hi = min(base, base + (rows - 1) * rs), max(base, base + (rows - 1) * rs) + cols - 1
             if lo < 0 or hi >= self.size:
                 raise Fault("out-of-range", f"{what}: TMEM tile words [{lo}, {hi}] outside 0..{self.size - 1}")
+        key = (base, rows, cols, rs)
+        idx = self._index.get(key)
+        if idx is None:
+            if len(self._index) >= self.INDEX_CACHE:
+                self._index.clear()
+            idx = base + rs * np.arange(rows, dtype=np.int64)[:, None] + np.arange(cols, dtype=np.int64)[None, :]
+            idx.flags.writeable = False
+            self._index[key] = idx
         return idx
 
     def tile(self, base: int, rows: int, cols: int, rs: int, what: str) -> np.ndarray:
@@ -134,6 +144,8 @@ class Tmem:
         self.tile_index(base, rows, cols, rs, what)
         if rows == 0 or cols == 0:
             return np.zeros((rows, cols), np.uint32)
+        if rs == cols or rows == 1:
+            return self.t[base:base + rows * cols].reshape(rows, cols).copy()
         view = np.lib.stride_tricks.as_strided(self.t[base:], shape=(rows, cols), strides=(4 * rs, 4))
         return view.copy()
 
@@ -142,7 +154,9 @@ class Tmem:
         self.tile_index(base, rows, cols, rs, what)
         if rows == 0 or cols == 0:
             return
-        if rs >= cols or rows == 1:
+        if rs == cols or rows == 1:
+            self.t[base:base + rows * cols].reshape(rows, cols)[...] = values
+        elif rs > cols:
             view = np.lib.stride_tricks.as_strided(self.t[base:], shape=(rows, cols), strides=(4 * rs, 4))
             view[...] = values
         else:  # overlapping rows: row-major order decides which write lands last

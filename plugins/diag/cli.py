@@ -44,17 +44,20 @@ def _sections(only: str | None, known: list[str]) -> list[str] | None:
     return wanted
 
 
-def _registry(mem: str, soak: int) -> checks.Registry:
-    """The DAG with the checks this run's options leave out removed (March C- without --mem full, soak without --soak)."""
+def _registry(mem: str, soak: int, model: str | None) -> checks.Registry:
+    """The DAG with the checks this run's options leave out removed (March C- without --mem full,
+    soak without --soak, the model section without --model)."""
     dropped = set()
     if mem != "full":
         dropped |= {N.march(0), N.march(1)}
     if soak <= 0:
         dropped.add(N.SOAK)
     full = checks.collect(plugins.get().hook)
+    if model and not any(c.section == "model" for c in full):
+        raise UsageError("--model: no plugin provides the model section", hint="install the otpu chat plugin")
     reg = checks.Registry()
     for c in full:
-        if c.name not in dropped:
+        if c.name not in dropped and (model or c.section != "model"):
             reg.add(c)
     return reg
 
@@ -89,6 +92,9 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
                                                              "goes to stderr)."),
          bw_mib: int = typer.Option(256, "--bw-mib", min=1, max=1 << 20,
                                     help="MiB per channel for the DMA bandwidth rows."),
+         model: str = typer.Option(None, "--model", help="Also run the model section with this model (e.g. "
+                                                         "qwen3-pydoc, the shipped one; needs the chat plugin)."),
+         tokens: int = typer.Option(8, "--tokens", min=1, help="Tokens the model section decodes."),
          power_json: Path = typer.Option(None, "--power-json", help="Power report of the build (openTPU-power "
                                                                     "JSON) for the power estimate row."),
          show_hist: bool = typer.Option(False, "--history", help="Show the results of earlier runs (of --dev when "
@@ -109,7 +115,7 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
     if power_json is not None:
         from otpu_core import power
         power.require(power_json)        # a report that cannot be read is a usage error before anything runs
-    registry = _registry(mem, soak)
+    registry = _registry(mem, soak, model)
     kind = checks.device_kind(devspec.chosen(dev))
     known = list(dict.fromkeys([*SECTIONS, *registry.sections(kind)])) if kind == "otpu" else registry.sections(kind)
     # a level names the openTPU sections; another kind of card runs its plugin's sections at every level
@@ -118,7 +124,7 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
     progress = CheckProgress(con)
     ctx = checks.CheckContext(devspec.chosen(dev), {
         "target": target, "fault": fault, "mem": mem, "soak": soak, "bw_mib": bw_mib, "power_json": power_json,
-        **progress.options()})
+        "model": model, "tokens": tokens, **progress.options()})
     printer = RowPrinter(con)
     try:
         on = device.begin(ctx)

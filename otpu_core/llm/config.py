@@ -1,0 +1,244 @@
+"""A decoder's shape and numerics (`ModelConfig`), read from a Hugging Face `config.json` or GGUF metadata.
+
+The config is everything the references and the card program need besides the weights: sizes,
+RMSNorm epsilon, RoPE base and per-frequency scaling (Llama 3's, given as divisors of the base
+frequencies exactly as llama.cpp's `rope_freqs` tensor holds them), which layers skip RoPE,
+whether the LM head is the embedding, and the special token ids. `tensor_shapes()` says what
+every tensor of such a model must look like, so a checkpoint whose tensors disagree with its
+config is refused by name.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from . import families
+from .errors import ModelError
+from .families import GLOBAL_TENSORS, LAYER_TENSORS, QK_NORM_TENSORS, Family
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    family: str
+    vocab: int
+    d: int                       # hidden size
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_factors: tuple[float, ...] | None = None    # divisors of the base frequencies (Llama 3 scaling)
+    nope_layers: tuple[int, ...] = ()                # layers without RoPE
+    tied: bool = True
+    context: int = 4096
+    bos_id: int | None = None
+    eos_ids: tuple[int, ...] = ()
+    pad_id: int | None = None
+    name: str = "model"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def spec(self) -> Family: return families.by_name(self.family)
+
+    @property
+    def qk_norm(self) -> bool: return self.spec.qk_norm
+
+    @property
+    def group(self) -> int: return self.heads // self.kv_heads
+
+    def uses_rope(self, layer: int) -> bool: return layer not in self.nope_layers
+
+    def layer_tensors(self) -> list[str]:
+        return [k for k in LAYER_TENSORS if self.qk_norm or k not in QK_NORM_TENSORS]
+
+    def global_tensors(self) -> list[str]:
+        return [k for k in GLOBAL_TENSORS if not (self.tied and k == "head")]
+
+    def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Canonical name (layer tensors as `wq.3`) -> Hugging Face shape [out, in] or (n,)."""
+        s, q, kv = self, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        per = {"ln1": (s.d,), "wq": (q, s.d), "wk": (kv, s.d), "wv": (kv, s.d), "wo": (s.d, q), "qn": (s.head_dim,),
+               "kn": (s.head_dim,), "ln2": (s.d,), "wg": (s.ffn, s.d), "wu": (s.ffn, s.d), "wd": (s.d, s.ffn)}
+        out = {"embed": (s.vocab, s.d), "final_norm": (s.d,), "head": (s.vocab, s.d)}
+        out = {k: v for k, v in out.items() if k in self.global_tensors()}
+        for i in range(s.layers):
+            for k in self.layer_tensors():
+                out[f"{k}.{i}"] = per[k]
+        return out
+
+    def inv_freq(self) -> np.ndarray:
+        """float64 [head_dim/2] RoPE frequencies: theta^(-2i/d), divided by the scaling factors."""
+        half = self.head_dim // 2
+        f = 1.0 / self.rope_theta ** (np.arange(half, dtype=np.float64) * 2.0 / self.head_dim)
+        return f / np.asarray(self.rope_factors, np.float64) if self.rope_factors is not None else f
+
+    def rope_tables(self, positions: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos, sin float64 [positions, head_dim/2] (rotate-half layout)."""
+        ang = np.outer(np.arange(positions, dtype=np.float64), self.inv_freq())
+        return np.cos(ang), np.sin(ang)
+
+    def check(self, where: str) -> "ModelConfig":
+        bad = [(k, getattr(self, k)) for k in ("vocab", "d", "layers", "heads", "kv_heads", "head_dim", "ffn")
+               if not isinstance(getattr(self, k), int) or getattr(self, k) < 1]
+        if bad:
+            k, v = bad[0]
+            raise ModelError(f"{where}: {k} = {v!r}; it must be a positive integer")
+        if self.heads % self.kv_heads:
+            raise ModelError(f"{where}: {self.heads} attention heads do not split into {self.kv_heads} KV heads",
+                             hint="heads must be a multiple of the KV heads (grouped-query attention)")
+        if self.head_dim % 2:
+            raise ModelError(f"{where}: head_dim {self.head_dim} is odd; RoPE rotates pairs")
+        if not self.norm_eps > 0 or not self.rope_theta > 0:
+            raise ModelError(f"{where}: norm epsilon {self.norm_eps} and RoPE theta {self.rope_theta} must be positive")
+        if self.rope_factors is not None and len(self.rope_factors) != self.head_dim // 2:
+            raise ModelError(f"{where}: {len(self.rope_factors)} RoPE frequency factors for head_dim {self.head_dim} "
+                             f"(need {self.head_dim // 2})")
+        for e in self.eos_ids:
+            if not 0 <= e < self.vocab:
+                raise ModelError(f"{where}: end-of-sequence id {e} is outside the vocabulary of {self.vocab}")
+        return self
+
+    def with_(self, **kw) -> "ModelConfig": return replace(self, **kw)
+
+
+# -- Hugging Face config.json ----------------------------------------------------------------------
+
+def llama3_factors(scaling: dict, head_dim: int, theta: float, where: str) -> tuple[float, ...]:
+    """Llama 3.x rope scaling as per-frequency divisors (the values llama.cpp's converter writes
+    into `rope_freqs`): 1 for short wavelengths, `factor` for long ones, a smooth blend between."""
+    try:
+        factor = float(scaling["factor"])
+        low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
+        old = float(scaling.get("original_max_position_embeddings", 8192))
+    except (KeyError, TypeError, ValueError):
+        raise ModelError(f"{where}: rope_scaling {scaling!r} needs a numeric factor (llama3 scaling)") from None
+    out = []
+    for i in range(head_dim // 2):
+        freq = 1.0 / theta ** (2.0 * i / head_dim)
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return tuple(out)
+
+
+def _need(cfg: dict, key: str, where: str):
+    if key not in cfg:
+        raise ModelError(f"{where}: missing key '{key}'")
+    return cfg[key]
+
+
+def _ids(v) -> tuple[int, ...]:
+    if v is None:
+        return ()
+    return tuple(int(x) for x in (v if isinstance(v, (list, tuple)) else [v]))
+
+
+def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "model") -> ModelConfig:
+    """A ModelConfig from a parsed config.json (and generation_config.json for the stop ids)."""
+    archs = cfg.get("architectures") or ([cfg["model_type"]] if "model_type" in cfg else None)
+    if not archs:
+        raise ModelError(f"{where}: missing key 'architectures'")
+    fam = families.for_hf(archs[0], where)
+    for key, allowed in (("hidden_act", ("silu",)), ("attention_bias", (False,)), ("mlp_bias", (False,))):
+        if key in cfg and cfg[key] not in allowed:
+            raise ModelError(f"{where}: {key} = {cfg[key]!r}; this layer supports {', '.join(map(str, allowed))}")
+    heads = int(_need(cfg, "num_attention_heads", where))
+    d = int(_need(cfg, "hidden_size", where))
+    head_dim = int(cfg.get("head_dim") or d // heads)
+    layers = int(_need(cfg, "num_hidden_layers", where))
+    params = cfg.get("rope_parameters") or {}
+    theta = float(cfg.get("rope_theta", params.get("rope_theta", 10000.0)))
+    scaling = cfg.get("rope_scaling") or (params if params.get("rope_type") not in (None, "default") else None)
+    factors = None
+    if scaling:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind == "llama3":
+            factors = llama3_factors(scaling, head_dim, theta, where)
+        elif kind not in (None, "default"):
+            raise ModelError(f"{where}: rope_scaling type '{kind}' is not supported", hint="supported: llama3")
+    if cfg.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ModelError(f"{where}: partial_rotary_factor {cfg['partial_rotary_factor']} is not supported (RoPE on "
+                         "the whole head only)")
+    nope: tuple[int, ...] = ()
+    if "no_rope_layers" in cfg:
+        flags = cfg["no_rope_layers"]
+        if len(flags) != layers:
+            raise ModelError(f"{where}: no_rope_layers has {len(flags)} entries for {layers} layers")
+        nope = tuple(i for i, use in enumerate(flags) if not use)
+    elif fam.nope_every:
+        step = int(cfg.get("no_rope_layer_interval", fam.nope_every))
+        nope = tuple(i for i in range(layers) if (i + 1) % step == 0)
+    eos = _ids((generation or {}).get("eos_token_id", cfg.get("eos_token_id")))
+    return ModelConfig(
+        family=fam.name, vocab=int(_need(cfg, "vocab_size", where)), d=d, layers=layers, heads=heads,
+        kv_heads=int(cfg.get("num_key_value_heads") or heads), head_dim=head_dim,
+        ffn=int(_need(cfg, "intermediate_size", where)), norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta, rope_factors=factors, nope_layers=nope,
+        tied=bool(cfg.get("tie_word_embeddings", False)), context=int(cfg.get("max_position_embeddings", 4096)),
+        bos_id=cfg.get("bos_token_id") if isinstance(cfg.get("bos_token_id"), int) else None, eos_ids=eos,
+        pad_id=cfg.get("pad_token_id") if isinstance(cfg.get("pad_token_id"), int) else None, name=name,
+    ).check(where)
+
+
+# -- GGUF metadata -------------------------------------------------------------------------------------
+
+def from_gguf(meta: dict[str, Any], where: str, tied: bool, rope_factors: tuple[float, ...] | None,
+              vocab: int | None, name: str = "model") -> ModelConfig:
+    """A ModelConfig from GGUF key/values (`meta`: key -> Python value) as llama.cpp's converter
+    writes them; `tied` when the file has no output.weight, `rope_factors` from its rope_freqs."""
+    arch = meta.get("general.architecture")
+    if arch is None:
+        raise ModelError(f"{where}: missing key 'general.architecture'")
+    fam = families.for_gguf(str(arch), where)
+
+    def get(key: str, default=None, required: bool = True):
+        full = f"{arch}.{key}"
+        if full in meta:
+            return meta[full]
+        if required and default is None:
+            raise ModelError(f"{where}: missing key '{full}'")
+        return default
+
+    d, heads = int(get("embedding_length")), int(get("attention.head_count"))
+    head_dim = int(get("attention.key_length", d // heads))
+    vdim = int(get("attention.value_length", head_dim))
+    if vdim != head_dim:
+        raise ModelError(f"{where}: {arch}.attention.value_length {vdim} differs from key_length {head_dim}")
+    rot = int(get("rope.dimension_count", head_dim))
+    if rot != head_dim:
+        raise ModelError(f"{where}: {arch}.rope.dimension_count {rot} is not the head dim {head_dim} "
+                         "(partial RoPE is not supported)")
+    kind = get("rope.scaling.type", "none", required=False)
+    if str(kind) not in ("none", "llama3"):
+        raise ModelError(f"{where}: {arch}.rope.scaling.type '{kind}' is not supported", hint="supported: none, llama3")
+    layers = int(get("block_count"))
+    nope: tuple[int, ...] = ()
+    step = int(get("no_rope_layer_step", fam.nope_every or 0, required=False))
+    if step:
+        nope = tuple(i for i in range(layers) if (i + 1) % step == 0)
+    kv = get("attention.head_count_kv", heads)
+    eos = meta.get("tokenizer.ggml.eos_token_id")
+    extra_eos = meta.get("tokenizer.ggml.eot_token_id")
+    return ModelConfig(
+        family=fam.name, vocab=int(get("vocab_size", vocab)), d=d, layers=layers, heads=heads,
+        kv_heads=int(kv if not isinstance(kv, (list, tuple)) else kv[0]), head_dim=head_dim,
+        ffn=int(get("feed_forward_length")), norm_eps=float(get("attention.layer_norm_rms_epsilon")),
+        rope_theta=float(get("rope.freq_base", 10000.0)), rope_factors=rope_factors, nope_layers=nope, tied=tied,
+        context=int(get("context_length", 4096)), bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
+        eos_ids=tuple(dict.fromkeys(_ids(eos) + _ids(extra_eos))),
+        pad_id=_opt_int(meta.get("tokenizer.ggml.padding_token_id")), name=name,
+    ).check(where)
+
+
+def _opt_int(v) -> int | None:
+    return None if v is None else int(v)

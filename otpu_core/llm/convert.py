@@ -1,0 +1,183 @@
+"""Conversion of a checkpoint to the card's weight formats, once, cached on disk.
+
+`convert(ckpt, fmt, target)` quantises every matrix with `formats.quantize` (the format
+definitions of docs/formats.md) in the card format's layer and head formats, splits W_down into
+its F-chunk column parts (each part quantised on its own, as the MLP kernel reads it), keeps the
+norms as fp32, and makes the embedding table the card gathers from (`layout.embed_kind`: fp32
+rows for a small table, else int8 rows, the head itself when it is tied and int8). Tensors are read one at a time and large ones quantised in row chunks,
+and each result is appended to the cache file as soon as it exists, so memory stays near one
+source tensor.
+
+Cache: `$OTPU_CACHE/models/convert/<key>/` with `tensors.bin` and `index.json`, key = SHA-256 of
+the weight files' content hash, the format, the target's arch hash, the F-chunk and this
+module's conversion version. A finished entry is renamed into place (a crash leaves no half
+entry); later runs memory-map it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .. import formats, isa
+from ..target import Target
+from .checkpoint import Checkpoint, models_cache
+from .errors import ModelError
+from .layout import CardFormat, card_format, embed_kind, f_chunk_for
+
+CONVERT_VERSION = 2
+ROW_CHUNK = 8192                   # rows quantised at once (bounds the float64 temporaries)
+Progress = Callable[[int, int, str], None]   # (done, total, what)
+
+
+@dataclass
+class Converted:
+    """A model in card formats: name -> PackedWeights, a list of them (column parts) or fp32 (1-D)."""
+    key: str
+    fmt: CardFormat
+    D: int
+    f_chunk: int
+    tensors: dict
+    path: Path | None = None
+    seconds: float = 0.0
+    cached: bool = False
+
+    def nbytes(self) -> int:
+        total = 0
+        for v in self.tensors.values():
+            for p in (v if isinstance(v, list) else [v]):
+                total += p.nbytes if isinstance(p, np.ndarray) else p.rows.nbytes + p.scales.nbytes
+        return total
+
+
+def _plan_tensors(ckpt: Checkpoint, fmt: CardFormat) -> list[tuple[str, str, int | None]]:
+    """(output name, source name, weight format or None for fp32) in writing order."""
+    cfg = ckpt.config
+    out = []
+    for i in range(cfg.layers):
+        for k in cfg.layer_tensors():
+            wf = None if k in ("ln1", "ln2", "qn", "kn") else fmt.layer_wf
+            out.append((f"{k}.{i}", f"{k}.{i}", wf))
+    out.append(("final_norm", "final_norm", None))
+    out.append(("head", "head", fmt.head_wf))
+    kind = embed_kind(cfg, fmt)
+    if kind != "head":
+        out.append(("embed", "embed", isa.WF_INT8 if kind == "int8" else None))
+    return out
+
+
+def cache_key(ckpt: Checkpoint, fmt: CardFormat, target: Target, f_chunk: int) -> str:
+    parts = (CONVERT_VERSION, ckpt.fingerprint(), fmt.name, fmt.layer_wf, fmt.head_wf, target.arch_hash(),
+             target.config().D, f_chunk, embed_kind(ckpt.config, fmt),
+             hashlib.sha256(Path(formats.__file__).read_bytes()).hexdigest())
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+
+
+def quantize_rows(w: np.ndarray, wf: int, D: int) -> formats.PackedWeights:
+    """formats.quantize over row chunks (every format quantises each row on its own)."""
+    if w.shape[0] <= ROW_CHUNK:
+        return formats.quantize(w, wf, D)
+    parts = [formats.quantize(w[r:r + ROW_CHUNK], wf, D) for r in range(0, w.shape[0], ROW_CHUNK)]
+    return formats.PackedWeights(wf, D, w.shape[0], w.shape[1], np.concatenate([p.rows for p in parts]),
+                                 np.concatenate([p.scales for p in parts]))
+
+
+def convert(ckpt: Checkpoint, fmt_name: str, target: Target, progress: Progress | None = None,
+            cache: bool = True) -> Converted:
+    fmt = card_format(fmt_name)
+    D = target.config().D
+    f_chunk = f_chunk_for(ckpt.config.ffn, D)
+    key = cache_key(ckpt, fmt, target, f_chunk)
+    final = models_cache() / "convert" / key
+    if cache and (final / "index.json").exists():
+        return load(final, fmt, D)
+    t0 = time.perf_counter()
+    todo = _plan_tensors(ckpt, fmt)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}."))
+    index: dict = {"key": key, "format": fmt.name, "D": D, "f_chunk": f_chunk, "model": ckpt.config.name,
+                   "source": str(ckpt.path), "tensors": {}}
+    try:
+        with open(work / "tensors.bin", "wb") as blob:
+            for n, (name, src, wf) in enumerate(todo):
+                if progress is not None:
+                    progress(n, len(todo), name)
+                w = ckpt.get(src)
+                if not np.isfinite(w).all():
+                    bad = np.argwhere(~np.isfinite(w))[0]
+                    raise ModelError(f"{ckpt.path}: tensor '{src}' holds {w[tuple(bad)]} at {list(bad)}; "
+                                     "only finite weights can be converted")
+                index["tensors"][name] = _write(blob, w, wf, D, f_chunk if name.startswith("wd.") else 0)
+                del w
+        (work / "index.json").write_text(json.dumps(index))
+        if progress is not None:
+            progress(len(todo), len(todo), "done")
+        if cache:
+            try:
+                os.replace(work, final)
+            except OSError:          # another process finished the same key first: use theirs
+                shutil.rmtree(work, ignore_errors=True)
+            conv = load(final, fmt, D)
+        else:
+            conv = load(work, fmt, D)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    conv.seconds, conv.cached = time.perf_counter() - t0, False
+    return conv
+
+
+def _write(blob, w: np.ndarray, wf: int | None, D: int, part: int) -> dict:
+    if wf is None:
+        off = blob.tell()
+        blob.write(np.ascontiguousarray(w, np.float32).tobytes())
+        return {"kind": "f32", "offset": off, "shape": list(w.shape)}
+    if part:
+        return {"kind": "parts", "parts": [_write(blob, w[:, c:c + part], wf, D, 0)
+                                           for c in range(0, w.shape[1], part)]}
+    p = quantize_rows(w, wf, D)
+    off = blob.tell()
+    blob.write(p.rows.tobytes())
+    blob.write(p.scales.tobytes())
+    return {"kind": "packed", "offset": off, "wf": wf, "n": p.n, "k": p.k, "rs": p.rs, "srs": p.srs}
+
+
+def load(d: Path, fmt: CardFormat, D: int) -> Converted:
+    index = json.loads((d / "index.json").read_text())
+    mem = np.memmap(d / "tensors.bin", dtype=np.uint8, mode="r")
+
+    def view(e):
+        if e["kind"] == "f32":
+            n = int(np.prod(e["shape"]))
+            return mem[e["offset"]:e["offset"] + 4 * n].view(np.float32).reshape(e["shape"])
+        if e["kind"] == "parts":
+            return [view(p) for p in e["parts"]]
+        rows = mem[e["offset"]:e["offset"] + e["n"] * e["rs"]].reshape(e["n"], e["rs"])
+        at = e["offset"] + e["n"] * e["rs"]
+        scales = mem[at:at + e["n"] * e["srs"]].reshape(e["n"], e["srs"])
+        return formats.PackedWeights(e["wf"], D, e["n"], e["k"], rows, scales)
+
+    tensors = {name: view(e) for name, e in index["tensors"].items()}
+    return Converted(index["key"], fmt, D, index["f_chunk"], tensors, d, cached=True)
+
+
+def cached_entries() -> list[dict]:
+    """Every finished conversion in the cache: key, format, model, source, size."""
+    root = models_cache() / "convert"
+    out = []
+    for d in sorted(root.glob("*")) if root.exists() else []:
+        try:
+            index = json.loads((d / "index.json").read_text())
+        except (OSError, ValueError):
+            continue
+        out.append({"key": index["key"], "format": index["format"], "model": index["model"],
+                    "source": index["source"], "bytes": (d / "tensors.bin").stat().st_size, "path": str(d)})
+    return out

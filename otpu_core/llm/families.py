@@ -1,0 +1,85 @@
+"""Model families as data: what differs between Qwen3, Llama and SmolLM3 decoders, and tensor names.
+
+A family is a row of facts, not code: the architecture names a Hugging Face `config.json` or a
+GGUF file uses for it, whether it has per-head q/k RMSNorm, whether llama.cpp's converter
+permuted its q/k rows (the interleaved-pair RoPE layout of Llama GGUFs), how often a layer
+skips RoPE (SmolLM3's NoPE layers) and its sampling defaults. Every other part of the model
+layer (loaders, references, the card program) reads these fields and never tests a family's
+name, so a new dense family of this shape is one more entry in `FAMILIES`.
+
+Tensor names: `LAYER_TENSORS` and `GLOBAL_TENSORS` map the layer's canonical names (`wq`,
+`ln1`, ...) to the Hugging Face and llama.cpp (GGUF) names; shapes are Hugging Face's [out, in].
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ModelError
+from .sampling import Sampling
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    hf_architectures: tuple[str, ...]
+    gguf_architectures: tuple[str, ...]
+    qk_norm: bool                    # per-head RMSNorm of q and k before RoPE (Qwen3)
+    gguf_permuted_qk: bool           # llama.cpp stored q/k rows permuted for interleaved-pair RoPE
+    nope_every: int = 0              # default: every n-th layer (1-based) has no RoPE (SmolLM3: 4)
+    sampling: Sampling = Sampling()  # recommended: what otpu-chat uses unless told otherwise (seed aside)
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("qwen3", ("Qwen3ForCausalLM",), ("qwen3",), qk_norm=True, gguf_permuted_qk=False,
+           sampling=Sampling(0.7, 20, 0.8, 1.0)),
+    Family("llama", ("LlamaForCausalLM",), ("llama",), qk_norm=False, gguf_permuted_qk=True,
+           sampling=Sampling(0.6, 40, 0.9, 1.0)),
+    Family("smollm3", ("SmolLM3ForCausalLM",), ("smollm3",), qk_norm=False, gguf_permuted_qk=True, nope_every=4,
+           sampling=Sampling(0.6, 40, 0.95, 1.0)),
+)}
+
+# canonical layer tensor -> (Hugging Face name, GGUF name); {i} is the layer index
+LAYER_TENSORS: dict[str, tuple[str, str]] = {
+    "ln1": ("model.layers.{i}.input_layernorm.weight", "blk.{i}.attn_norm.weight"),
+    "wq": ("model.layers.{i}.self_attn.q_proj.weight", "blk.{i}.attn_q.weight"),
+    "wk": ("model.layers.{i}.self_attn.k_proj.weight", "blk.{i}.attn_k.weight"),
+    "wv": ("model.layers.{i}.self_attn.v_proj.weight", "blk.{i}.attn_v.weight"),
+    "wo": ("model.layers.{i}.self_attn.o_proj.weight", "blk.{i}.attn_output.weight"),
+    "qn": ("model.layers.{i}.self_attn.q_norm.weight", "blk.{i}.attn_q_norm.weight"),
+    "kn": ("model.layers.{i}.self_attn.k_norm.weight", "blk.{i}.attn_k_norm.weight"),
+    "ln2": ("model.layers.{i}.post_attention_layernorm.weight", "blk.{i}.ffn_norm.weight"),
+    "wg": ("model.layers.{i}.mlp.gate_proj.weight", "blk.{i}.ffn_gate.weight"),
+    "wu": ("model.layers.{i}.mlp.up_proj.weight", "blk.{i}.ffn_up.weight"),
+    "wd": ("model.layers.{i}.mlp.down_proj.weight", "blk.{i}.ffn_down.weight"),
+}
+GLOBAL_TENSORS: dict[str, tuple[str, str]] = {
+    "embed": ("model.embed_tokens.weight", "token_embd.weight"),
+    "final_norm": ("model.norm.weight", "output_norm.weight"),
+    "head": ("lm_head.weight", "output.weight"),
+}
+QK_NORM_TENSORS = ("qn", "kn")
+# tensors whose presence means a computation this layer does not do (refused, never ignored)
+REFUSED_SUFFIXES = (".bias",)
+
+
+def by_name(name: str) -> Family:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ModelError(f"model family '{name}' is not supported", hint=f"supported: {', '.join(FAMILIES)}") from None
+
+
+def _find(names: str, arch: str, where: str, key: str) -> Family:
+    for f in FAMILIES.values():
+        if arch in getattr(f, names):
+            return f
+    known = ", ".join(a for f in FAMILIES.values() for a in getattr(f, names))
+    raise ModelError(f"{where}: {key} '{arch}' is not supported", hint=f"supported: {known}")
+
+
+def for_hf(architecture: str, where: str) -> Family:
+    return _find("hf_architectures", architecture, where, "architecture")
+
+
+def for_gguf(architecture: str, where: str) -> Family:
+    return _find("gguf_architectures", architecture, where, "general.architecture")

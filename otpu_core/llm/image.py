@@ -1,0 +1,98 @@
+"""Writing a converted model into card DRAM at the places its `ImagePlan` gives.
+
+`write_model(backend, plan, conv)` writes every layer block (norms, the rope gate, the quantised
+projections, W_down's parts) and zeroes its KV pool (stale bits in a scale would turn into NaN
+when the attention multiplies padding by zero), the final norm, LM head and embedding table,
+the tables (RoPE cos/sin in fp32 from the float64 angles, attention mask rows, the sampler's
+triangle of ones), the chain table and the HALT program, and clears every slot's I/O area. It
+works through any Backend (`write(addr, data)`), so the same bytes reach the golden simulator's
+DRAM and a card's.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .. import isa
+from ..kernels.attention import mask_table
+from .convert import Converted
+from .errors import ModelError
+from .layout import KMAX, ImagePlan
+
+ZERO_CHUNK = 16 << 20
+
+
+def _packed(backend, q, packed, name: str) -> None:
+    if (packed.rs, packed.srs, packed.n) != (q.rs, q.srs, q.N):
+        raise ModelError(f"converted tensor '{name}' is laid out {packed.n} x {packed.rs} (+{packed.srs}) bytes, "
+                         f"the image wants {q.N} x {q.rs} (+{q.srs}): the conversion cache is stale",
+                         hint="run `otpu-chat convert` again")
+    backend.write(q.data.const, np.ascontiguousarray(packed.rows))
+    backend.write(q.scale.const, np.ascontiguousarray(packed.scales))
+
+
+def _zeros(backend, addr: int, n: int) -> None:
+    z = np.zeros(min(n, ZERO_CHUNK), np.uint8)
+    for at in range(0, n, z.size):
+        backend.write(addr + at, z[:min(z.size, n - at)])
+
+
+def halt_image(seq_wc: bool) -> bytes:
+    return isa.encode_program([isa.halt()], [isa.WaitEntry(sync=True)] if seq_wc else None)
+
+
+def write_tables(backend, plan: ImagePlan) -> None:
+    cos, sin = plan.cfg.rope_tables(plan.opts.ctx)
+    backend.write(plan.cos.base.const, cos.astype(np.float32))
+    backend.write(plan.sin.base.const, sin.astype(np.float32))
+    backend.write(plan.mask.base.const, mask_table(plan.opts.page))
+    backend.write(plan.tri.base.const, np.tril(np.ones((KMAX, KMAX), np.float32)))
+    words = []
+    for slot in plan.prog_slots:
+        words += [plan.halt_slot, slot, 1, 0]
+    backend.write(plan.chain.base.const, np.array(words, np.uint32))
+
+
+def clear_io(backend, plan: ImagePlan) -> None:
+    """Zero every slot's state, ids, uniforms and seen mask, the logits rows and the mailbox."""
+    for io in plan.slot_io:
+        for name in ("state", "ids", "uniforms", "seen"):
+            t = io[name]
+            _zeros(backend, t.base.const, 4 * int(np.prod(t.shape)))
+    _zeros(backend, plan.mailbox.base.const, 4 * plan.mailbox.cols)
+
+
+def write_model(backend, plan: ImagePlan, conv: Converted, seq_wc: bool = False,
+                progress: Callable[[int, int, str], None] | None = None) -> None:
+    cfg, T = plan.cfg, conv.tensors
+    total = cfg.layers + 2
+    for l in range(cfg.layers):
+        if progress is not None:
+            progress(l, total, f"layer {l}")
+        Ly = plan.layer.at(l)
+        backend.write(Ly.ln1.base.const, T[f"ln1.{l}"])
+        backend.write(Ly.ln2.base.const, T[f"ln2.{l}"])
+        if cfg.qk_norm:
+            backend.write(Ly.qn.base.const, T[f"qn.{l}"])
+            backend.write(Ly.kn.base.const, T[f"kn.{l}"])
+        backend.write(Ly.gate.base.const, np.array([1.0, 0.0] if cfg.uses_rope(l) else [0.0, 1.0], np.float32))
+        for k in ("wq", "wk", "wv", "wo", "wg", "wu"):
+            _packed(backend, getattr(Ly, k), T[f"{k}.{l}"], f"{k}.{l}")
+        parts = T[f"wd.{l}"]
+        for c, part in enumerate(parts):
+            _packed(backend, Ly.wd.part(c), part, f"wd.{l}")
+        _zeros(backend, Ly.kv.k.const, plan.opts.pages * plan.layer.page_stride)
+    if progress is not None:
+        progress(cfg.layers, total, "head")
+    backend.write(plan.final_norm.base.const, T["final_norm"])
+    _packed(backend, plan.head, T["head"], "head")
+    if plan.embed_kind == "int8":
+        _packed(backend, plan.embed, T["embed"], "embed")
+    elif plan.embed_kind == "f32":
+        backend.write(plan.embed.base.const, np.ascontiguousarray(T["embed"], np.float32))
+    write_tables(backend, plan)
+    backend.write(plan.halt_slot, np.frombuffer(halt_image(seq_wc), np.uint8))
+    clear_io(backend, plan)
+    if progress is not None:
+        progress(total, total, "done")

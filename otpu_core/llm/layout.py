@@ -1,0 +1,278 @@
+"""Where a model lives in card DRAM: the `ImagePlan` (addresses only, a pure function of its inputs).
+
+Given a `ModelConfig`, the card format and the image options (sequence slots, KV pages, page
+size, context, prefill rows, the logits ring), the plan places, from low to high addresses:
+
+- the I/O area: per sequence slot a state block (`STATE_WORDS` fp32 words the programs read:
+  position, tokens left, alive, stop request, sampling parameters, stop ids), the token ids
+  (fp32, one per position: prompt tokens written by the host, sampled tokens written by the
+  card), the sampling uniforms, the seen-token mask of the repetition penalty, and the logits
+  ring of the generate loop (2 pages of rows, when asked for); then the logits rows of
+  host-read steps, the chain mailbox (one word per bucket) and the chain table;
+- the tables: RoPE cos and sin for every position (llama 3 scaling already applied), the
+  additive attention mask rows, the lower-triangular ones of the sampler's cumulative sums;
+- the layer blocks, all one size and 4 KiB aligned so the layer loop steps one address
+  register: norms, the rope gate (1, 0) or (0, 1), the quantised projections (W_down as
+  F-chunk column parts), then the KV pool: `pages` pages of `page` tokens, each page holding
+  per KV head K token-major [page, head_dim] int8 with fp32 scales per (token, D-block) and
+  V^T dim-major [head_dim, page] int8 with one fp32 scale per token. A sequence owns a list of
+  page numbers (the same page number in every layer and head), so whoever schedules
+  sequences owns the pages; the final norm, the LM head and the embedding table (`embed_kind`:
+  fp32 rows gathered by one LD when the table is at most 64 MiB, else int8 rows gathered through
+  the MXU: the head itself when it is tied and int8);
+- the program slots the generate loop chains through (a one-instruction HALT and two bucket
+  programs, double-buffered).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .. import formats, isa, ol
+from ..ol import Affine, KVCache, QTensor, Tensor
+from ..target import Config
+from .config import ModelConfig
+from .errors import ModelError
+from .sampling import KMAX
+
+ALIGN = 128
+BLOCK_ALIGN = 4096
+BASE = 4096                       # address 0 stays unused: a zero address is usually a bug
+STATE_WORDS = 16
+MAX_STOP_IDS = 8
+(S_POS, S_LEFT, S_ALIVE, S_STOP, S_TINV, S_TOPP, S_PEN_A, S_PEN_B) = range(8)
+S_STOP_IDS = 8                    # words 8..15: stop token ids (-1 = unused)
+EMBED_F32_BYTES = 64 << 20        # an embedding table this small stays fp32 (one LD per token)
+
+
+@dataclass(frozen=True)
+class CardFormat:
+    """A `--format`: the weight format of the layers and of the LM head."""
+    name: str
+    layer_wf: int
+    head_wf: int
+    description: str
+
+
+FORMATS = {f.name: f for f in (
+    CardFormat("int8", isa.WF_INT8, isa.WF_INT8, "public int8: fp32 scale per 128-weight block (8.25 bits)"),
+    CardFormat("fp4", isa.WF_E2M1, isa.WF_INT8, "public 4-bit E2M1 layers (4.25 bits), int8 LM head"),
+    CardFormat("int8x", isa.WF_INT8X, isa.WF_INT8X, "seed int8x: exact accumulation, shift per block (8.06 bits)"),
+    CardFormat("fp4x6", isa.WF_FP4X6, isa.WF_INT8X, "seed fp4x6 layers (4.25 bits), int8x LM head"),
+)}
+
+
+def card_format(name: str) -> CardFormat:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ModelError(f"--format {name}: unknown card format", hint=f"formats: {', '.join(FORMATS)}") from None
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    fmt: str = "int8"
+    slots: int = 1              # sequences with their own state, ids, uniforms, seen mask
+    pages: int = 8              # KV pages in the pool (shared by the slots)
+    page: int = 256             # tokens per page = attention block
+    ctx: int = 2048             # positions per sequence (RoPE table rows, ids)
+    rows: int = 4               # most rows one prefill run processes
+    ring: bool = False          # a logits ring per slot for the generate loop (--logits, --check)
+    head_chunk: int = 8192
+    f_chunk: int = 0            # 0: the largest multiple of D dividing ffn, at most 1024
+
+
+@dataclass(eq=False)
+class LayerPlan:
+    """Layer 0's descriptors and the strides that reach any layer, KV page and head."""
+    ln1: Tensor
+    ln2: Tensor
+    qn: Tensor
+    kn: Tensor
+    gate: Tensor
+    wq: QTensor
+    wk: QTensor
+    wv: QTensor
+    wo: QTensor
+    wg: QTensor
+    wu: QTensor
+    wd: QTensor
+    kv: KVCache                 # page 0, KV head 0
+    stride: int                 # bytes between layer blocks
+    page_stride: int            # bytes between pages
+    head_stride: int            # bytes between KV heads of one page
+
+    def at(self, l) -> "LayerPlan":
+        delta = Affine.of(l) * self.stride
+        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
+                                            for f in dataclasses.fields(self)[:13]})
+
+    def page(self, p, g: int) -> KVCache:
+        """Page p (affine: a loop over a run of pages) of KV head g."""
+        return ol.shift(self.kv, Affine.of(p) * self.page_stride + g * self.head_stride)
+
+
+class _Cursor:
+    def __init__(self, at: int):
+        self.at = at
+
+    def take(self, nbytes: int, align: int = ALIGN) -> int:
+        self.at = -(-self.at // align) * align
+        addr = self.at
+        self.at += max(int(nbytes), 1)
+        return addr
+
+
+@dataclass(eq=False)
+class ImagePlan:
+    cfg: ModelConfig
+    opts: ImageOptions
+    D: int
+    fmt: CardFormat
+    layer: LayerPlan
+    final_norm: Tensor
+    head: QTensor
+    embed: QTensor | Tensor      # int8 rows (a QTensor: the head itself when shared) or fp32 rows (a Tensor)
+    cos: Tensor
+    sin: Tensor
+    mask: Tensor
+    tri: Tensor
+    logits: Tensor
+    mailbox: Tensor
+    chain: Tensor
+    slot_io: list = field(default_factory=list)       # per slot: dict of Tensors (state, ids, uniforms, seen, ring)
+    halt_slot: int = 0
+    prog_slots: tuple = ()
+    prog_bytes: int = 0
+    layers_at: int = 0
+    end: int = 0
+    embed_kind: str = "head"          # embed_kind(): "f32", "head" or "int8"
+
+    def io(self, slot: int) -> dict[str, Tensor]: return self.slot_io[slot]
+
+    @property
+    def f_chunk(self) -> int: return self.layer.wd.K
+
+    def kv_bytes(self) -> int: return self.cfg.layers * self.opts.pages * self.layer.page_stride
+
+
+def _weight(cur: _Cursor, n: int, k: int, wf: int, D: int) -> QTensor:
+    kb = -(-k // D)
+    rs, srs = formats.row_bytes(wf, D, kb), formats.scale_row_bytes(wf, kb)
+    data = cur.take(n * rs)
+    scale = cur.take(n * srs)
+    return QTensor(data, scale, (n, kb * D), rs, srs, wf, D)
+
+
+def _parts(cur: _Cursor, n: int, k: int, part: int, wf: int, D: int) -> QTensor:
+    first = [_weight(cur, n, part, wf, D) for _ in range(k // part)]
+    q = first[0]
+    if len(first) > 1:
+        q.part_stride = (first[1].data.const - q.data.const, first[1].scale.const - q.scale.const)
+    else:
+        q.part_stride = (q.rs * n + ALIGN, q.srs * n + ALIGN)
+    return q
+
+
+def embed_kind(cfg: ModelConfig, fmt: CardFormat) -> str:
+    """How the card gets a token's embedding: "f32" (an fp32 table, one LD), "head" (the tied int8
+    head, through the MXU) or "int8" (an int8 table of its own, through the MXU)."""
+    if cfg.vocab * cfg.d * 4 <= EMBED_F32_BYTES:
+        return "f32"
+    return "head" if cfg.tied and fmt.head_wf == isa.WF_INT8 else "int8"
+
+
+def f_chunk_for(ffn: int, D: int, want: int = 0) -> int:
+    if want:
+        return want
+    best = 0
+    for c in range(D, min(ffn, 1024) + 1, D):
+        if ffn % c == 0:
+            best = c
+    return best
+
+
+def check_fits(cfg: ModelConfig, tcfg: Config, opts: ImageOptions) -> None:
+    """The model's sizes against the card's block size D and its other limits, named."""
+    D = tcfg.D
+    for what, v in (("hidden size", cfg.d), ("head_dim", cfg.head_dim), ("q width (heads x head_dim)",
+                                                                         cfg.heads * cfg.head_dim)):
+        if v % D:
+            raise ModelError(f"{cfg.name}: {what} {v} is not a multiple of the card's D={D}",
+                             hint="the card quantises activations in whole D-blocks")
+    if f_chunk_for(cfg.ffn, D, opts.f_chunk) == 0 or cfg.ffn % f_chunk_for(cfg.ffn, D, opts.f_chunk):
+        raise ModelError(f"{cfg.name}: ffn {cfg.ffn} has no chunk that is a multiple of D={D} (at most 1024)")
+    if opts.page % D or opts.page < D:
+        raise ModelError(f"KV page of {opts.page} tokens is not a multiple of D={D}")
+    if opts.ctx % opts.page:
+        raise ModelError(f"context {opts.ctx} is not a whole number of {opts.page}-token pages")
+    if max(cfg.d, cfg.heads * cfg.head_dim, cfg.ffn) > tcfg.ACT_BLOCKS * D:
+        raise ModelError(f"{cfg.name}: a matmul input of {max(cfg.d, cfg.heads * cfg.head_dim)} exceeds the "
+                         f"card's ACT RAM ({tcfg.ACT_BLOCKS} blocks of {D})")
+    if not 1 <= opts.rows <= tcfg.MCOLS * 4:
+        raise ModelError(f"prefill rows {opts.rows}: must be 1..{tcfg.MCOLS * 4}")
+
+
+def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) -> ImagePlan:
+    check_fits(cfg, tcfg, opts)
+    fmt = card_format(opts.fmt)
+    D, P, V = tcfg.D, opts.page, cfg.vocab
+    cur = _Cursor(BASE)
+    slot_io = []
+    for _ in range(opts.slots):
+        io = {"state": Tensor(cur.take(4 * STATE_WORDS), (STATE_WORDS,)),
+              "ids": Tensor(cur.take(4 * opts.ctx), (opts.ctx,)),
+              "uniforms": Tensor(cur.take(4 * opts.ctx), (opts.ctx,)),
+              "seen": Tensor(cur.take(4 * V), (V,))}
+        if opts.ring:
+            io["ring"] = Tensor(cur.take(4 * 2 * P * V), (2 * P, V))
+        slot_io.append(io)
+    logits = Tensor(cur.take(4 * opts.rows * V), (opts.rows, V))
+    mailbox = Tensor(cur.take(4 * (opts.ctx // P + 2)), (opts.ctx // P + 2,))
+    chain = Tensor(cur.take(4 * 8), (8,))            # per program slot: raw [HALT slot, slot, 1, 0]
+    cos = Tensor(cur.take(4 * opts.ctx * cfg.head_dim // 2), (opts.ctx, cfg.head_dim // 2))
+    sin = Tensor(cur.take(4 * opts.ctx * cfg.head_dim // 2), (opts.ctx, cfg.head_dim // 2))
+    mask = Tensor(cur.take(4 * P * P), (P, P))
+    tri = Tensor(cur.take(4 * KMAX * KMAX), (KMAX, KMAX))
+
+    layers_at = -(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN
+    lc = _Cursor(layers_at)
+    d, q, kv, hd = cfg.d, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.head_dim
+    wf = fmt.layer_wf
+    ln1, ln2 = Tensor(lc.take(4 * d), (d,)), Tensor(lc.take(4 * d), (d,))
+    qn, kn = Tensor(lc.take(4 * hd), (hd,)), Tensor(lc.take(4 * hd), (hd,))
+    gate = Tensor(lc.take(8), (2,))
+    wq, wk, wv = _weight(lc, q, d, wf, D), _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
+    wo = _weight(lc, d, q, wf, D)
+    wg, wu = _weight(lc, cfg.ffn, d, wf, D), _weight(lc, cfg.ffn, d, wf, D)
+    wd = _parts(lc, d, cfg.ffn, f_chunk_for(cfg.ffn, D, opts.f_chunk), wf, D)
+    kb_h = hd // D
+    kv0 = KVCache(lc.take(P * hd), lc.take(4 * P * kb_h), lc.take(hd * P), lc.take(4 * P), P, hd)
+    head_stride = kv0.v_scale.const + 4 * P - kv0.k.const
+    head_stride = -(-head_stride // ALIGN) * ALIGN
+    page_stride = head_stride * cfg.kv_heads
+    lc.at = kv0.k.const + page_stride * opts.pages
+    stride = -(-(lc.at - layers_at) // BLOCK_ALIGN) * BLOCK_ALIGN
+    layer = LayerPlan(ln1, ln2, qn, kn, gate, wq, wk, wv, wo, wg, wu, wd, kv0, stride, page_stride, head_stride)
+
+    gc = _Cursor(layers_at + cfg.layers * stride)
+    final_norm = Tensor(gc.take(4 * d), (d,))
+    head = _weight(gc, V, d, fmt.head_wf, D)
+    ekind = embed_kind(cfg, fmt)
+    if ekind == "head":
+        embed = head
+    elif ekind == "f32":
+        embed = Tensor(gc.take(4 * V * d), (V, d))
+    else:
+        embed = _weight(gc, V, d, isa.WF_INT8, D)
+    halt_slot = gc.take(isa.BYTES_PER_INSTR, BLOCK_ALIGN)
+    prog_bytes = tcfg.imem_instrs * (isa.BYTES_PER_INSTR + 8)
+    slots = (gc.take(prog_bytes, BLOCK_ALIGN), gc.take(prog_bytes, BLOCK_ALIGN))
+    end = -(-gc.at // BLOCK_ALIGN) * BLOCK_ALIGN
+    room = tcfg.DRAM_BYTES - 2 * tcfg.IMEM_WORDS * 4        # the Board's program area sits at the top
+    if end > room:
+        raise ModelError(f"{cfg.name} in {fmt.name} with {opts.pages} KV pages needs {end / 2**20:.0f} MiB of card "
+                         f"DRAM; the card has {tcfg.DRAM_BYTES / 2**20:.0f} MiB",
+                         hint="use fewer KV pages (--ctx) or a 4-bit --format")
+    return ImagePlan(cfg, opts, D, fmt, layer, final_norm, head, embed, cos, sin, mask, tri, logits, mailbox, chain,
+                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind)

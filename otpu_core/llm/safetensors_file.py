@@ -1,0 +1,143 @@
+"""Hugging Face model directories: config.json, safetensors weights read one tensor at a time.
+
+Weights come through `safetensors.safe_open` (memory-mapped; `get_tensor` copies out only the
+tensor asked for), from `model.safetensors` or the shards named by
+`model.safetensors.index.json`. numpy has no bfloat16, so BF16 tensors are read from the same
+memory map at the offsets the file's header gives and widened to float32 (a bf16 is the top
+half of an fp32). The tokenizer is `tokenizer.json`; the chat template and its special tokens
+come from `tokenizer_config.json` (or `chat_template.jinja`), the stop ids from
+`generation_config.json`.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from . import config as config_mod
+from . import families
+from .checkpoint import Checkpoint, TokenizerSource, check_shapes
+from .errors import ModelError
+
+DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
+
+
+def _json(path: Path, required: bool = True) -> dict | None:
+    if not path.exists():
+        if required:
+            raise ModelError(f"{path.parent}: no {path.name}", hint="a Hugging Face model directory has config.json")
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ModelError(f"{path}: not valid JSON: {e}") from None
+
+
+def _shard_files(d: Path) -> dict[str, Path]:
+    """tensor name -> the safetensors file that holds it."""
+    index = _json(d / "model.safetensors.index.json", required=False)
+    if index is not None:
+        wmap = index.get("weight_map")
+        if not isinstance(wmap, dict):
+            raise ModelError(f"{d / 'model.safetensors.index.json'}: missing key 'weight_map'")
+        return {k: d / v for k, v in wmap.items()}
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        raise ModelError(f"{d}: no *.safetensors weights in the directory")
+    out = {}
+    for f in files:
+        for name in _header(f):
+            out[name] = f
+    return out
+
+
+def _header(f: Path) -> dict:
+    """The safetensors header of f (name -> dtype, shape, data_offsets), checked against the file size."""
+    from safetensors import SafetensorError, safe_open
+    try:
+        with safe_open(str(f), framework="numpy") as h:
+            h.keys()
+    except SafetensorError as e:
+        raise ModelError(f"{f}: not a readable safetensors file: {e}", hint="download the file again") from None
+    with open(f, "rb") as src:
+        n = struct.unpack("<Q", src.read(8))[0]
+        head = json.loads(src.read(n))
+    head.pop("__metadata__", None)
+    for name, info in head.items():
+        info["start"] = 8 + n + info["data_offsets"][0]
+    return head
+
+
+class _Files:
+    """Open safetensors files and their headers, kept for the checkpoint's lifetime."""
+
+    def __init__(self, shards: dict[str, Path]):
+        self.shards = shards
+        self.headers = {f: _header(f) for f in dict.fromkeys(shards.values())}
+
+    def info(self, name: str) -> dict | None:
+        f = self.shards.get(name)
+        return None if f is None else self.headers[f].get(name)
+
+    def read(self, name: str) -> np.ndarray:
+        f = self.shards[name]
+        info = self.headers[f][name]
+        dtype = info["dtype"]
+        if dtype == "BF16":
+            n = int(np.prod(info["shape"])) if info["shape"] else 1
+            raw = np.memmap(f, dtype=np.uint16, mode="r", offset=info["start"], shape=(n,))
+            wide = raw.astype(np.uint32)
+            del raw
+            wide <<= np.uint32(16)                   # in place: one float32-sized copy at a time
+            return wide.view(np.float32).reshape(info["shape"])
+        from safetensors import safe_open
+        with safe_open(str(f), framework="numpy") as h:
+            return h.get_tensor(name).astype(np.float32, copy=False)
+
+
+def open_hf_dir(d: Path) -> Checkpoint:
+    cfg_json = _json(d / "config.json")
+    gen = _json(d / "generation_config.json", required=False)
+    cfg = config_mod.from_hf(cfg_json, str(d / "config.json"), gen, name=d.name)
+    files = _Files(_shard_files(d))
+    names: dict[str, str] = {}
+    for canon, (hname, _) in families.GLOBAL_TENSORS.items():
+        names[canon] = hname
+    for i in range(cfg.layers):
+        for canon, (hname, _) in families.LAYER_TENSORS.items():
+            names[f"{canon}.{i}"] = hname.format(i=i)
+    for name in files.shards:
+        if name.endswith(families.REFUSED_SUFFIXES):
+            raise ModelError(f"{files.shards[name]}: tensor '{name}': biases are not part of a {cfg.family} "
+                             "decoder this layer runs")
+    shapes, types = {}, {}
+    for canon, hname in names.items():
+        info = files.info(hname)
+        if info is None:
+            continue
+        if info["dtype"] not in DTYPES:
+            raise ModelError(f"{files.shards[hname]}: tensor '{hname}' is stored as {info['dtype']}",
+                             hint=f"supported: {', '.join(DTYPES)}")
+        shapes[canon], types[canon] = tuple(info["shape"]), info["dtype"]
+    if cfg.tied and "head" in shapes:
+        cfg = cfg.with_(tied=False)      # a file with its own lm_head uses it, whatever the flag says
+    check_shapes(cfg, shapes, names, str(d))
+    tok_cfg = _json(d / "tokenizer_config.json", required=False) or {}
+    template = tok_cfg.get("chat_template")
+    if isinstance(template, list):       # named templates: the default one
+        template = next((t["template"] for t in template if t.get("name") == "default"), template[0]["template"])
+    if template is None and (d / "chat_template.jinja").exists():
+        template = (d / "chat_template.jinja").read_text(encoding="utf-8")
+    special = {}
+    for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
+        v = tok_cfg.get(key)
+        if isinstance(v, dict):
+            v = v.get("content")
+        if isinstance(v, str):
+            special[key] = v
+    tok_json = d / "tokenizer.json"
+    weight_files = list(dict.fromkeys(files.shards.values())) + [d / "config.json"]
+    return Checkpoint(d, "safetensors", cfg, weight_files, lambda canon: files.read(names[canon]), types,
+                      TokenizerSource(json_path=tok_json if tok_json.exists() else None), template, special)

@@ -1,0 +1,217 @@
+"""Random models of any supported shape, written as real files (for tests and benchmarks).
+
+`random_weights(cfg, seed)` draws every tensor a `ModelConfig` needs (Hugging Face orientation,
+norms around 1, matrices scaled so activations stay near unit size and logits spread out);
+`tokenizer(size)` trains a byte-level BPE on text every Python install has (the standard
+library's pydoc topics) with ChatML's special tokens; `write_hf` writes a Hugging Face
+directory (config.json, safetensors in F32, F16 or BF16, tokenizer.json, tokenizer_config.json
+with the chat template) and `write_gguf` a GGUF file the way llama.cpp's converter lays it out
+(its metadata keys, tensor names, the permuted q/k rows of Llama-family files, a `rope_freqs`
+tensor for Llama 3 scaling, the vocabulary, merges and token types).
+"""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from . import families
+from .config import ModelConfig
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+
+def corpus(chars: int = 200_000) -> str:
+    from pydoc_data.topics import topics
+    text, n = [], 0
+    for key in sorted(topics):
+        text.append(topics[key])
+        n += len(topics[key])
+        if n >= chars:
+            break
+    return "\n".join(text)
+
+
+def tokenizer(size: int = 384):
+    """A byte-level BPE of about `size` tokens (the 3 ChatML specials first), as `tokenizers.Tokenizer`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=list(SPECIALS), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tk.train_from_iterator([corpus()], trainer)
+    return tk
+
+
+EMBED_STD = 0.05                 # like trained models: small embeddings, so the first norm's epsilon matters
+
+
+def random_weights(cfg: ModelConfig, seed: int = 0, gain: float = 1.5) -> dict[str, np.ndarray]:
+    """Norm weights 1 + 0.1 N(0, 1); matrices N(0, gain^2 / fan_in); embeddings N(0, EMBED_STD^2)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in cfg.tensor_shapes().items():
+        kind = name.split(".")[0]
+        if len(shape) == 1:
+            out[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+        else:
+            scale = EMBED_STD if kind == "embed" else gain / np.sqrt(shape[1])
+            out[name] = (scale * rng.standard_normal(shape)).astype(np.float32)
+    return out
+
+
+def _hf_names(cfg: ModelConfig) -> dict[str, str]:
+    names = {k: hf for k, (hf, _) in families.GLOBAL_TENSORS.items() if k in cfg.global_tensors()}
+    for i in range(cfg.layers):
+        for k in cfg.layer_tensors():
+            names[f"{k}.{i}"] = families.LAYER_TENSORS[k][0].format(i=i)
+    return names
+
+
+def hf_config(cfg: ModelConfig, rope_scaling: dict | None = None) -> dict:
+    arch = families.by_name(cfg.family).hf_architectures[0]
+    out = {"architectures": [arch], "model_type": cfg.family, "vocab_size": cfg.vocab, "hidden_size": cfg.d,
+           "intermediate_size": cfg.ffn, "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
+           "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "rms_norm_eps": cfg.norm_eps,
+           "rope_theta": cfg.rope_theta, "tie_word_embeddings": cfg.tied, "max_position_embeddings": cfg.context,
+           "hidden_act": "silu", "attention_bias": False, "bos_token_id": cfg.bos_id,
+           "eos_token_id": list(cfg.eos_ids) if len(cfg.eos_ids) > 1 else (cfg.eos_ids[0] if cfg.eos_ids else None)}
+    if rope_scaling:
+        out["rope_scaling"] = rope_scaling
+    if cfg.family == "smollm3":
+        out["no_rope_layers"] = [0 if i in cfg.nope_layers else 1 for i in range(cfg.layers)]
+    return out
+
+
+def _safetensors(path: Path, tensors: dict[str, np.ndarray], dtype: str) -> None:
+    """Write a safetensors file (the format's header, then the raw tensors), in F32, F16 or BF16."""
+    header, blobs, at = {}, [], 0
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(a, np.float32)
+        if dtype == "BF16":
+            raw = (a.view(np.uint32) >> 16).astype(np.uint16).tobytes()     # truncation: exact for bf16 inputs
+        elif dtype == "F16":
+            raw = a.astype(np.float16).tobytes()
+        else:
+            raw = a.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [at, at + len(raw)]}
+        blobs.append(raw)
+        at += len(raw)
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)))
+        f.write(head)
+        for raw in blobs:
+            f.write(raw)
+
+
+def write_hf(d: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=None, template: str | None = CHATML,
+             dtype: str = "F32", rope_scaling: dict | None = None) -> Path:
+    d = Path(d)
+    d.mkdir(parents=True, exist_ok=True)
+    names = _hf_names(cfg)
+    _safetensors(d / "model.safetensors", {names[k]: weights[k] for k in names}, dtype)
+    (d / "config.json").write_text(json.dumps(hf_config(cfg, rope_scaling), indent=1))
+    if tk is not None:
+        tk.save(str(d / "tokenizer.json"))
+        (d / "tokenizer_config.json").write_text(json.dumps(
+            {"chat_template": template, "eos_token": "<|im_end|>", "bos_token": None, "pad_token": "<|endoftext|>"}))
+    return d
+
+
+def _permute(w: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's convert_hf_to_gguf permute: rotate-half rows to interleaved pairs."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=None, template: str | None = CHATML,
+               types: dict[str, str] | None = None, rope_factors=None) -> Path:
+    """`types`: canonical name (or kind such as 'wq') -> GGUF type name; default F16 matrices, F32 norms."""
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    fam = families.by_name(cfg.family)
+    arch = fam.gguf_architectures[0]
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(cfg.name)
+    w.add_context_length(cfg.context)
+    w.add_embedding_length(cfg.d)
+    w.add_block_count(cfg.layers)
+    w.add_feed_forward_length(cfg.ffn)
+    w.add_head_count(cfg.heads)
+    w.add_head_count_kv(cfg.kv_heads)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_rope_freq_base(cfg.rope_theta)
+    w.add_layer_norm_rms_eps(cfg.norm_eps)
+    w.add_vocab_size(cfg.vocab)
+    if tk is not None:
+        vocab = tk.get_vocab(with_added_tokens=True)
+        tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+        model = json.loads(tk.to_str())["model"]
+        merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
+        special = {a.content for a in tk.get_added_tokens_decoder().values()}
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-2")
+        w.add_token_list(tokens)
+        w.add_token_types([3 if t in special else 1 for t in tokens])
+        w.add_token_merges(merges)
+        if cfg.eos_ids:
+            w.add_eos_token_id(cfg.eos_ids[0])
+        w.add_pad_token_id(vocab["<|endoftext|>"])
+        if cfg.bos_id is not None:
+            w.add_bos_token_id(cfg.bos_id)
+        if template:
+            w.add_chat_template(template)
+    types = types or {}
+    gguf_names = {k: g for k, (_, g) in families.GLOBAL_TENSORS.items()}
+    for i in range(cfg.layers):
+        for k in cfg.layer_tensors():
+            gguf_names[f"{k}.{i}"] = families.LAYER_TENSORS[k][1].format(i=i)
+    for name in cfg.tensor_shapes():
+        a = np.ascontiguousarray(weights[name], np.float32)
+        kind = name.split(".")[0]
+        if fam.gguf_permuted_qk and kind in ("wq", "wk"):
+            a = _permute(a, cfg.heads if kind == "wq" else cfg.kv_heads)
+        t = types.get(name, types.get(kind, "F32" if a.ndim == 1 else "F16"))
+        if t == "F32":
+            w.add_tensor(gguf_names[name], a)
+        elif t == "F16":
+            w.add_tensor(gguf_names[name], a.astype(np.float16))
+        else:
+            qt = Q[t]
+            data = raw_blocks(a, qt)
+            w.add_tensor(gguf_names[name], data, raw_shape=data.shape, raw_dtype=qt)
+    if rope_factors is not None:
+        w.add_tensor("rope_freqs.weight", np.asarray(rope_factors, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)
+
+
+def raw_blocks(a: np.ndarray, qt) -> np.ndarray:
+    """GGML blocks of a float matrix: gguf's own quantiser where it has one (Q8_0, Q4_0, BF16), else
+    (Q4_K, Q6_K, which gguf only dequantises) random valid blocks scaled like the matrix."""
+    from gguf import GGML_QUANT_SIZES, quants
+    try:
+        return quants.quantize(a, qt)
+    except NotImplementedError:
+        pass
+    block, size = GGML_QUANT_SIZES[qt]
+    rows, cols = a.shape
+    rng = np.random.default_rng(rows * 131 + cols)
+    raw = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
+    d = np.float16(np.abs(a).max() / 64 + 1e-6)
+    if qt.name == "Q4_K":          # d, dmin (fp16) lead the block
+        raw[..., 0:2] = np.frombuffer(d.tobytes(), np.uint8)
+        raw[..., 2:4] = np.frombuffer(np.float16(d / 4).tobytes(), np.uint8)
+    elif qt.name == "Q6_K":        # d (fp16) ends the block
+        raw[..., size - 2:size] = np.frombuffer(np.float16(d / 16).tobytes(), np.uint8)
+    return raw.reshape(rows, -1)

@@ -1,0 +1,69 @@
+"""Tiny random models for the model-layer tests, written as real files (GGUF, safetensors + config.json).
+
+Shapes are the smallest the card's block size allows: D=32 on sim-small (fast tests), D=128 on
+ypcb-00338 (the chat target). Programs compiled by one test are reused by the next through a
+program cache shared by the tests of one process (compiling is deterministic, so sharing cannot
+hide a bug: every test still runs its own programs on its own simulator).
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from otpu_core.llm import synthetic
+from otpu_core.llm.config import ModelConfig, llama3_factors
+
+@pytest.fixture(scope="module", autouse=True)
+def shared_cache(tmp_path_factory):
+    """One program and conversion cache for a test module (import this fixture and `_shared` into it).
+    Module fixtures run before the per-test environment exists, so this one sets OTPU_CACHE itself."""
+    with pytest.MonkeyPatch.context() as mp:
+        d = tmp_path_factory.mktemp("llm-cache")
+        mp.setenv("OTPU_CACHE", str(d))
+        yield d
+
+
+@pytest.fixture(autouse=True)
+def _shared(shared_cache, monkeypatch):
+    """Each test back on the module's cache (conftest gives every test its own first)."""
+    monkeypatch.setenv("OTPU_CACHE", str(shared_cache))
+
+
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 64}
+
+
+@functools.lru_cache(maxsize=1)
+def tokenizer():
+    return synthetic.tokenizer(384)
+
+
+def config(family: str = "qwen3", D: int = 32, **kw) -> ModelConfig:
+    tk = tokenizer()
+    eos = tk.token_to_id("<|im_end|>")
+    base = dict(vocab=tk.get_vocab_size(), d=2 * D, layers=2, heads=4, kv_heads=2, head_dim=D, ffn=4 * D,
+                eos_ids=(eos,), tied=family == "qwen3", context=1024, rope_theta=10000.0, norm_eps=1e-5,
+                name=f"tiny-{family}")
+    if family == "smollm3":          # SmolLM3's pattern (every 4th layer without RoPE), as llama.cpp assumes it
+        base["layers"], base["nope_layers"] = 4, (3,)
+    base.update(kw)
+    return ModelConfig(family, **base)
+
+
+def write(d: Path, cfg: ModelConfig, kind: str = "hf", seed: int = 0, gain: float = 1.0, **kw) -> tuple[Path, dict]:
+    """A model of `cfg` in `d`: kind 'hf' (a directory) or 'gguf' (a file). Returns (path, weights).
+    gain 1 keeps int8's distance to the float model (at D=32) near what real models show."""
+    w = synthetic.random_weights(cfg, seed, gain=gain)
+    scaling = kw.pop("rope_scaling", None)
+    if kind == "gguf":
+        factors = llama3_factors(scaling, cfg.head_dim, cfg.rope_theta, "test") if scaling else None
+        return synthetic.write_gguf(d / f"{cfg.name}.gguf", cfg, w, tokenizer(), rope_factors=factors, **kw), w
+    return synthetic.write_hf(d / cfg.name, cfg, w, tokenizer(), rope_scaling=scaling, **kw), w
+
+
+def prompts(n: int, vocab: int, length: int = 6, seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [list(map(int, rng.integers(3, vocab, length + i))) for i in range(n)]
