@@ -41,8 +41,8 @@ def make(path, fmt="int8", target=T, page=32, ring=True, rows=4, cfg=None, cache
     return engine.Engine(conv, cfg or ck.config, be, t, opts, program_cache=cache), ck, conv, be
 
 
-def goldens(ck, conv, eng, fmt="int8"):
-    numerics = reference.CardNumerics(eng.plan.D, eng.opts.page, fmt in ("int8x", "fp4x6"))
+def goldens(ck, conv, eng):
+    numerics = reference.CardNumerics(eng.plan.D, eng.opts.page, eng.opts.fmt in ("int8x", "fp4x6"))
     return (reference.Golden(ck.config, reference.CardWeights(conv, eng.plan.embed_kind), numerics,
                              positions=eng.opts.ctx),
             reference.Golden(ck.config, reference.SourceWeights(ck), positions=eng.opts.ctx))
