@@ -2,7 +2,8 @@
 
 Like nvidia-smi: a table per card by default, `-l SEC` to repeat (a live screen with
 sparklines), `--json`, `-q` for every field nested, `--query a,b --format csv[,noheader][,nounits]`
-for scripts (`--help-query` lists the fields). A monitor: it never takes a card's device lock.
+for scripts (`--help-query` lists the fields); `--prometheus [--port P]` serves every field as
+Prometheus metrics (exporter.py). A monitor: it never takes a card's device lock.
 Exit codes: 0 ok, 2 bad options (nvidia-smi's "invalid argument"), 3 no card or a card that
 cannot be opened; Ctrl-C in loop mode exits 0.
 """
@@ -22,6 +23,7 @@ from otpu_core.console import print_json, stdout
 from otpu_core.checks import device_kind
 from otpu_core.errors import EXIT_DEVICE, DeviceBusy, DeviceError, UsageError
 
+from . import exporter
 from .render import History, query_lines, screen
 from .sample import Sampler
 
@@ -80,6 +82,12 @@ def smi(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DEV"
         fmt: str = typer.Option("csv", "--format", help="With --query: csv[,noheader][,nounits]."),
         help_query: bool = typer.Option(False, "--help-query", help="List the fields --query accepts."),
         power_json: Path = typer.Option(None, "--power-json", help="Power report of the build for the estimate."),
+        prometheus: bool = typer.Option(False, "--prometheus", help="Serve every field of every card as Prometheus "
+                                                                    "metrics on /metrics (like dcgm-exporter) "
+                                                                    "until Ctrl-C."),
+        port: int = typer.Option(exporter.DEFAULT_PORT, "--port", help="With --prometheus: the TCP port (0: any "
+                                                                       "free port, printed)."),
+        host: str = typer.Option("0.0.0.0", "--host", help="With --prometheus: the address to listen on."),
         ) -> None:
     """Show openTPU cards."""
     if help_query:
@@ -89,6 +97,10 @@ def smi(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DEV"
         names = smi_fields.parse_query(query) if query else None
     except smi_fields.QueryError as e:
         raise UsageError(str(e), hint="otpu-smi --help-query lists the fields") from None
+    if prometheus and (loop is not None or json_out or full or names):
+        raise UsageError("--prometheus serves metrics: leave out -l, --json, -q and --query")
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port}: must be 0..65535")
     header, units = _formats(fmt)
     if power_json is not None and not power_json.is_file():
         raise UsageError(f"--power-json {power_json}: no such file")
@@ -97,6 +109,17 @@ def smi(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DEV"
         raise DeviceError("no openTPU card found (no /dev/xdma*_user, no simulated card)",
                           hint="is the XDMA driver loaded? use --dev sim for the simulated card")
     samplers, errors = _open(devs, target, power_json)
+    if prometheus:
+        try:
+            exporter.serve(samplers, errors, host, port, on_ready=lambda p: print(
+                f"otpu-smi: serving {len(devs)} card(s) on http://{host}:{p}/metrics (Ctrl-C stops)",
+                file=sys.stderr, flush=True))
+        except KeyboardInterrupt:
+            return
+        finally:
+            for s in samplers:
+                s.close()
+        return
     history = History()
     con = stdout()
 
