@@ -7,8 +7,11 @@ and the cards, so each card is left as it was found: no sequence running, its lo
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import signal
 import socket
+import threading
 import time
 from dataclasses import dataclass
 
@@ -56,6 +59,27 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _uvicorn_server(config):
+    """uvicorn's Server, except that SIGINT/SIGTERM end `serve()` normally: uvicorn re-raises the signal after
+    its graceful shutdown, which would kill the process before the cards are closed."""
+    import uvicorn
+
+    class Quiet(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            old = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in old.items():
+                    signal.signal(sig, handler)
+
+    return Quiet(config)
+
+
 class Server:
     def __init__(self, card_opts: ServeOptions, http: HttpOptions, progress=None):
         import uvicorn
@@ -76,7 +100,7 @@ class Server:
         self.state = ServeState(self.model, self.sched, self.metrics, http.api_key, limit, http.max_tokens,
                                 int(time.time()))
         self.app = build_app(self.state)
-        self.uv = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", access_log=http.access_log,
+        self.uv = _uvicorn_server(uvicorn.Config(self.app, log_level="warning", access_log=http.access_log,
                                                 timeout_graceful_shutdown=5, lifespan="off"))
 
     @property
