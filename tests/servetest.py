@@ -45,9 +45,9 @@ def running(tmp, devs=("sim",), max_batch: int = 4, kv_pages: int | None = None,
         t.join(timeout=30)
 
 
-def client(server, key: str = "none", **kw):
+def client(server, key: str = "none", timeout: float = 300, **kw):
     import openai
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, timeout=120, **kw)
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, timeout=timeout, **kw)
 
 
 def metric(server, name: str, **labels) -> float:

@@ -183,3 +183,23 @@ def test_queue_full_is_429_and_a_lost_card_is_503(tmp_path, shared_cache):  # no
         with pytest.raises(openai.InternalServerError) as e:          # and afterwards, at once
             oa.chat.completions.create(model="qwen3-pydoc", messages=msgs, max_tokens=3)
         assert e.value.code == "card_lost"
+
+
+def test_two_cards_behind_one_scheduler(tmp_path, shared_cache):  # noqa: F811
+    with running(tmp_path, devs=("sim:two0", "sim:two1"), max_batch=1) as s:
+        oa = client(s)
+        ready = httpx.get(s.url + "/ready").json()
+        assert [c["device"] for c in ready["cards"]] == ["sim:two0", "sim:two1"]
+        got = {}
+
+        def ask(i):
+            got[i] = oa.completions.create(model="qwen3-pydoc", prompt=PROMPTS[0], temperature=0, max_tokens=2)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert got[0].choices[0].text == got[1].choices[0].text        # the same answer from either card
+        for card in ("sim:two0", "sim:two1"):                          # one slot each: both cards served
+            assert metric(s, "otpu_serve_card_requests_total", card=card) == 1

@@ -8,7 +8,7 @@ its own registry (two servers in one test process do not mix).
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -30,15 +30,19 @@ class _Live:
         run = GaugeMetricFamily("otpu_serve_requests_running", "Sequences in the card's running batch.", labels=["card"])
         pages = GaugeMetricFamily("otpu_serve_kv_pages", "KV pages of the card by state (free, cached: a reusable "
                                   "prompt prefix, used: held by a running sequence only).", labels=["card", "state"])
+        cycles = CounterMetricFamily("otpu_serve_card_cycles", "Core cycles of the card's runs (its counters), by "
+                                     "phase.", labels=["card", "phase"])
         for w in s.workers:
             dev = w.card.device
+            cycles.add_metric([dev, "prefill"], w.prefill_cost.cycles)
+            cycles.add_metric([dev, "decode"], w.decode_cost.cycles)
             up.add_metric([dev], int(w.alive))
             run.add_metric([dev], len(w.running))
             pool = w.pool
             pages.add_metric([dev, "free"], pool.free)
             pages.add_metric([dev, "cached"], pool.cached)
             pages.add_metric([dev, "used"], pool.total - pool.free - pool.cached)
-        yield from (up, run, pages)
+        yield from (up, run, pages, cycles)
 
 
 class ServeMetrics:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from otpu_core.errors import DeviceError, OtpuError
+from otpu_core.llm.engine import RunCost
 from otpu_core.llm.sampling import Sampling, choose
 from otpu_core.ol.errors import CompileError
 
@@ -95,10 +96,13 @@ class CardWorker(threading.Thread):
         self.sched, self.card, self.engine = sched, card, card.engine
         self.pool = PagePool(self.engine.kv, self.engine.opts.page)
         self.max_batch = min(max_batch, self.engine.opts.slots)
-        self.group = self.max_batch           # narrowed on the first step the kernels cannot fit
+        # sequences per step program: at most the image's logits rows, narrowed on the first step that does not compile
+        self.group = min(self.max_batch, self.engine.plan.logits.rows)
         self.running: list[Active] = []
         self.alive, self.error = True, None
         self.steps = 0
+        self.prefill_cost, self.decode_cost = RunCost(), RunCost()    # what the card's runs cost (counters)
+        self.card_s = self.host_s = 0.0       # wall time in card runs / in the scheduler's own work around them
 
     # -- admission --------------------------------------------------------------------------------------
     def _admit(self) -> list[Active]:
@@ -165,12 +169,15 @@ class CardWorker(threading.Thread):
 
     def _iterate(self) -> None:
         eng = self.engine
+        t_start, card_s = time.monotonic(), 0.0
         for a in self.running:
             if not a.prefilled:
                 seq = a.seq
                 end = len(seq.tokens) - 1
                 if seq.kv_len < end:
-                    eng.prefill(seq, upto=min(end, seq.kv_len + eng.opts.rows))
+                    t = time.monotonic()
+                    eng.prefill(seq, self.prefill_cost, upto=min(end, seq.kv_len + eng.opts.rows))
+                    card_s += time.monotonic() - t
                 if seq.kv_len >= end:
                     a.prefilled = True
                     with self.sched.cond:
@@ -181,19 +188,24 @@ class CardWorker(threading.Thread):
         while i < len(ready):
             batch = ready[i:i + self.group]
             try:
-                rows = eng.logits([a.seq for a in batch])
+                t = time.monotonic()
+                rows = eng.logits([a.seq for a in batch], self.decode_cost)
+                card_s += time.monotonic() - t
             except CompileError:
                 if len(batch) == 1:
                     raise
-                self.group = max(1, len(batch) // 2)
+                self.group = len(batch) - 1
                 continue
             self.steps += 1
             self.sched.metrics.step(len(batch))
             for a, row in zip(batch, rows):
                 self._token(a, row)
             i += len(batch)
+        now = time.monotonic()
         if ready:
-            self.sched.metrics.step_time(time.monotonic() - t0)
+            self.sched.metrics.step_time(now - t0)
+        self.card_s += card_s
+        self.host_s += now - t_start - card_s
 
     def _token(self, a: Active, row: np.ndarray) -> None:
         job = a.job
