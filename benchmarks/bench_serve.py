@@ -23,14 +23,15 @@ import time
 from pathlib import Path
 
 SYSTEM = ("You answer questions about the Python language and its standard library. Keep every answer short, "
-          "precise and correct, and show code where code helps. ") * 6
+          "precise and correct, and show code where code helps. ") * 7      # its own tokens fill the first page
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=16, help="tokens each request generates")
     ap.add_argument("--streams", type=int, default=8, help="requests (sequential, then concurrent)")
-    ap.add_argument("--no-prefix", action="store_true", help="skip the reused-prefix TTFT (a 266-token prefill)")
+    ap.add_argument("--no-prefix", action="store_true", help="skip the reused-prefix TTFT (a 306-token prefill)")
+    ap.add_argument("--no-batching", action="store_true", help="skip the sequential / concurrent comparison")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         os.environ["OTPU_RUN_DIR"], os.environ["OTPU_CACHE"] = f"{d}/run", f"{d}/cache"
@@ -80,42 +81,56 @@ def run(args) -> None:
         return toks, wall, cyc / hz, worker.host_s - host0
 
     try:
-        print("warm-up (compiling every program once) ...", flush=True)
-        for p in prompts:
-            one(p, 2)
-        concurrent(2)
-        seq = measure(lambda: [one(p, args.tokens) for p in prompts])
-        con = measure(lambda: concurrent(args.tokens))
-        print(f"{'':28} {'tokens':>7} {'wall s':>8} {'tok/s':>8} {'card s':>9} {'card tok/s':>11}")
-        for name, (toks, wall, card, _) in ((f"{args.streams} sequential requests", seq),
-                                            (f"{args.streams} concurrent streams", con)):
-            print(f"{name:28} {toks:7d} {wall:8.2f} {toks / wall:8.2f} {card:9.4f} {toks / card:11.1f}")
-        print(f"continuous batching: x{(con[0] / con[1]) / (seq[0] / seq[1]):.2f} aggregate tok/s (wall), "
-              f"x{(con[0] / con[2]) / (seq[0] / seq[2]):.2f} (card-modelled)")
-        for name, (toks, _, _, host) in (("sequential", seq), ("concurrent", con)):
-            print(f"scheduler overhead ({name}): {1000 * host / toks:.2f} ms per token "
-                  f"(worker wall time outside the card's runs)")
+        if not args.no_batching:
+            batching(args, one, concurrent, measure, prompts)
         if not args.no_prefix:
-            def ttft(q: str) -> tuple[float, int]:
-                t0 = time.monotonic()
-                s = oa.chat.completions.create(model=server.model.name, temperature=0, max_tokens=1, stream=True,
-                                               stream_options={"include_usage": True},
-                                               messages=[{"role": "system", "content": SYSTEM},
-                                                         {"role": "user", "content": q}])
-                first, cached = None, 0
-                for c in s:
-                    if first is None and c.choices and c.choices[0].delta.content:
-                        first = time.monotonic() - t0
-                    if c.usage:
-                        cached = c.usage.prompt_tokens_details.cached_tokens
-                return first, cached
-            cold, c0 = ttft("How do I sort a list?")
-            warm, c1 = ttft("What is a tuple?")
-            print(f"TTFT, 266-token system prompt: {cold:.2f} s cold ({c0} cached tokens), {warm:.2f} s with its "
-                  f"page reused ({c1} cached tokens): x{cold / warm:.1f}")
+            prefix(oa, server)
     finally:
         server.stop()
         t.join(timeout=60)
+
+
+def batching(args, one, concurrent, measure, prompts) -> None:
+    """The same requests one after another, then as concurrent streams."""
+    print("warm-up (compiling every program once) ...", flush=True)
+    for p in prompts:
+        one(p, 2)
+    concurrent(2)
+    seq = measure(lambda: [one(p, args.tokens) for p in prompts])
+    con = measure(lambda: concurrent(args.tokens))
+    print(f"{'':28} {'tokens':>7} {'wall s':>8} {'tok/s':>8} {'card s':>9} {'card tok/s':>11}")
+    for name, (toks, wall, card, _) in ((f"{args.streams} sequential requests", seq),
+                                        (f"{args.streams} concurrent streams", con)):
+        print(f"{name:28} {toks:7d} {wall:8.2f} {toks / wall:8.2f} {card:9.4f} {toks / card:11.1f}")
+    print(f"continuous batching: x{(con[0] / con[1]) / (seq[0] / seq[1]):.2f} aggregate tok/s (wall), "
+          f"x{(con[0] / con[2]) / (seq[0] / seq[2]):.2f} (card-modelled)")
+    for name, (toks, _, _, host) in (("sequential", seq), ("concurrent", con)):
+        print(f"scheduler overhead ({name}): {1000 * host / toks:.2f} ms per token "
+              f"(worker wall time outside the card's runs)")
+
+
+def prefix(oa, server) -> None:
+    """TTFT of a long system prompt the first time, then with its first page reused."""
+    worker, hz = server.sched.workers[0], server.cards[0].core_hz
+
+    def ttft(q: str) -> tuple[float, int, float]:
+        c0, t0 = worker.prefill_cost.cycles, time.monotonic()
+        s = oa.chat.completions.create(model=server.model.name, temperature=0, max_tokens=1, stream=True,
+                                       stream_options={"include_usage": True},
+                                       messages=[{"role": "system", "content": SYSTEM},
+                                                 {"role": "user", "content": q}])
+        first, cached = None, 0
+        for c in s:
+            if first is None and c.choices and (c.choices[0].delta.content or c.choices[0].finish_reason):
+                first = time.monotonic() - t0
+            if c.usage:
+                cached = c.usage.prompt_tokens_details.cached_tokens
+        return first, cached, (worker.prefill_cost.cycles - c0) / hz
+    cold, n0, card0 = ttft("How do I sort a list?")
+    warm, n1, card1 = ttft("What is a tuple?")
+    print(f"TTFT, a long system prompt: {cold:.2f} s cold ({n0} cached tokens), {warm:.2f} s with its "
+          f"page reused ({n1} cached tokens): x{cold / warm:.1f}; card prefill {1000 * card0:.1f} ms vs "
+          f"{1000 * card1:.1f} ms: x{card0 / card1:.1f}")
 
 
 if __name__ == "__main__":

@@ -100,7 +100,6 @@ class CardWorker(threading.Thread):
         self.group = min(self.max_batch, self.engine.plan.logits.rows)
         self.running: list[Active] = []
         self.alive, self.error = True, None
-        self.steps = 0
         self.prefill_cost, self.decode_cost = RunCost(), RunCost()    # what the card's runs cost (counters)
         self.card_s = self.host_s = 0.0       # wall time in card runs / in the scheduler's own work around them
 
@@ -196,7 +195,6 @@ class CardWorker(threading.Thread):
                     raise
                 self.group = len(batch) - 1
                 continue
-            self.steps += 1
             self.sched.metrics.step(len(batch))
             for a, row in zip(batch, rows):
                 self._token(a, row)
@@ -251,9 +249,6 @@ class Scheduler:
 
     @property
     def ready(self) -> bool: return any(w.alive for w in self.workers) and not self.closing
-
-    @property
-    def running(self) -> int: return sum(len(w.running) for w in self.workers)
 
     def submit(self, job: Job) -> None:
         with self.cond:
