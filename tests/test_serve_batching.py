@@ -43,7 +43,7 @@ def test_bounded_load_loses_nothing_mixes_nothing_and_memory_stays_flat(tmp_path
     # bound makes it reach its steady size within the first round, so what still grows is a leak. Memory is
     # what Python and numpy hold (tracemalloc), not RSS, which the allocator's arenas keep high.
     monkeypatch.setenv("OTPU_MXU_CACHE_MB", "16")
-    clients, rounds, n = 4, 4, 3
+    clients, rounds, n = 4, 3, 3
     prompts = [f"Item {i}:" for i in range(clients)]
     with running(tmp_path, devs=("sim:load",), max_batch=4, queue=8) as s:
         oa = client(s, timeout=900)
