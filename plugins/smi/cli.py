@@ -3,9 +3,10 @@
 Like nvidia-smi: a table per card by default, `-L` one line per card, `-i INDEX|DEV` to pick
 cards, `-l SEC` / `--loop-ms MS` to repeat (a live screen with sparklines), `-f FILE`, `--json`,
 `-q` for every field nested, `--query a,b --format csv[,noheader][,nounits]` for scripts
-(`--help-query` lists the fields), and `otpu-smi dmon` for one line per card per interval. A
-monitor: it never takes a card's device lock. Exit codes: 0 ok, 2 bad options (nvidia-smi's
-"invalid argument"), 3 no card or a card that cannot be opened; Ctrl-C in loop mode exits 0.
+(`--help-query` lists the fields), `otpu-smi dmon` for one line per card per interval, and
+`--prometheus [--port P]` to serve every field as Prometheus metrics (exporter.py). A monitor:
+it never takes a card's device lock. Exit codes: 0 ok, 2 bad options (nvidia-smi's "invalid
+argument"), 3 no card or a card that cannot be opened; Ctrl-C in loop mode exits 0.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from otpu_core.errors import EXIT_DEVICE, DeviceBusy, DeviceError, UsageError
 from otpu_core.outpath import check_writable, is_stdout
 
 from . import dmon as dmon_fmt
+from . import exporter
 from .render import History, query_lines, screen
 from .sample import Sampler
 
@@ -172,6 +174,12 @@ def smi(ctx: typer.Context,
         out_file: Path = typer.Option(None, "-f", "--filename", metavar="FILE",
                                       help="Write the output to FILE instead of stdout."),
         power_json: Path = typer.Option(None, "--power-json", help="Power report of the build for the estimate."),
+        prometheus: bool = typer.Option(False, "--prometheus", help="Serve every field of every card as Prometheus "
+                                                                    "metrics on /metrics (like dcgm-exporter) "
+                                                                    "until Ctrl-C."),
+        port: int = typer.Option(exporter.DEFAULT_PORT, "--port", help="With --prometheus: the TCP port (0: any "
+                                                                       "free port, printed)."),
+        host: str = typer.Option("0.0.0.0", "--host", help="With --prometheus: the address to listen on."),
         ) -> None:
     if ctx.invoked_subcommand is not None:
         ctx.obj = {"dev": dev, "ids": ids, "target": target, "power_json": power_json, "out_file": out_file}
@@ -183,6 +191,10 @@ def smi(ctx: typer.Context,
         names = smi_fields.parse_query(query) if query is not None else None
     except smi_fields.QueryError as e:
         raise UsageError(str(e), hint="otpu-smi --help-query lists the fields") from None
+    if prometheus and (loop is not None or loop_ms is not None or json_out or full or names or list_cards):
+        raise UsageError("--prometheus serves metrics: leave out -l, --loop-ms, -L, --json, -q and --query")
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port}: must be 0..65535")
     header, units = _formats(fmt)
     if loop is not None and loop_ms is not None:
         raise UsageError("-l and --loop-ms both set the period: give one of them")
@@ -195,6 +207,11 @@ def smi(ctx: typer.Context,
     with output(out_file):
         cards = Cards(devs, target, power_json)
         try:
+            if prometheus:
+                exporter.serve(cards.samplers, cards.errors, host, port, on_ready=lambda p: print(
+                    f"otpu-smi: serving {len(devs)} card(s) on http://{host}:{p}/metrics (Ctrl-C stops)",
+                    file=sys.stderr, flush=True))
+                return
             con = stdout()
 
             def emit(reports: list[dict], first: bool) -> None:
