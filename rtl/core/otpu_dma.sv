@@ -1,17 +1,22 @@
-// otpu_dma: the DMA unit: LD (DRAM words -> TMEM), ST (TMEM words -> DRAM) and WAITW (poll a
-// DRAM word until a compare holds, then copy it to TMEM). One instruction at a time, in order.
+// otpu_dma: the DMA unit: LD (DRAM words -> TMEM), ST (TMEM words -> DRAM), WAITW (poll a
+// DRAM word until a compare holds, then copy it to TMEM) and DSTEP (otpu_dstep, on targets built
+// with it). One instruction at a time, in order.
 //
 // DRAM traffic is whole beats of BB bytes (the unit owns the DRAM port while its instruction holds
 // the head ticket); `req_bytes` is the useful bytes of each beat, which the memory charges
 // against its bandwidth. Reads land in a FIFO of FIFO_DEPTH beats (requests are issued only
-// while their data has room) and leave it LANES words per cycle into TMEM; ST reads TMEM LANES
+// while their data has room) and leave it up to 2 x LANES words per cycle into TMEM (two write
+// ports, so a beat lands as fast as the DRAM delivers it), paced so that an LD never places more
+// than LANES words per cycle since its start (the unit's rate in the timing model); ST reads TMEM LANES
 // words per cycle and assembles them into beats with byte strobes. An instruction completes
 // when its last TMEM write has landed (LD, WAITW) or its last DRAM write is acknowledged (ST).
 module otpu_dma
 #(
   parameter int BB = 32,
   parameter int LANES = 4,
-  parameter int FIFO_DEPTH = 64
+  parameter int FIFO_DEPTH = 64,
+  parameter int D = 32,
+  parameter int DSTEP = 0
 ) (
   input  logic                   clk,
   input  logic                   rst,
@@ -40,15 +45,16 @@ module otpu_dma
   output logic [LANES-1:0][31:0] rd_addr,
   input  logic                   rd_gnt,
   input  logic [LANES-1:0][31:0] rd_data,
-  output logic [LANES-1:0]       wr_en,
-  output logic [LANES-1:0][31:0] wr_addr,
-  output logic [LANES-1:0][31:0] wr_data
+  output logic [2*LANES-1:0]       wr_en,
+  output logic [2*LANES-1:0][31:0] wr_addr,
+  output logic [2*LANES-1:0][31:0] wr_data
 );
   `include "otpu_defs.svh"
   localparam int WPB = BB / 4;
   localparam int FW = $clog2(FIFO_DEPTH + 1);
+  localparam int LDW = 2 * LANES;          // LD words per cycle at most
 
-  typedef enum logic [2:0] {S_IDLE, S_LD, S_ST, S_WAITW, S_WAITW_GAP, S_DONE} state_t;
+  typedef enum logic [2:0] {S_IDLE, S_LD, S_ST, S_WAITW, S_WAITW_GAP, S_DONE, S_DSTEP} state_t;
   state_t state;
   logic [7:0][31:0] w;
   logic [31:0] dram0, tmem0, nwords;
@@ -72,8 +78,9 @@ module otpu_dma
   logic [BB*8-1:0] fifo [FIFO_DEPTH];
   logic [FW-1:0]   f_count, f_head, f_tail;
   logic [FW-1:0]   outstanding;            // read requests whose data has not arrived
-  logic [31:0]     win_words [2 * WPB];
-  logic [$clog2(2 * WPB + 1)-1:0] win_n;
+  localparam int WINW = 2 * (WPB > LDW ? WPB : LDW);
+  logic [31:0]     win_words [WINW];
+  logic [$clog2(WINW + 1)-1:0] win_n;
   logic [31:0]     beats_taken;            // beats moved from the FIFO into the window
   logic            pop_beat;
   logic [31:0]     skip;                   // leading words of the first beat
@@ -98,11 +105,11 @@ module otpu_dma
 
   logic ld_issue, st_issue, ww_issue, ww_write, holds, st_release;
   assign ww_write = state == S_WAITW_GAP && holds;
-  assign done = state == S_DONE;
-  assign release_o = (state == S_DONE && w[0][7:0] != OP_ST) || st_release;
-  logic [LANES-1:0] ld_wr_en;
-  logic [$clog2(LANES+1)-1:0] ld_k;
-  logic [31:0] remaining;
+  assign done = state == S_DONE || (state == S_DSTEP && x_finish);
+  assign release_o = (state == S_DONE && w[0][7:0] != OP_ST) || st_release || (state == S_DSTEP && x_finish);
+  logic [LDW-1:0] ld_wr_en;
+  logic [$clog2(LDW+1)-1:0] ld_k;
+  logic [31:0] remaining, elapsed, allowed;
 
   always_comb begin
     // DRAM requests
@@ -120,12 +127,13 @@ module otpu_dma
                (state == S_LD && nwords == 0 && beat_next == beat_first) || ww_write;
     // LD: the window's words to TMEM
     remaining = nwords - placed;
+    allowed = LANES * (elapsed + 1) - placed;
     ld_k = 0;
     ld_wr_en = '0;
-    for (int l = 0; l < LANES; l++) begin
+    for (int l = 0; l < LDW; l++) begin
       wr_addr[l] = tmem0 + placed + l;
       wr_data[l] = win_words[l];
-      if (state == S_LD && l < win_n && 32'(l) < remaining) begin
+      if (state == S_LD && l < win_n && 32'(l) < remaining && 32'(l) < allowed) begin
         ld_wr_en[l] = 1'b1;
         ld_k = ld_k + 1;
       end
@@ -136,12 +144,44 @@ module otpu_dma
       wr_addr[0] = w[2];
       wr_data[0] = value;
     end
-    pop_beat = state == S_LD && f_count != 0 && 32'(win_n) - 32'(ld_k) + WPB <= 2 * WPB && beats_taken < beat_last - beat_first + 1;
+    pop_beat = state == S_LD && f_count != 0 && 32'(win_n) - 32'(ld_k) + WPB <= WINW && beats_taken < beat_last - beat_first + 1;
     // ST: read LANES words per cycle while the beat FIFO has room
     rd_en = '0;
     for (int l = 0; l < LANES; l++) rd_addr[l] = tmem0 + issued_words + l;
     if (state == S_ST && issued_words < nwords && 32'(sb_n) + (st_rd_pending ? 1 : 0) <= 2)
       for (int l = 0; l < LANES; l++) rd_en[l] = 32'(l) < nwords - issued_words;
+    // DSTEP owns the ports while it runs
+    if (state == S_DSTEP) begin
+      req_valid = x_req_valid; req_write = x_req_write; req_addr = x_req_addr; req_wdata = x_req_wdata;
+      req_wstrb = x_req_wstrb; req_bytes = x_req_bytes; dram_pop = x_dram_pop;
+      rd_en = x_rd_en; rd_addr = x_rd_addr;
+      wr_en = '0;
+      wr_en[0] = x_wr_en; wr_addr[0] = x_wr_addr; wr_data[0] = x_wr_data;
+    end
+  end
+
+  // -- DSTEP ----------------------------------------------------------------------------------------------
+  logic                   x_finish, x_err, x_req_valid, x_req_write, x_dram_pop, x_wr_en;
+  logic [7:0]             x_err_code;
+  logic [31:0]            x_req_addr, x_wr_addr, x_wr_data;
+  logic [BB*8-1:0]        x_req_wdata;
+  logic [BB-1:0]          x_req_wstrb;
+  logic [15:0]            x_req_bytes;
+  logic [LANES-1:0]       x_rd_en;
+  logic [LANES-1:0][31:0] x_rd_addr;
+  if (DSTEP != 0) begin : g_dstep
+    logic x_busy;
+    otpu_dstep #(.BB(BB), .LANES(LANES), .D(D)) u_dstep (
+      .clk, .rst, .start(take && in_w[0][7:0] == OP_DSTEP), .in_w, .busy(x_busy), .finish(x_finish),
+      .err(x_err), .err_code(x_err_code), .req_valid(x_req_valid), .req_write(x_req_write), .req_addr(x_req_addr),
+      .req_wdata(x_req_wdata), .req_wstrb(x_req_wstrb), .req_bytes(x_req_bytes), .req_ready, .dram_pop(x_dram_pop),
+      .resp_valid, .resp_write, .resp_rdata, .rd_en(x_rd_en), .rd_addr(x_rd_addr), .rd_gnt, .rd_data,
+      .wr_en(x_wr_en), .wr_addr(x_wr_addr), .wr_data(x_wr_data));
+  end else begin : g_no_dstep
+    assign x_finish = 1'b0; assign x_err = 1'b0; assign x_err_code = E_NONE;
+    assign x_req_valid = 1'b0; assign x_req_write = 1'b0; assign x_req_addr = '0; assign x_req_wdata = '0;
+    assign x_req_wstrb = '0; assign x_req_bytes = '0; assign x_dram_pop = 1'b0;
+    assign x_rd_en = '0; assign x_rd_addr = '0; assign x_wr_en = 1'b0; assign x_wr_addr = '0; assign x_wr_data = '0;
   end
 
   always_comb begin
@@ -165,8 +205,14 @@ module otpu_dma
       f_count <= 0; f_head <= 0; f_tail <= 0; outstanding <= 0;
     end else begin
       st_release <= 1'b0;
+      elapsed <= elapsed + 1;
       case (state)
         S_IDLE, S_DONE: state <= S_IDLE;
+        S_DSTEP: if (x_err) begin
+          err <= 1'b1;
+          err_code <= x_err_code;
+          state <= S_IDLE;
+        end else if (x_finish) state <= S_IDLE;
         S_LD: begin
           if (ld_issue && req_ready) beat_next <= beat_next + 1;
           if (nwords == 0 && beat_next == beat_first) beat_next <= beat_last + 1;
@@ -179,9 +225,9 @@ module otpu_dma
           outstanding <= outstanding + FW'(ld_issue && req_ready) - FW'(resp_valid && !resp_write);
           // the window: emit ld_k words, then append a beat
           begin
-            logic [31:0] nw [2 * WPB];
+            logic [31:0] nw [WINW];
             int n2, first;
-            for (int i = 0; i < 2 * WPB; i++) nw[i] = i + ld_k < 2 * WPB ? win_words[i + ld_k] : 32'd0;
+            for (int i = 0; i < WINW; i++) nw[i] = i + ld_k < WINW ? win_words[i + ld_k] : 32'd0;
             n2 = int'(win_n) - int'(ld_k);
             if (pop_beat) begin
               first = beats_taken == 0 ? int'(skip) : 0;
@@ -191,7 +237,7 @@ module otpu_dma
               f_head <= f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1;
               beats_taken <= beats_taken + 1;
             end
-            for (int i = 0; i < 2 * WPB; i++) win_words[i] <= nw[i];
+            for (int i = 0; i < WINW; i++) win_words[i] <= nw[i];
             win_n <= $bits(win_n)'(n2);
           end
           placed <= placed + 32'(ld_k);
@@ -282,7 +328,7 @@ module otpu_dma
         beat_first <= in_w[1] / BB;
         beat_next <= in_w[1] / BB;
         beat_last <= in_w[3] == 0 ? in_w[1] / BB : (in_w[1] + 4 * in_w[3] - 1) / BB;
-        acked <= 0; placed <= 0; issued_words <= 0; beats_taken <= 0;
+        acked <= 0; placed <= 0; issued_words <= 0; beats_taken <= 0; elapsed <= 0;
         win_n <= 0;
         skip <= (in_w[1] % BB) / 4;
         sb_n <= 0; cur_any <= 1'b0; st_rd_pending <= 1'b0;
@@ -292,6 +338,7 @@ module otpu_dma
         case (in_w[0][7:0])
           OP_LD: state <= S_LD;
           OP_ST: state <= S_ST;
+          OP_DSTEP: state <= S_DSTEP;
           default: state <= S_WAITW;
         endcase
       end

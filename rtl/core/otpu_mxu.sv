@@ -141,6 +141,22 @@ module otpu_mxu
   logic        c_half;                             // 4-bit: second block of the chunk
   logic        blocks_go;                          // a block can be computed this cycle
   logic        oq_room;
+  // the last side beat of a row and the row's first block go in one cycle when both have arrived
+  // (the side data costs DRAM bandwidth, not a cycle of the array)
+  logic        fast, side_end, blk_pop;
+  logic [1:0]  f_npop;
+  logic [7:0]  sview [SBYTES];                     // sbuf with the side beat at the head merged in
+  always_comb begin
+    logic [31:0] lo, b0;
+    lo = ssa + c_row * srs;
+    b0 = (c_side_first + c_idx) * BB;
+    side_end = b0 + BB >= lo + sbytes;
+    for (int i = 0; i < SBYTES; i++) begin
+      sview[i] = sbuf[i];
+      if (c_side && lo + i >= b0 && lo + i < b0 + BB) sview[i] = chunk[8 * (lo + i - b0) +: 8];
+    end
+  end
+  assign fast = state == S_RUN && c_row < 32'(n) && c_side && side_end && f_count >= 2 && oq_room;
 
   // the row's decoded side data
   logic [31:0] ws [ACT_BLOCKS];                    // public: block scales
@@ -154,7 +170,7 @@ module otpu_mxu
     base = 8'hFF; top = 8'h00;
     for (int k = 0; k < ACT_BLOCKS; k++) begin
       logic [31:0] word;
-      word = {sbuf[4 * k + 3], sbuf[4 * k + 2], sbuf[4 * k + 1], sbuf[4 * k]};
+      word = {sview[4 * k + 3], sview[4 * k + 2], sview[4 * k + 1], sview[4 * k]};
       ws[k] = unit ? ONE : (wf == WF_INT8 ? ftz(word) : ftz({word[15:0], 16'd0}));
       for (int b = 0; b < 4; b++)
         mult[k][b] = unit ? 6'd1 : (wf == WF_FP4X6 ? 6'(word >> (8 + 6 * b)) : {2'b00, 4'(word >> (16 + 4 * b))});
@@ -166,23 +182,24 @@ module otpu_mxu
     end
     row_scale = ONE;
     if (!unit && wf == WF_INT8X) begin
-      row_scale = ftz({sbuf[3], sbuf[2], sbuf[1], sbuf[0]});
+      row_scale = ftz({sview[3], sview[2], sview[1], sview[0]});
       for (int k = 0; k < ACT_BLOCKS; k++) begin
-        wshift[k] = 5'(sbuf[4 + k]);
-        if (k < kb && sbuf[4 + k] > 16) side_bad = 1'b1;
+        wshift[k] = 5'(sview[4 + k]);
+        if (k < kb && sview[4 + k] > 16) side_bad = 1'b1;
       end
     end
     if (!unit && wf == WF_FP4X6) begin
       row_scale = base >= 2 ? {1'b0, 8'(base - 1), 23'd0} : 32'd0;
       if (top - base > 16) side_bad = 1'b1;
       for (int k = 0; k < ACT_BLOCKS; k++)
-        wshift[k] = 5'({sbuf[4 * k + 3], sbuf[4 * k + 2], sbuf[4 * k + 1], sbuf[4 * k]} & 32'hFF) - 5'(base);
+        wshift[k] = 5'({sview[4 * k + 3], sview[4 * k + 2], sview[4 * k + 1], sview[4 * k]} & 32'hFF) - 5'(base);
     end
   end
 
   // -- one block against the M ACT rows ----------------------------------------------------------------------------
-  logic [D*8-1:0] chunk;
+  logic [D*8-1:0] chunk, blk_chunk;
   assign chunk = fifo[f_head];
+  assign blk_chunk = fast ? fifo[f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1] : chunk;
   assign act_rblk = $bits(act_rblk)'(state == S_PREP ? 32'(ab) + 32'(prep_k) : 32'(ab) + c_blk);
 
   function automatic logic signed [11:0] weight_of(input logic [2:0] f, input logic [7:0] byte_, input logic hi,
@@ -211,7 +228,7 @@ module otpu_mxu
           int el;
           logic [7:0] wb;
           el = b * SUBW + i;
-          wb = four ? chunk[8 * ((c_half ? D / 2 : 0) + el / 2) +: 8] : chunk[8 * el +: 8];
+          wb = four ? blk_chunk[8 * ((c_half ? D / 2 : 0) + el / 2) +: 8] : blk_chunk[8 * el +: 8];
           dot += $signed(act_rq[j][8 * el +: 8]) * weight_of(wf, wb, four && el[0], mult[c_blk][b]);
         end
         e = act_rsub[j][3 * b +: 3];
@@ -389,9 +406,9 @@ module otpu_mxu
         fifo[f_tail] <= resp_rdata;
         f_tail <= f_tail == FW'(FIFO_DEPTH - 1) ? 0 : f_tail + 1;
       end
-      f_count <= f_count + FW'(resp_valid) - FW'(f_pop);
+      f_count <= f_count + FW'(resp_valid) - FW'(f_npop);
       outstanding <= outstanding + FW'(req_valid && req_ready) - FW'(resp_valid);
-      if (f_pop) f_head <= f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1;
+      f_head <= FW'((32'(f_head) + 32'(f_npop)) % FIFO_DEPTH);
 
       // consumer
       if (state == S_RUN && f_count != 0 && c_row < 32'(n)) begin
@@ -405,7 +422,8 @@ module otpu_mxu
           end
           if ((c_side_first + c_idx) * BB + BB >= lo + sbytes) begin c_side <= 1'b0; c_idx <= 0; end
           else c_idx <= c_idx + 1;
-        end else if (oq_room) begin
+        end
+        if (fast || (!c_side && oq_room)) begin
           // a block: into stage A
           if (side_bad) begin
             err <= 1'b1;
@@ -508,5 +526,7 @@ module otpu_mxu
       end
     end
   end
-  assign f_pop = state == S_RUN && f_count != 0 && c_row < 32'(n) && (c_side || (oq_room && (!four || c_half || c_blk + 1 == 32'(kb))));
+  assign blk_pop = !four || c_half || c_blk + 1 == 32'(kb);
+  assign f_pop = state == S_RUN && f_count != 0 && c_row < 32'(n) && (c_side || (oq_room && blk_pop));
+  assign f_npop = !f_pop ? 2'd0 : (c_side ? (fast && blk_pop ? 2'd2 : 2'd1) : 2'd1);
 endmodule

@@ -4,7 +4,9 @@
 // the same roundings, so the results are bit-exact). One element enters per cycle when `en`;
 // results leave LATENCY cycles later with their tag. `en` low freezes the whole pipeline.
 module otpu_fp_composite #(
-  parameter int TAG_W = 16
+  parameter int TAG_W = 16,
+  parameter int STEPS_PER_CYCLE = 5       // multiply-add steps between two pipeline registers (the
+                                          // timing model's 4-cycle VPU latency; 1 or 2 for a fast clock)
 ) (
   input  logic             clk,
   input  logic             rst,
@@ -19,7 +21,7 @@ module otpu_fp_composite #(
 );
   `include "otpu_fp_funcs.svh"
   localparam int STAGES = 10;
-  localparam int LATENCY = STAGES + 2;
+  localparam int LATENCY = (STAGES + STEPS_PER_CYCLE - 1) / STEPS_PER_CYCLE + 2;
   localparam logic [1:0] F_EXP2 = 2'd0, F_RECIP = 2'd1, F_RSQRT = 2'd2, F_LOG2 = 2'd3;
 
   // one element's context as it moves down the pipeline
@@ -153,9 +155,13 @@ module otpu_fp_composite #(
       endcase
     end
 
-    always_ff @(posedge clk) begin
-      if (rst) st[s] <= '0;
-      else if (en) st[s] <= nxt[s];
+    if (s % STEPS_PER_CYCLE == 0 || s == STAGES) begin : g_reg
+      always_ff @(posedge clk) begin
+        if (rst) st[s] <= '0;
+        else if (en) st[s] <= nxt[s];
+      end
+    end else begin : g_chain
+      always_comb st[s] = nxt[s];
     end
   end
 
