@@ -121,8 +121,9 @@ module otpu_core
   end
 
   // -- TMEM: read ports 0 DMA, 1 MXU, 2 QNT source, 3 VPU A, 4 VPU B, 5 sequencer (RLD) and
-  //    collective, 6 QNT scales; write ports 0 DMA, 1 MXU, 2 VPU, 3 collective, 4 DMA's upper lanes ---
-  localparam int NR = 7, NW = 5;
+  //    collective, 6 QNT scales, 7 DMA's upper lanes; write ports 0 DMA, 1 MXU, 2 VPU, 3 collective,
+  //    4 DMA's upper lanes ---------------------------------------------------------------------------
+  localparam int NR = 8, NW = 5;
   logic [NR-1:0][LANES-1:0]       t_rd_en;
   logic [NR-1:0][LANES-1:0][31:0] t_rd_addr, t_rd_data;
   logic [NR-1:0]                  t_rd_gnt;
@@ -174,7 +175,8 @@ module otpu_core
     .req_valid(q_valid[U_DMA]), .req_write(q_write[U_DMA]), .req_addr(q_addr[U_DMA]), .req_wdata(q_wdata[U_DMA]),
     .req_wstrb(q_wstrb[U_DMA]), .req_bytes(q_bytes[U_DMA]), .req_ready(q_ready[U_DMA]), .dram_pop(q_pop[U_DMA]),
     .resp_valid(r_valid_u[U_DMA]), .resp_write(r_write), .resp_rdata(r_data),
-    .rd_en(t_rd_en[0]), .rd_addr(t_rd_addr[0]), .rd_gnt(t_rd_gnt[0]), .rd_data(t_rd_data[0]),
+    .rd_en({t_rd_en[7], t_rd_en[0]}), .rd_addr({t_rd_addr[7], t_rd_addr[0]}), .rd_gnt({t_rd_gnt[7], t_rd_gnt[0]}),
+    .rd_data({t_rd_data[7], t_rd_data[0]}),
     .wr_en({t_wr_en[4], t_wr_en[0]}), .wr_addr({t_wr_addr[4], t_wr_addr[0]}), .wr_data({t_wr_data[4], t_wr_data[0]}));
 
   otpu_mxu #(.D(D), .MCOLS(MCOLS), .ROWS(ROWS), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB),

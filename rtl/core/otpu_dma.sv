@@ -7,8 +7,8 @@
 // against its bandwidth. Reads land in a FIFO of FIFO_DEPTH beats (requests are issued only
 // while their data has room) and leave it up to 2 x LANES words per cycle into TMEM (two write
 // ports, so a beat lands as fast as the DRAM delivers it), paced so that an LD never places more
-// than LANES words per cycle since its start (the unit's rate in the timing model); ST reads TMEM LANES
-// words per cycle and assembles them into beats with byte strobes. An instruction completes
+// than LANES words per cycle since its start (the unit's rate in the timing model); ST reads TMEM 2 x LANES
+// words per cycle (two read ports) and assembles them into beats with byte strobes. An instruction completes
 // when its last TMEM write has landed (LD, WAITW) or its last DRAM write is acknowledged (ST).
 module otpu_dma
 #(
@@ -41,10 +41,10 @@ module otpu_dma
   input  logic                   resp_write,
   input  logic [BB*8-1:0]        resp_rdata,
   // TMEM
-  output logic [LANES-1:0]       rd_en,
-  output logic [LANES-1:0][31:0] rd_addr,
-  input  logic                   rd_gnt,
-  input  logic [LANES-1:0][31:0] rd_data,
+  output logic [2*LANES-1:0]       rd_en,
+  output logic [2*LANES-1:0][31:0] rd_addr,
+  input  logic [1:0]               rd_gnt,
+  input  logic [2*LANES-1:0][31:0] rd_data,
   output logic [2*LANES-1:0]       wr_en,
   output logic [2*LANES-1:0][31:0] wr_addr,
   output logic [2*LANES-1:0][31:0] wr_data
@@ -86,17 +86,18 @@ module otpu_dma
   logic [31:0]     skip;                   // leading words of the first beat
 
   // -- ST: beat assembly -------------------------------------------------------------------------------
-  logic [BB*8-1:0] sb_data [4];
-  logic [BB-1:0]   sb_strb [4];
-  logic [31:0]     sb_beat [4];
-  logic [2:0]      sb_n;
+  localparam int SBQ = 8;
+  logic [BB*8-1:0] sb_data [SBQ];
+  logic [BB-1:0]   sb_strb [SBQ];
+  logic [31:0]     sb_beat [SBQ];
+  logic [3:0]      sb_n;
   logic [BB*8-1:0] cur_data;
   logic [BB-1:0]   cur_strb;
   logic [31:0]     cur_beat;
   logic            cur_any;
   logic            st_rd_pending;
   logic [31:0]     st_rd_base;
-  logic [$clog2(LANES+1)-1:0] st_rd_k;
+  logic [$clog2(2*LANES+1)-1:0] st_rd_k;
   logic [31:0]     writes_issued, writes_total;
 
   // -- WAITW ---------------------------------------------------------------------------------------------
@@ -145,16 +146,17 @@ module otpu_dma
       wr_data[0] = value;
     end
     pop_beat = state == S_LD && f_count != 0 && 32'(win_n) - 32'(ld_k) + WPB <= WINW && beats_taken < beat_last - beat_first + 1;
-    // ST: read LANES words per cycle while the beat FIFO has room
+    // ST: read 2 x LANES words per cycle (two read ports) while the beat queue has room
     rd_en = '0;
-    for (int l = 0; l < LANES; l++) rd_addr[l] = tmem0 + issued_words + l;
-    if (state == S_ST && issued_words < nwords && 32'(sb_n) + (st_rd_pending ? 1 : 0) <= 2)
-      for (int l = 0; l < LANES; l++) rd_en[l] = 32'(l) < nwords - issued_words;
+    for (int l = 0; l < 2 * LANES; l++) rd_addr[l] = tmem0 + issued_words + l;
+    if (state == S_ST && issued_words < nwords && 32'(sb_n) + (st_rd_pending ? 3 : 0) + 3 <= SBQ)
+      for (int l = 0; l < 2 * LANES; l++) rd_en[l] = 32'(l) < nwords - issued_words;
     // DSTEP owns the ports while it runs
     if (state == S_DSTEP) begin
       req_valid = x_req_valid; req_write = x_req_write; req_addr = x_req_addr; req_wdata = x_req_wdata;
       req_wstrb = x_req_wstrb; req_bytes = x_req_bytes; dram_pop = x_dram_pop;
-      rd_en = x_rd_en; rd_addr = x_rd_addr;
+      rd_en = '0;
+      for (int l = 0; l < LANES; l++) begin rd_en[l] = x_rd_en[l]; rd_addr[l] = x_rd_addr[l]; end
       wr_en = '0;
       wr_en[0] = x_wr_en; wr_addr[0] = x_wr_addr; wr_data[0] = x_wr_data;
     end
@@ -175,7 +177,8 @@ module otpu_dma
       .clk, .rst, .start(take && in_w[0][7:0] == OP_DSTEP), .in_w, .busy(x_busy), .finish(x_finish),
       .err(x_err), .err_code(x_err_code), .req_valid(x_req_valid), .req_write(x_req_write), .req_addr(x_req_addr),
       .req_wdata(x_req_wdata), .req_wstrb(x_req_wstrb), .req_bytes(x_req_bytes), .req_ready, .dram_pop(x_dram_pop),
-      .resp_valid, .resp_write, .resp_rdata, .rd_en(x_rd_en), .rd_addr(x_rd_addr), .rd_gnt, .rd_data,
+      .resp_valid, .resp_write, .resp_rdata, .rd_en(x_rd_en), .rd_addr(x_rd_addr), .rd_gnt(&rd_gnt),
+      .rd_data(rd_data[LANES-1:0]),
       .wr_en(x_wr_en), .wr_addr(x_wr_addr), .wr_data(x_wr_data));
   end else begin : g_no_dstep
     assign x_finish = 1'b0; assign x_err = 1'b0; assign x_err_code = E_NONE;
@@ -247,7 +250,7 @@ module otpu_dma
         end
         S_ST: begin
           // TMEM reads in flight come back the next cycle
-          if (|rd_en && rd_gnt) begin
+          if (|rd_en && &rd_gnt) begin
             st_rd_pending <= 1'b1;
             st_rd_base <= issued_words;
             st_rd_k <= $bits(st_rd_k)'($countones(rd_en));
@@ -259,20 +262,20 @@ module otpu_dma
             logic [BB-1:0] cs;
             logic [31:0] cb;
             logic ca;
-            logic [2:0] n;
-            logic [BB*8-1:0] qd [4];
-            logic [BB-1:0] qs [4];
-            logic [31:0] qb [4];
-            for (int i = 0; i < 4; i++) begin qd[i] = sb_data[i]; qs[i] = sb_strb[i]; qb[i] = sb_beat[i]; end
+            logic [3:0] n;
+            logic [BB*8-1:0] qd [SBQ];
+            logic [BB-1:0] qs [SBQ];
+            logic [31:0] qb [SBQ];
+            for (int i = 0; i < SBQ; i++) begin qd[i] = sb_data[i]; qs[i] = sb_strb[i]; qb[i] = sb_beat[i]; end
             n = sb_n;
             if (st_issue && req_ready) begin
-              for (int i = 0; i < 3; i++) begin qd[i] = qd[i + 1]; qs[i] = qs[i + 1]; qb[i] = qb[i + 1]; end
+              for (int i = 0; i < SBQ - 1; i++) begin qd[i] = qd[i + 1]; qs[i] = qs[i + 1]; qb[i] = qb[i + 1]; end
               n = n - 1;
               writes_issued <= writes_issued + 1;
             end
             cd = cur_data; cs = cur_strb; cb = cur_beat; ca = cur_any;
             if (st_rd_pending)
-              for (int l = 0; l < LANES; l++)
+              for (int l = 0; l < 2 * LANES; l++)
                 if (l < st_rd_k) begin
                   logic [31:0] a, b;
                   a = dram0 + 4 * (st_rd_base + l);
@@ -290,12 +293,14 @@ module otpu_dma
               qd[n] = cd; qs[n] = cs; qb[n] = cb; n = n + 1;
               cs = '0; ca = 1'b0;
             end
-            for (int i = 0; i < 4; i++) begin sb_data[i] <= qd[i]; sb_strb[i] <= qs[i]; sb_beat[i] <= qb[i]; end
+            for (int i = 0; i < SBQ; i++) begin sb_data[i] <= qd[i]; sb_strb[i] <= qs[i]; sb_beat[i] <= qb[i]; end
             sb_n <= n;
             cur_data <= cd; cur_strb <= cs; cur_beat <= cb; cur_any <= ca;
           end
           if (resp_valid && resp_write) acked <= acked + 1;
+          // (and not before LANES words a cycle since the start: the unit's rate in the timing model)
           if (nwords == 0 || (acked + (resp_valid && resp_write ? 1 : 0) >= writes_total && writes_issued >= writes_total
+                              && elapsed + 1 >= (nwords + LANES - 1) / LANES
                               && writes_total != 0)) state <= S_DONE;
         end
         S_WAITW: begin

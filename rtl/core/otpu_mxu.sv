@@ -107,15 +107,20 @@ module otpu_mxu
     side_first = (ssa + q_row * srs) / BB;
     side_last = (ssa + q_row * srs + sbytes - 1) / BB;
   end
+  // a row whose side data lies in the side beat fetched last (rows' scales share beats) reuses it
+  logic        q_cv, q_hit;
+  logic [31:0] q_cbeat;
+  assign q_hit = q_side && q_cv && side_first == side_last && side_first == q_cbeat;
   logic req_more;
   assign req_more = (state == S_PREP || state == S_RUN) && q_row < 32'(n);
-  assign req_valid = req_more && 32'(outstanding) + 32'(f_count) < FIFO_DEPTH;
+  assign req_valid = req_more && 32'(outstanding) + 32'(f_count) < FIFO_DEPTH && !q_hit;
   always_comb begin
     if (q_side) begin
       logic [31:0] lo, hi, bs, be;
       req_addr = (side_first + q_idx) * BB;
-      lo = ssa + q_row * srs;
-      hi = lo + sbytes;
+      // a beat shared by the rows' side data is charged every row's bytes in it
+      lo = srs <= sbytes ? ssa : ssa + q_row * srs;
+      hi = srs <= sbytes ? ssa + (32'(n) - 1) * srs + sbytes : lo + sbytes;
       bs = req_addr > lo ? req_addr : lo;
       be = req_addr + BB < hi ? req_addr + BB : hi;
       req_bytes = 16'(be - bs);
@@ -143,7 +148,9 @@ module otpu_mxu
   logic        oq_room;
   // the last side beat of a row and the row's first block go in one cycle when both have arrived
   // (the side data costs DRAM bandwidth, not a cycle of the array)
-  logic        fast, side_end, blk_pop;
+  logic        fast, side_end, blk_pop, c_hit, c_cv;
+  logic [31:0] c_cbeat;
+  logic [BB*8-1:0] c_cache, sdata;                 // the side beat consumed last; this row's side beat
   logic [1:0]  f_npop;
   logic [7:0]  sview [SBYTES];                     // sbuf with the side beat at the head merged in
   always_comb begin
@@ -151,12 +158,14 @@ module otpu_mxu
     lo = ssa + c_row * srs;
     b0 = (c_side_first + c_idx) * BB;
     side_end = b0 + BB >= lo + sbytes;
+    c_hit = c_side && c_cv && c_side_first == (lo + sbytes - 1) / BB && c_side_first == c_cbeat;
+    sdata = c_hit ? c_cache : chunk;
     for (int i = 0; i < SBYTES; i++) begin
       sview[i] = sbuf[i];
-      if (c_side && lo + i >= b0 && lo + i < b0 + BB) sview[i] = chunk[8 * (lo + i - b0) +: 8];
+      if (c_side && lo + i >= b0 && lo + i < b0 + BB) sview[i] = sdata[8 * (lo + i - b0) +: 8];
     end
   end
-  assign fast = state == S_RUN && c_row < 32'(n) && c_side && side_end && f_count >= 2 && oq_room;
+  assign fast = state == S_RUN && c_row < 32'(n) && c_side && side_end && oq_room && (c_hit ? f_count >= 1 : f_count >= 2);
 
   // the row's decoded side data
   logic [31:0] ws [ACT_BLOCKS];                    // public: block scales
@@ -199,7 +208,7 @@ module otpu_mxu
   // -- one block against the M ACT rows ----------------------------------------------------------------------------
   logic [D*8-1:0] chunk, blk_chunk;
   assign chunk = fifo[f_head];
-  assign blk_chunk = fast ? fifo[f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1] : chunk;
+  assign blk_chunk = fast && !c_hit ? fifo[f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1] : chunk;
   assign act_rblk = $bits(act_rblk)'(state == S_PREP ? 32'(ab) + 32'(prep_k) : 32'(ab) + c_blk);
 
   function automatic logic signed [11:0] weight_of(input logic [2:0] f, input logic [7:0] byte_, input logic hi,
@@ -390,8 +399,11 @@ module otpu_mxu
       endcase
 
       // request position
+      if (q_hit && req_more) begin q_side <= 1'b0; q_idx <= 0; end
       if (req_valid && req_ready) begin
         if (q_side) begin
+          q_cv <= 1'b1;
+          q_cbeat <= side_first + q_idx;
           if ((side_first + q_idx) == side_last) begin q_side <= 1'b0; q_idx <= 0; end
           else q_idx <= q_idx + 1;
         end else if (q_idx + 1 == nch) begin
@@ -418,8 +430,9 @@ module otpu_mxu
           for (int b = 0; b < BB; b++) begin
             logic [31:0] a;
             a = (c_side_first + c_idx) * BB + b;
-            if (a >= lo && a < lo + sbytes) sbuf[a - lo] <= chunk[8 * b +: 8];
+            if (a >= lo && a < lo + sbytes) sbuf[a - lo] <= sdata[8 * b +: 8];
           end
+          if (!c_hit) begin c_cache <= chunk; c_cbeat <= c_side_first + c_idx; c_cv <= 1'b1; end
           if ((c_side_first + c_idx) * BB + BB >= lo + sbytes) begin c_side <= 1'b0; c_idx <= 0; end
           else c_idx <= c_idx + 1;
         end
@@ -509,7 +522,7 @@ module otpu_mxu
       if (take) begin
         w <= in_w;
         state <= S_CHECK;
-        q_row <= 0; q_idx <= 0;
+        q_row <= 0; q_idx <= 0; q_cv <= 1'b0; c_cv <= 1'b0;
         c_row <= 0; c_idx <= 0; c_blk <= 0; c_half <= 1'b0;
         q_side <= in_w[0][24 + F_UNIT] == 0;
         c_side <= in_w[0][24 + F_UNIT] == 0;
@@ -528,5 +541,5 @@ module otpu_mxu
   end
   assign blk_pop = !four || c_half || c_blk + 1 == 32'(kb);
   assign f_pop = state == S_RUN && f_count != 0 && c_row < 32'(n) && (c_side || (oq_room && blk_pop));
-  assign f_npop = !f_pop ? 2'd0 : (c_side ? (fast && blk_pop ? 2'd2 : 2'd1) : 2'd1);
+  assign f_npop = !f_pop ? 2'd0 : (c_hit ? (fast && blk_pop ? 2'd1 : 2'd0) : (c_side ? (fast && blk_pop ? 2'd2 : 2'd1) : 2'd1));
 endmodule
