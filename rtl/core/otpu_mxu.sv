@@ -117,10 +117,12 @@ module otpu_mxu
   always_comb begin
     if (q_side) begin
       logic [31:0] lo, hi, bs, be;
+      logic whole;
       req_addr = (side_first + q_idx) * BB;
-      // a beat shared by the rows' side data is charged every row's bytes in it
-      lo = srs <= sbytes ? ssa : ssa + q_row * srs;
-      hi = srs <= sbytes ? ssa + (32'(n) - 1) * srs + sbytes : lo + sbytes;
+      // a beat shared by the rows' side data is charged every row's bytes in it, once
+      whole = srs <= sbytes && !(q_cv && side_first + q_idx == q_cbeat);
+      lo = whole ? ssa : ssa + q_row * srs;
+      hi = whole ? ssa + (32'(n) - 1) * srs + sbytes : ssa + q_row * srs + sbytes;
       bs = req_addr > lo ? req_addr : lo;
       be = req_addr + BB < hi ? req_addr + BB : hi;
       req_bytes = 16'(be - bs);
@@ -301,11 +303,11 @@ module otpu_mxu
     otpu_fp_add u_aa (.a(ascale ? wb_prod[j] : rd_data[j]), .b(wb_y[j]), .sub(1'b0), .y(wb_sum[j]));
   end
   logic wb_issue;
-  assign wb_issue = state inside {S_RUN, S_FINISH} && oq_n != 0 && wr_ok && alpha_ok;
+  assign wb_issue = (state == S_RUN || state == S_FINISH) && oq_n != 0 && wr_ok && alpha_ok;
   always_comb begin
     rd_en = '0;
     for (int l = 0; l < LANES; l++) rd_addr[l] = out + 32'(l) * 32'(ors) + oq_row[0];
-    if (state inside {S_RUN, S_FINISH} && wr_ok && !alpha_ok && !alpha_pend && ascale)
+    if ((state == S_RUN || state == S_FINISH) && wr_ok && !alpha_ok && !alpha_pend && ascale)
       for (int l = 0; l < LANES; l++) begin
         rd_en[l] = l < m;
         rd_addr[l] = ssa + l;

@@ -111,7 +111,7 @@ module otpu_qnt
 
   // -- group slots --------------------------------------------------------------------------------------
   logic [30:0] g_amax [NSLOT];
-  logic [30:0] g_sub [NSLOT][NSUBS];
+  logic [30:0] g_sub [NSLOT * NSUBS];          // slot s, sub-block b at s * NSUBS + b
   logic [15:0] g_r [NSLOT];
   logic [15:0] g_k [NSLOT];
   logic        g_ready [NSLOT];
@@ -174,6 +174,9 @@ module otpu_qnt
   logic        rc_in;
   logic [30:0] rc_x;
   logic [SW-1:0] rc_slot;
+  assign rc_in = |s1_en && s1_last;             // a group's amax is complete: straight into RECIP
+  assign rc_x = am_next;
+  assign rc_slot = s1_slot;
   otpu_fp_composite #(.TAG_W(16)) u_recip (.clk, .rst, .en(1'b1), .in_valid(rc_in), .in_func(2'd1),
                                            .in_x({1'b0, rc_x}), .in_tag(16'(rc_slot)), .out_valid(rc_valid),
                                            .out_y(rc_y), .out_tag(rc_tag));
@@ -191,13 +194,18 @@ module otpu_qnt
   assign cr = g_r[c_slot];
   assign ck = g_k[c_slot];
   assign cgbase = row_mode ? 0 : 32'(ck) * D;
-  assign inv = g_inv[c_slot];
-  assign s_val = g_s[c_slot];
+  logic [31:0] c_inv, c_s;
+  assign inv = c_inv;
+  assign s_val = c_s;
   logic [$clog2(BQ+1)-1:0] bq_n;
   logic code_go;
   logic [31:0] ce;                           // elements coded this cycle
   assign ce = strided ? 1 : CW;
-  assign code_go = state == S_RUN && !cfin && g_used != 0 && g_ready[c_slot] &&
+  logic c_ready;                             // the coder's group has its scale (this cycle's RECIP too)
+  assign c_ready = g_ready[c_slot] || (rc_valid && SW'(rc_tag) == c_slot);
+  assign c_inv = g_ready[c_slot] ? g_inv[c_slot] : (rc_amax == 0 ? 32'd0 : inv_full);
+  assign c_s = g_ready[c_slot] ? g_s[c_slot] : (rc_amax == 0 ? 32'd0 : s_full);
+  assign code_go = state == S_RUN && !cfin && g_used != 0 && c_ready &&
                    (!is_qst || 32'(bq_n) + (strided ? 1 : 2) + 3 <= BQ);
   logic [CW-1:0] c_en;
   logic [CW-1:0][31:0] cx, t_b, inv_b, qx;
@@ -208,7 +216,7 @@ module otpu_qnt
     cx[l] = buf_q[BW'(rptr + l)];
   end
   for (genvar l = 0; l < CW; l++) begin : g_code
-    otpu_fp_mul u_t (.a({1'b0, g_sub[c_slot][(cgbase + c + l) / SUBW]}), .b(inv), .y(t_b[l]));
+    otpu_fp_mul u_t (.a({1'b0, g_sub[32'(c_slot) * NSUBS + (cgbase + c + l) / SUBW]}), .b(inv), .y(t_b[l]));
     otpu_fp_mul u_invb (.a(inv), .b({1'b0, 8'(127 + e_b[l]), 23'd0}), .y(inv_b[l]));
     otpu_fp_mul u_q (.a(cx[l]), .b(sub ? inv_b[l] : inv), .y(qx[l]));
   end
@@ -252,7 +260,6 @@ module otpu_qnt
       err_code <= E_NONE;
       bq_n <= 0;
       act_we <= 1'b0;
-      rc_in <= 1'b0;
       g_used <= 0;
       s1_en <= '0;
     end else begin
@@ -266,7 +273,6 @@ module otpu_qnt
       logic            ca;
       logic            alloc, free;
       act_we <= 1'b0;
-      rc_in <= 1'b0;
       alloc = 1'b0;
       free = 1'b0;
       for (int i = 0; i < BQ; i++) begin qd[i] = bq_data[i]; qs[i] = bq_strb[i]; qb[i] = bq_beat[i]; end
@@ -307,23 +313,24 @@ module otpu_qnt
       end
       if (state == S_RUN && rstate == A_ROWSCALE && rd_gnt[1]) rstate <= A_READ;
       if (|s1_en) begin
-        logic [30:0] sam [NSUBS];
-        sam = g_sub[s1_slot];
+        // the lanes of one sub-block fold into a running maximum; its last lane writes it
+        logic [30:0] run;
+        logic [31:0] prev;
+        run = 0;
+        prev = 32'hFFFFFFFF;
         for (int l = 0; l < LANES; l++)
           if (s1_en[l]) begin
-            logic [31:0] sb;
+            logic [31:0] sb, idx;
             sb = (s1_gbase + s1_e + l) / SUBW;
-            if (xs[l][30:0] > sam[sb]) sam[sb] = xs[l][30:0];
+            idx = 32'(s1_slot) * NSUBS + sb;
+            if (sb != prev) run = g_sub[idx];
+            if (xs[l][30:0] > run) run = xs[l][30:0];
+            g_sub[idx] <= run;
+            prev = sb;
             buf_q[BW'(wptr + 32'(l))] <= xs[l];
           end
         g_amax[s1_slot] <= am_next;
-        g_sub[s1_slot] <= sam;
         wptr <= wptr + 32'($countones(s1_en));
-        if (s1_last) begin
-          rc_in <= 1'b1;
-          rc_x <= am_next;
-          rc_slot <= s1_slot;
-        end
       end
       if (rc_valid) begin
         g_s[SW'(rc_tag)] <= rc_amax == 0 ? 32'd0 : s_full;
@@ -381,11 +388,12 @@ module otpu_qnt
           end
           free = 1'b1;
           g_amax[c_slot] <= 0;
-          for (int i = 0; i < NSUBS; i++) g_sub[c_slot][i] <= 0;
+          for (int i = 0; i < NSUBS; i++) g_sub[32'(c_slot) * NSUBS + i] <= 0;
           c_slot <= c_slot + 1;
           c <= 0;
           if (32'(cr) + 1 >= 32'(rows) && (row_mode || 32'(ck) + 1 >= 32'(kb))) begin
             cfin <= 1'b1;
+            if (!is_qst && busy_left <= 1) state <= S_DONE;
             if (is_qst) begin
               if (ca) begin qd[n] = cd; qs[n] = cs; qb[n] = cbt; n = n + 1; cs = '0; ca = 1'b0; end
               state <= S_DRAIN;
@@ -416,7 +424,7 @@ module otpu_qnt
         for (int s = 0; s < NSLOT; s++) begin
           g_amax[s] <= 0;
           g_ready[s] <= 1'b0;
-          for (int i = 0; i < NSUBS; i++) g_sub[s][i] <= 0;
+          for (int i = 0; i < NSUBS; i++) g_sub[s * NSUBS + i] <= 0;
         end
         writes <= 0;
         acks <= 0;
