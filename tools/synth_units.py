@@ -86,7 +86,8 @@ def render(version: str, rows: list[tuple[str, dict, dict]]) -> str:
     for top, params, res in rows:
         ptxt = ", ".join(f"{k}={v}" for k, v in params.items()) or "-"
         if "error" in res:
-            lines.append(f"| `{top}` | {ptxt} | not read by this yosys: {res['error'].replace('|', '/')} | |")
+            why = ("not read by this yosys: " if "ERROR" in res["error"] else "") + res["error"].replace("|", "/")
+            lines.append(f"| `{top}` | {ptxt} | {why} | |")
         else:
             lines.append(f"| `{top}` | {ptxt} | {res['cells']:,} | {res['ffs']:,} |")
     lines += ["", "The composite pipeline's count is far too small for ten multiply-add steps: this yosys "
