@@ -22,6 +22,7 @@ module otpu_core
   parameter int MXU_LATENCY = 7,
   parameter int COMPOSITE_COLS_PER_CYCLE = 2,
   parameter int DRAM_BYTES_PER_CYCLE = 32,
+  parameter int VT_APPEND_CYCLES = 8,
   parameter int DRAM_LOG2 = 24
 ) (
   input  logic             clk,
@@ -120,8 +121,9 @@ module otpu_core
   end
 
   // -- TMEM: read ports 0 DMA, 1 MXU, 2 QNT source, 3 VPU A, 4 VPU B, 5 sequencer (RLD) and
-  //    collective, 6 QNT scales; write ports 0 DMA, 1 MXU, 2 VPU, 3 collective ----------------------
-  localparam int NR = 7, NW = 4;
+  //    collective, 6 QNT scales, 7 DMA's upper lanes; write ports 0 DMA, 1 MXU, 2 VPU, 3 collective,
+  //    4 DMA's upper lanes ---------------------------------------------------------------------------
+  localparam int NR = 8, NW = 5;
   logic [NR-1:0][LANES-1:0]       t_rd_en;
   logic [NR-1:0][LANES-1:0][31:0] t_rd_addr, t_rd_data;
   logic [NR-1:0]                  t_rd_gnt;
@@ -167,14 +169,15 @@ module otpu_core
     r_write_u[u] = r_write;
   end
 
-  otpu_dma #(.BB(BB), .LANES(LANES), .FIFO_DEPTH(FIFO_DEPTH)) u_dma (
+  otpu_dma #(.BB(BB), .LANES(LANES), .FIFO_DEPTH(FIFO_DEPTH), .D(D), .DSTEP(DSTEP)) u_dma (
     .clk, .rst, .in_valid(u_valid[U_DMA]), .in_w(u_words[U_DMA]), .take(u_take[U_DMA]),
     .release_o(u_release[U_DMA]), .done(u_done[U_DMA]), .err(u_error[U_DMA]), .err_code(u_error_code[U_DMA]),
     .req_valid(q_valid[U_DMA]), .req_write(q_write[U_DMA]), .req_addr(q_addr[U_DMA]), .req_wdata(q_wdata[U_DMA]),
     .req_wstrb(q_wstrb[U_DMA]), .req_bytes(q_bytes[U_DMA]), .req_ready(q_ready[U_DMA]), .dram_pop(q_pop[U_DMA]),
     .resp_valid(r_valid_u[U_DMA]), .resp_write(r_write), .resp_rdata(r_data),
-    .rd_en(t_rd_en[0]), .rd_addr(t_rd_addr[0]), .rd_gnt(t_rd_gnt[0]), .rd_data(t_rd_data[0]),
-    .wr_en(t_wr_en[0]), .wr_addr(t_wr_addr[0]), .wr_data(t_wr_data[0]));
+    .rd_en({t_rd_en[7], t_rd_en[0]}), .rd_addr({t_rd_addr[7], t_rd_addr[0]}), .rd_gnt({t_rd_gnt[7], t_rd_gnt[0]}),
+    .rd_data({t_rd_data[7], t_rd_data[0]}),
+    .wr_en({t_wr_en[4], t_wr_en[0]}), .wr_addr({t_wr_addr[4], t_wr_addr[0]}), .wr_data({t_wr_data[4], t_wr_data[0]}));
 
   otpu_mxu #(.D(D), .MCOLS(MCOLS), .ROWS(ROWS), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB),
              .FIFO_DEPTH(FIFO_DEPTH), .LATENCY(MXU_LATENCY)) u_mxu (
@@ -190,7 +193,7 @@ module otpu_core
   assign q_wdata[U_MXU] = '0;
   assign q_wstrb[U_MXU] = '0;
 
-  otpu_qnt #(.D(D), .ROWS(ROWS), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB)) u_qnt (
+  otpu_qnt #(.D(D), .ROWS(ROWS), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB), .VT_APPEND_CYCLES(VT_APPEND_CYCLES)) u_qnt (
     .clk, .rst, .in_valid(u_valid[U_QNT]), .in_w(u_words[U_QNT]), .take(u_take[U_QNT]),
     .release_o(u_release[U_QNT]), .done(u_done[U_QNT]), .err(u_error[U_QNT]), .err_code(u_error_code[U_QNT]),
     .req_valid(q_valid[U_QNT]), .req_write(q_write[U_QNT]), .req_addr(q_addr[U_QNT]), .req_wdata(q_wdata[U_QNT]),

@@ -1,17 +1,22 @@
-// otpu_dma: the DMA unit: LD (DRAM words -> TMEM), ST (TMEM words -> DRAM) and WAITW (poll a
-// DRAM word until a compare holds, then copy it to TMEM). One instruction at a time, in order.
+// otpu_dma: the DMA unit: LD (DRAM words -> TMEM), ST (TMEM words -> DRAM), WAITW (poll a
+// DRAM word until a compare holds, then copy it to TMEM) and DSTEP (otpu_dstep, on targets built
+// with it). One instruction at a time, in order.
 //
 // DRAM traffic is whole beats of BB bytes (the unit owns the DRAM port while its instruction holds
 // the head ticket); `req_bytes` is the useful bytes of each beat, which the memory charges
 // against its bandwidth. Reads land in a FIFO of FIFO_DEPTH beats (requests are issued only
-// while their data has room) and leave it LANES words per cycle into TMEM; ST reads TMEM LANES
-// words per cycle and assembles them into beats with byte strobes. An instruction completes
+// while their data has room) and leave it up to 2 x LANES words per cycle into TMEM (two write
+// ports, so a beat lands as fast as the DRAM delivers it), paced so that an LD never places more
+// than LANES words per cycle since its start (the unit's rate in the timing model); ST reads TMEM 2 x LANES
+// words per cycle (two read ports) and assembles them into beats with byte strobes. An instruction completes
 // when its last TMEM write has landed (LD, WAITW) or its last DRAM write is acknowledged (ST).
 module otpu_dma
 #(
   parameter int BB = 32,
   parameter int LANES = 4,
-  parameter int FIFO_DEPTH = 64
+  parameter int FIFO_DEPTH = 64,
+  parameter int D = 32,
+  parameter int DSTEP = 0
 ) (
   input  logic                   clk,
   input  logic                   rst,
@@ -36,19 +41,20 @@ module otpu_dma
   input  logic                   resp_write,
   input  logic [BB*8-1:0]        resp_rdata,
   // TMEM
-  output logic [LANES-1:0]       rd_en,
-  output logic [LANES-1:0][31:0] rd_addr,
-  input  logic                   rd_gnt,
-  input  logic [LANES-1:0][31:0] rd_data,
-  output logic [LANES-1:0]       wr_en,
-  output logic [LANES-1:0][31:0] wr_addr,
-  output logic [LANES-1:0][31:0] wr_data
+  output logic [2*LANES-1:0]       rd_en,
+  output logic [2*LANES-1:0][31:0] rd_addr,
+  input  logic [1:0]               rd_gnt,
+  input  logic [2*LANES-1:0][31:0] rd_data,
+  output logic [2*LANES-1:0]       wr_en,
+  output logic [2*LANES-1:0][31:0] wr_addr,
+  output logic [2*LANES-1:0][31:0] wr_data
 );
   `include "otpu_defs.svh"
   localparam int WPB = BB / 4;
   localparam int FW = $clog2(FIFO_DEPTH + 1);
+  localparam int LDW = 2 * LANES;          // LD words per cycle at most
 
-  typedef enum logic [2:0] {S_IDLE, S_LD, S_ST, S_WAITW, S_WAITW_GAP, S_DONE} state_t;
+  typedef enum logic [2:0] {S_IDLE, S_LD, S_ST, S_WAITW, S_WAITW_GAP, S_DONE, S_DSTEP} state_t;
   state_t state;
   logic [7:0][31:0] w;
   logic [31:0] dram0, tmem0, nwords;
@@ -72,24 +78,26 @@ module otpu_dma
   logic [BB*8-1:0] fifo [FIFO_DEPTH];
   logic [FW-1:0]   f_count, f_head, f_tail;
   logic [FW-1:0]   outstanding;            // read requests whose data has not arrived
-  logic [31:0]     win_words [2 * WPB];
-  logic [$clog2(2 * WPB + 1)-1:0] win_n;
+  localparam int WINW = 2 * (WPB > LDW ? WPB : LDW);
+  logic [31:0]     win_words [WINW];
+  logic [$clog2(WINW + 1)-1:0] win_n;
   logic [31:0]     beats_taken;            // beats moved from the FIFO into the window
   logic            pop_beat;
   logic [31:0]     skip;                   // leading words of the first beat
 
   // -- ST: beat assembly -------------------------------------------------------------------------------
-  logic [BB*8-1:0] sb_data [4];
-  logic [BB-1:0]   sb_strb [4];
-  logic [31:0]     sb_beat [4];
-  logic [2:0]      sb_n;
+  localparam int SBQ = 8;
+  logic [BB*8-1:0] sb_data [SBQ];
+  logic [BB-1:0]   sb_strb [SBQ];
+  logic [31:0]     sb_beat [SBQ];
+  logic [3:0]      sb_n;
   logic [BB*8-1:0] cur_data;
   logic [BB-1:0]   cur_strb;
   logic [31:0]     cur_beat;
   logic            cur_any;
   logic            st_rd_pending;
   logic [31:0]     st_rd_base;
-  logic [$clog2(LANES+1)-1:0] st_rd_k;
+  logic [$clog2(2*LANES+1)-1:0] st_rd_k;
   logic [31:0]     writes_issued, writes_total;
 
   // -- WAITW ---------------------------------------------------------------------------------------------
@@ -98,11 +106,11 @@ module otpu_dma
 
   logic ld_issue, st_issue, ww_issue, ww_write, holds, st_release;
   assign ww_write = state == S_WAITW_GAP && holds;
-  assign done = state == S_DONE;
-  assign release_o = (state == S_DONE && w[0][7:0] != OP_ST) || st_release;
-  logic [LANES-1:0] ld_wr_en;
-  logic [$clog2(LANES+1)-1:0] ld_k;
-  logic [31:0] remaining;
+  assign done = state == S_DONE || (state == S_DSTEP && x_finish);
+  assign release_o = (state == S_DONE && w[0][7:0] != OP_ST) || st_release || (state == S_DSTEP && x_finish);
+  logic [LDW-1:0] ld_wr_en;
+  logic [$clog2(LDW+1)-1:0] ld_k;
+  logic [31:0] remaining, elapsed, allowed;
 
   always_comb begin
     // DRAM requests
@@ -120,12 +128,13 @@ module otpu_dma
                (state == S_LD && nwords == 0 && beat_next == beat_first) || ww_write;
     // LD: the window's words to TMEM
     remaining = nwords - placed;
+    allowed = LANES * (elapsed + 1) - placed;
     ld_k = 0;
     ld_wr_en = '0;
-    for (int l = 0; l < LANES; l++) begin
+    for (int l = 0; l < LDW; l++) begin
       wr_addr[l] = tmem0 + placed + l;
       wr_data[l] = win_words[l];
-      if (state == S_LD && l < win_n && 32'(l) < remaining) begin
+      if (state == S_LD && l < win_n && 32'(l) < remaining && 32'(l) < allowed) begin
         ld_wr_en[l] = 1'b1;
         ld_k = ld_k + 1;
       end
@@ -136,12 +145,46 @@ module otpu_dma
       wr_addr[0] = w[2];
       wr_data[0] = value;
     end
-    pop_beat = state == S_LD && f_count != 0 && 32'(win_n) - 32'(ld_k) + WPB <= 2 * WPB && beats_taken < beat_last - beat_first + 1;
-    // ST: read LANES words per cycle while the beat FIFO has room
+    pop_beat = state == S_LD && f_count != 0 && 32'(win_n) - 32'(ld_k) + WPB <= WINW && beats_taken < beat_last - beat_first + 1;
+    // ST: read 2 x LANES words per cycle (two read ports) while the beat queue has room
     rd_en = '0;
-    for (int l = 0; l < LANES; l++) rd_addr[l] = tmem0 + issued_words + l;
-    if (state == S_ST && issued_words < nwords && 32'(sb_n) + (st_rd_pending ? 1 : 0) <= 2)
-      for (int l = 0; l < LANES; l++) rd_en[l] = 32'(l) < nwords - issued_words;
+    for (int l = 0; l < 2 * LANES; l++) rd_addr[l] = tmem0 + issued_words + l;
+    if (state == S_ST && issued_words < nwords && 32'(sb_n) + (st_rd_pending ? 3 : 0) + 3 <= SBQ)
+      for (int l = 0; l < 2 * LANES; l++) rd_en[l] = 32'(l) < nwords - issued_words;
+    // DSTEP owns the ports while it runs
+    if (state == S_DSTEP) begin
+      req_valid = x_req_valid; req_write = x_req_write; req_addr = x_req_addr; req_wdata = x_req_wdata;
+      req_wstrb = x_req_wstrb; req_bytes = x_req_bytes; dram_pop = x_dram_pop;
+      rd_en = '0;
+      for (int l = 0; l < LANES; l++) begin rd_en[l] = x_rd_en[l]; rd_addr[l] = x_rd_addr[l]; end
+      wr_en = '0;
+      wr_en[0] = x_wr_en; wr_addr[0] = x_wr_addr; wr_data[0] = x_wr_data;
+    end
+  end
+
+  // -- DSTEP ----------------------------------------------------------------------------------------------
+  logic                   x_finish, x_err, x_req_valid, x_req_write, x_dram_pop, x_wr_en;
+  logic [7:0]             x_err_code;
+  logic [31:0]            x_req_addr, x_wr_addr, x_wr_data;
+  logic [BB*8-1:0]        x_req_wdata;
+  logic [BB-1:0]          x_req_wstrb;
+  logic [15:0]            x_req_bytes;
+  logic [LANES-1:0]       x_rd_en;
+  logic [LANES-1:0][31:0] x_rd_addr;
+  if (DSTEP != 0) begin : g_dstep
+    logic x_busy;
+    otpu_dstep #(.BB(BB), .LANES(LANES), .D(D)) u_dstep (
+      .clk, .rst, .start(take && in_w[0][7:0] == OP_DSTEP), .in_w, .busy(x_busy), .finish(x_finish),
+      .err(x_err), .err_code(x_err_code), .req_valid(x_req_valid), .req_write(x_req_write), .req_addr(x_req_addr),
+      .req_wdata(x_req_wdata), .req_wstrb(x_req_wstrb), .req_bytes(x_req_bytes), .req_ready, .dram_pop(x_dram_pop),
+      .resp_valid, .resp_write, .resp_rdata, .rd_en(x_rd_en), .rd_addr(x_rd_addr), .rd_gnt(&rd_gnt),
+      .rd_data(rd_data[LANES-1:0]),
+      .wr_en(x_wr_en), .wr_addr(x_wr_addr), .wr_data(x_wr_data));
+  end else begin : g_no_dstep
+    assign x_finish = 1'b0; assign x_err = 1'b0; assign x_err_code = E_NONE;
+    assign x_req_valid = 1'b0; assign x_req_write = 1'b0; assign x_req_addr = '0; assign x_req_wdata = '0;
+    assign x_req_wstrb = '0; assign x_req_bytes = '0; assign x_dram_pop = 1'b0;
+    assign x_rd_en = '0; assign x_rd_addr = '0; assign x_wr_en = 1'b0; assign x_wr_addr = '0; assign x_wr_data = '0;
   end
 
   always_comb begin
@@ -165,8 +208,14 @@ module otpu_dma
       f_count <= 0; f_head <= 0; f_tail <= 0; outstanding <= 0;
     end else begin
       st_release <= 1'b0;
+      elapsed <= elapsed + 1;
       case (state)
         S_IDLE, S_DONE: state <= S_IDLE;
+        S_DSTEP: if (x_err) begin
+          err <= 1'b1;
+          err_code <= x_err_code;
+          state <= S_IDLE;
+        end else if (x_finish) state <= S_IDLE;
         S_LD: begin
           if (ld_issue && req_ready) beat_next <= beat_next + 1;
           if (nwords == 0 && beat_next == beat_first) beat_next <= beat_last + 1;
@@ -179,9 +228,9 @@ module otpu_dma
           outstanding <= outstanding + FW'(ld_issue && req_ready) - FW'(resp_valid && !resp_write);
           // the window: emit ld_k words, then append a beat
           begin
-            logic [31:0] nw [2 * WPB];
+            logic [31:0] nw [WINW];
             int n2, first;
-            for (int i = 0; i < 2 * WPB; i++) nw[i] = i + ld_k < 2 * WPB ? win_words[i + ld_k] : 32'd0;
+            for (int i = 0; i < WINW; i++) nw[i] = i + ld_k < WINW ? win_words[i + ld_k] : 32'd0;
             n2 = int'(win_n) - int'(ld_k);
             if (pop_beat) begin
               first = beats_taken == 0 ? int'(skip) : 0;
@@ -191,7 +240,7 @@ module otpu_dma
               f_head <= f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1;
               beats_taken <= beats_taken + 1;
             end
-            for (int i = 0; i < 2 * WPB; i++) win_words[i] <= nw[i];
+            for (int i = 0; i < WINW; i++) win_words[i] <= nw[i];
             win_n <= $bits(win_n)'(n2);
           end
           placed <= placed + 32'(ld_k);
@@ -201,7 +250,7 @@ module otpu_dma
         end
         S_ST: begin
           // TMEM reads in flight come back the next cycle
-          if (|rd_en && rd_gnt) begin
+          if (|rd_en && &rd_gnt) begin
             st_rd_pending <= 1'b1;
             st_rd_base <= issued_words;
             st_rd_k <= $bits(st_rd_k)'($countones(rd_en));
@@ -213,20 +262,20 @@ module otpu_dma
             logic [BB-1:0] cs;
             logic [31:0] cb;
             logic ca;
-            logic [2:0] n;
-            logic [BB*8-1:0] qd [4];
-            logic [BB-1:0] qs [4];
-            logic [31:0] qb [4];
-            for (int i = 0; i < 4; i++) begin qd[i] = sb_data[i]; qs[i] = sb_strb[i]; qb[i] = sb_beat[i]; end
+            logic [3:0] n;
+            logic [BB*8-1:0] qd [SBQ];
+            logic [BB-1:0] qs [SBQ];
+            logic [31:0] qb [SBQ];
+            for (int i = 0; i < SBQ; i++) begin qd[i] = sb_data[i]; qs[i] = sb_strb[i]; qb[i] = sb_beat[i]; end
             n = sb_n;
             if (st_issue && req_ready) begin
-              for (int i = 0; i < 3; i++) begin qd[i] = qd[i + 1]; qs[i] = qs[i + 1]; qb[i] = qb[i + 1]; end
+              for (int i = 0; i < SBQ - 1; i++) begin qd[i] = qd[i + 1]; qs[i] = qs[i + 1]; qb[i] = qb[i + 1]; end
               n = n - 1;
               writes_issued <= writes_issued + 1;
             end
             cd = cur_data; cs = cur_strb; cb = cur_beat; ca = cur_any;
             if (st_rd_pending)
-              for (int l = 0; l < LANES; l++)
+              for (int l = 0; l < 2 * LANES; l++)
                 if (l < st_rd_k) begin
                   logic [31:0] a, b;
                   a = dram0 + 4 * (st_rd_base + l);
@@ -244,12 +293,14 @@ module otpu_dma
               qd[n] = cd; qs[n] = cs; qb[n] = cb; n = n + 1;
               cs = '0; ca = 1'b0;
             end
-            for (int i = 0; i < 4; i++) begin sb_data[i] <= qd[i]; sb_strb[i] <= qs[i]; sb_beat[i] <= qb[i]; end
+            for (int i = 0; i < SBQ; i++) begin sb_data[i] <= qd[i]; sb_strb[i] <= qs[i]; sb_beat[i] <= qb[i]; end
             sb_n <= n;
             cur_data <= cd; cur_strb <= cs; cur_beat <= cb; cur_any <= ca;
           end
           if (resp_valid && resp_write) acked <= acked + 1;
+          // (and not before LANES words a cycle since the start: the unit's rate in the timing model)
           if (nwords == 0 || (acked + (resp_valid && resp_write ? 1 : 0) >= writes_total && writes_issued >= writes_total
+                              && elapsed + 1 >= (nwords + LANES - 1) / LANES
                               && writes_total != 0)) state <= S_DONE;
         end
         S_WAITW: begin
@@ -282,7 +333,7 @@ module otpu_dma
         beat_first <= in_w[1] / BB;
         beat_next <= in_w[1] / BB;
         beat_last <= in_w[3] == 0 ? in_w[1] / BB : (in_w[1] + 4 * in_w[3] - 1) / BB;
-        acked <= 0; placed <= 0; issued_words <= 0; beats_taken <= 0;
+        acked <= 0; placed <= 0; issued_words <= 0; beats_taken <= 0; elapsed <= 0;
         win_n <= 0;
         skip <= (in_w[1] % BB) / 4;
         sb_n <= 0; cur_any <= 1'b0; st_rd_pending <= 1'b0;
@@ -292,6 +343,7 @@ module otpu_dma
         case (in_w[0][7:0])
           OP_LD: state <= S_LD;
           OP_ST: state <= S_ST;
+          OP_DSTEP: state <= S_DSTEP;
           default: state <= S_WAITW;
         endcase
       end

@@ -107,15 +107,22 @@ module otpu_mxu
     side_first = (ssa + q_row * srs) / BB;
     side_last = (ssa + q_row * srs + sbytes - 1) / BB;
   end
+  // a row whose side data lies in the side beat fetched last (rows' scales share beats) reuses it
+  logic        q_cv, q_hit;
+  logic [31:0] q_cbeat;
+  assign q_hit = q_side && q_cv && side_first == side_last && side_first == q_cbeat;
   logic req_more;
   assign req_more = (state == S_PREP || state == S_RUN) && q_row < 32'(n);
-  assign req_valid = req_more && 32'(outstanding) + 32'(f_count) < FIFO_DEPTH;
+  assign req_valid = req_more && 32'(outstanding) + 32'(f_count) < FIFO_DEPTH && !q_hit;
   always_comb begin
     if (q_side) begin
       logic [31:0] lo, hi, bs, be;
+      logic whole;
       req_addr = (side_first + q_idx) * BB;
-      lo = ssa + q_row * srs;
-      hi = lo + sbytes;
+      // a beat shared by the rows' side data is charged every row's bytes in it, once
+      whole = srs <= sbytes && !(q_cv && side_first + q_idx == q_cbeat);
+      lo = whole ? ssa : ssa + q_row * srs;
+      hi = whole ? ssa + (32'(n) - 1) * srs + sbytes : ssa + q_row * srs + sbytes;
       bs = req_addr > lo ? req_addr : lo;
       be = req_addr + BB < hi ? req_addr + BB : hi;
       req_bytes = 16'(be - bs);
@@ -141,6 +148,26 @@ module otpu_mxu
   logic        c_half;                             // 4-bit: second block of the chunk
   logic        blocks_go;                          // a block can be computed this cycle
   logic        oq_room;
+  // the last side beat of a row and the row's first block go in one cycle when both have arrived
+  // (the side data costs DRAM bandwidth, not a cycle of the array)
+  logic        fast, side_end, blk_pop, c_hit, c_cv;
+  logic [31:0] c_cbeat;
+  logic [BB*8-1:0] c_cache, sdata;                 // the side beat consumed last; this row's side beat
+  logic [1:0]  f_npop;
+  logic [7:0]  sview [SBYTES];                     // sbuf with the side beat at the head merged in
+  always_comb begin
+    logic [31:0] lo, b0;
+    lo = ssa + c_row * srs;
+    b0 = (c_side_first + c_idx) * BB;
+    side_end = b0 + BB >= lo + sbytes;
+    c_hit = c_side && c_cv && c_side_first == (lo + sbytes - 1) / BB && c_side_first == c_cbeat;
+    sdata = c_hit ? c_cache : chunk;
+    for (int i = 0; i < SBYTES; i++) begin
+      sview[i] = sbuf[i];
+      if (c_side && lo + i >= b0 && lo + i < b0 + BB) sview[i] = sdata[8 * (lo + i - b0) +: 8];
+    end
+  end
+  assign fast = state == S_RUN && c_row < 32'(n) && c_side && side_end && oq_room && (c_hit ? f_count >= 1 : f_count >= 2);
 
   // the row's decoded side data
   logic [31:0] ws [ACT_BLOCKS];                    // public: block scales
@@ -154,7 +181,7 @@ module otpu_mxu
     base = 8'hFF; top = 8'h00;
     for (int k = 0; k < ACT_BLOCKS; k++) begin
       logic [31:0] word;
-      word = {sbuf[4 * k + 3], sbuf[4 * k + 2], sbuf[4 * k + 1], sbuf[4 * k]};
+      word = {sview[4 * k + 3], sview[4 * k + 2], sview[4 * k + 1], sview[4 * k]};
       ws[k] = unit ? ONE : (wf == WF_INT8 ? ftz(word) : ftz({word[15:0], 16'd0}));
       for (int b = 0; b < 4; b++)
         mult[k][b] = unit ? 6'd1 : (wf == WF_FP4X6 ? 6'(word >> (8 + 6 * b)) : {2'b00, 4'(word >> (16 + 4 * b))});
@@ -166,23 +193,24 @@ module otpu_mxu
     end
     row_scale = ONE;
     if (!unit && wf == WF_INT8X) begin
-      row_scale = ftz({sbuf[3], sbuf[2], sbuf[1], sbuf[0]});
+      row_scale = ftz({sview[3], sview[2], sview[1], sview[0]});
       for (int k = 0; k < ACT_BLOCKS; k++) begin
-        wshift[k] = 5'(sbuf[4 + k]);
-        if (k < kb && sbuf[4 + k] > 16) side_bad = 1'b1;
+        wshift[k] = 5'(sview[4 + k]);
+        if (k < kb && sview[4 + k] > 16) side_bad = 1'b1;
       end
     end
     if (!unit && wf == WF_FP4X6) begin
       row_scale = base >= 2 ? {1'b0, 8'(base - 1), 23'd0} : 32'd0;
       if (top - base > 16) side_bad = 1'b1;
       for (int k = 0; k < ACT_BLOCKS; k++)
-        wshift[k] = 5'({sbuf[4 * k + 3], sbuf[4 * k + 2], sbuf[4 * k + 1], sbuf[4 * k]} & 32'hFF) - 5'(base);
+        wshift[k] = 5'({sview[4 * k + 3], sview[4 * k + 2], sview[4 * k + 1], sview[4 * k]} & 32'hFF) - 5'(base);
     end
   end
 
   // -- one block against the M ACT rows ----------------------------------------------------------------------------
-  logic [D*8-1:0] chunk;
+  logic [D*8-1:0] chunk, blk_chunk;
   assign chunk = fifo[f_head];
+  assign blk_chunk = fast && !c_hit ? fifo[f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1] : chunk;
   assign act_rblk = $bits(act_rblk)'(state == S_PREP ? 32'(ab) + 32'(prep_k) : 32'(ab) + c_blk);
 
   function automatic logic signed [11:0] weight_of(input logic [2:0] f, input logic [7:0] byte_, input logic hi,
@@ -211,7 +239,7 @@ module otpu_mxu
           int el;
           logic [7:0] wb;
           el = b * SUBW + i;
-          wb = four ? chunk[8 * ((c_half ? D / 2 : 0) + el / 2) +: 8] : chunk[8 * el +: 8];
+          wb = four ? blk_chunk[8 * ((c_half ? D / 2 : 0) + el / 2) +: 8] : blk_chunk[8 * el +: 8];
           dot += $signed(act_rq[j][8 * el +: 8]) * weight_of(wf, wb, four && el[0], mult[c_blk][b]);
         end
         e = act_rsub[j][3 * b +: 3];
@@ -275,11 +303,11 @@ module otpu_mxu
     otpu_fp_add u_aa (.a(ascale ? wb_prod[j] : rd_data[j]), .b(wb_y[j]), .sub(1'b0), .y(wb_sum[j]));
   end
   logic wb_issue;
-  assign wb_issue = state inside {S_RUN, S_FINISH} && oq_n != 0 && wr_ok && alpha_ok;
+  assign wb_issue = (state == S_RUN || state == S_FINISH) && oq_n != 0 && wr_ok && alpha_ok;
   always_comb begin
     rd_en = '0;
     for (int l = 0; l < LANES; l++) rd_addr[l] = out + 32'(l) * 32'(ors) + oq_row[0];
-    if (state inside {S_RUN, S_FINISH} && wr_ok && !alpha_ok && !alpha_pend && ascale)
+    if ((state == S_RUN || state == S_FINISH) && wr_ok && !alpha_ok && !alpha_pend && ascale)
       for (int l = 0; l < LANES; l++) begin
         rd_en[l] = l < m;
         rd_addr[l] = ssa + l;
@@ -373,8 +401,11 @@ module otpu_mxu
       endcase
 
       // request position
+      if (q_hit && req_more) begin q_side <= 1'b0; q_idx <= 0; end
       if (req_valid && req_ready) begin
         if (q_side) begin
+          q_cv <= 1'b1;
+          q_cbeat <= side_first + q_idx;
           if ((side_first + q_idx) == side_last) begin q_side <= 1'b0; q_idx <= 0; end
           else q_idx <= q_idx + 1;
         end else if (q_idx + 1 == nch) begin
@@ -389,9 +420,9 @@ module otpu_mxu
         fifo[f_tail] <= resp_rdata;
         f_tail <= f_tail == FW'(FIFO_DEPTH - 1) ? 0 : f_tail + 1;
       end
-      f_count <= f_count + FW'(resp_valid) - FW'(f_pop);
+      f_count <= f_count + FW'(resp_valid) - FW'(f_npop);
       outstanding <= outstanding + FW'(req_valid && req_ready) - FW'(resp_valid);
-      if (f_pop) f_head <= f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1;
+      f_head <= FW'((32'(f_head) + 32'(f_npop)) % FIFO_DEPTH);
 
       // consumer
       if (state == S_RUN && f_count != 0 && c_row < 32'(n)) begin
@@ -401,11 +432,13 @@ module otpu_mxu
           for (int b = 0; b < BB; b++) begin
             logic [31:0] a;
             a = (c_side_first + c_idx) * BB + b;
-            if (a >= lo && a < lo + sbytes) sbuf[a - lo] <= chunk[8 * b +: 8];
+            if (a >= lo && a < lo + sbytes) sbuf[a - lo] <= sdata[8 * b +: 8];
           end
+          if (!c_hit) begin c_cache <= chunk; c_cbeat <= c_side_first + c_idx; c_cv <= 1'b1; end
           if ((c_side_first + c_idx) * BB + BB >= lo + sbytes) begin c_side <= 1'b0; c_idx <= 0; end
           else c_idx <= c_idx + 1;
-        end else if (oq_room) begin
+        end
+        if (fast || (!c_side && oq_room)) begin
           // a block: into stage A
           if (side_bad) begin
             err <= 1'b1;
@@ -491,7 +524,7 @@ module otpu_mxu
       if (take) begin
         w <= in_w;
         state <= S_CHECK;
-        q_row <= 0; q_idx <= 0;
+        q_row <= 0; q_idx <= 0; q_cv <= 1'b0; c_cv <= 1'b0;
         c_row <= 0; c_idx <= 0; c_blk <= 0; c_half <= 1'b0;
         q_side <= in_w[0][24 + F_UNIT] == 0;
         c_side <= in_w[0][24 + F_UNIT] == 0;
@@ -508,5 +541,7 @@ module otpu_mxu
       end
     end
   end
-  assign f_pop = state == S_RUN && f_count != 0 && c_row < 32'(n) && (c_side || (oq_room && (!four || c_half || c_blk + 1 == 32'(kb))));
+  assign blk_pop = !four || c_half || c_blk + 1 == 32'(kb);
+  assign f_pop = state == S_RUN && f_count != 0 && c_row < 32'(n) && (c_side || (oq_room && blk_pop));
+  assign f_npop = !f_pop ? 2'd0 : (c_hit ? (fast && blk_pop ? 2'd1 : 2'd0) : (c_side ? (fast && blk_pop ? 2'd2 : 2'd1) : 2'd1));
 endmodule

@@ -236,7 +236,12 @@ module otpu_seq
         fp[0] = tile(0, w[1], 32'(w[3][15:0]), 32'(w[3][31:16]), w[4]);
         fp[1] = tile(1, w[2], 32'(w[3][15:0]), 32'(w[3][31:16]), w[5]);
       end
-      OP_DSTEP: begin
+      OP_DSTEP: begin              // q and k, v, e and beta, the state (read and written), o
+        fp[0] = mkrange(SP_TMEM, 0, AW'(w[2]), AW'(w[2]) + AW'(2 * 32'(w[4][31:16])));
+        fp[1] = mkrange(SP_TMEM, 0, AW'(w[3]), AW'(w[3]) + AW'(w[4][15:0]));
+        fp[2] = mkrange(SP_TMEM, 0, AW'(w[5]), AW'(w[5]) + AW'(w[7]) + 1);
+        fp[3] = mkrange(SP_DRAM, 1, AW'(w[1]), AW'(w[1]) + AW'(4 * 32'(w[4][15:0]) * 32'(w[4][31:16])));
+        fp[4] = mkrange(SP_TMEM, 1, AW'(w[6]), AW'(w[6]) + AW'(w[4][15:0]));
         uses_dram = 1;
       end
       default: ;

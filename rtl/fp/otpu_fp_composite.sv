@@ -4,7 +4,9 @@
 // the same roundings, so the results are bit-exact). One element enters per cycle when `en`;
 // results leave LATENCY cycles later with their tag. `en` low freezes the whole pipeline.
 module otpu_fp_composite #(
-  parameter int TAG_W = 16
+  parameter int TAG_W = 16,
+  parameter int STEPS_PER_CYCLE = 5       // multiply-add steps between two pipeline registers (the
+                                          // timing model's 4-cycle VPU latency; 1 or 2 for a fast clock)
 ) (
   input  logic             clk,
   input  logic             rst,
@@ -19,7 +21,7 @@ module otpu_fp_composite #(
 );
   `include "otpu_fp_funcs.svh"
   localparam int STAGES = 10;
-  localparam int LATENCY = STAGES + 2;
+  localparam int LATENCY = (STAGES + STEPS_PER_CYCLE - 1) / STEPS_PER_CYCLE + 2;
   localparam logic [1:0] F_EXP2 = 2'd0, F_RECIP = 2'd1, F_RSQRT = 2'd2, F_LOG2 = 2'd3;
 
   // one element's context as it moves down the pipeline
@@ -97,65 +99,72 @@ module otpu_fp_composite #(
 
   // -- stages 1..STAGES: one multiply and one add each ----------------------------------------
   for (genvar s = 1; s <= STAGES; s++) begin : g_stage
-    assign c[s] = st[s - 1];
+    ctx_t cur, nx;                                     // this stage's context in and out
+    assign cur = st[s - 1];
+    assign c[s] = cur;
+    assign nxt[s] = nx;
     otpu_fp_mul u_mul (.a(ma[s]), .b(mb[s]), .y(prod[s]));
     otpu_fp_add u_add (.a(aa[s]), .b(ab[s]), .sub(asub[s]), .y(sum[s]));
 
     always_comb begin
-      ma[s] = c[s].y; mb[s] = c[s].t; aa[s] = prod[s]; ab[s] = 32'd0; asub[s] = 1'b0;
-      nxt[s] = c[s];
-      case (c[s].func)
+      ma[s] = cur.y; mb[s] = cur.t; aa[s] = prod[s]; ab[s] = 32'd0; asub[s] = 1'b0;
+      nx = cur;
+      case (cur.func)
         F_EXP2:
           if (s == 1) begin                              // f = xf - i2f(i); p = C7
-            aa[s] = c[s].a; ab[s] = c[s].h; asub[s] = 1'b1;
-            nxt[s].t = sum[s]; nxt[s].y = exp2_c(7);
+            aa[s] = cur.a; ab[s] = cur.h; asub[s] = 1'b1;
+            nx.t = sum[s]; nx.y = exp2_c(7);
           end else if (s <= 8) begin                     // p = p * f + C(8 - s)
             ab[s] = exp2_c(8 - s);
-            nxt[s].y = sum[s];
+            nx.y = sum[s];
           end
         F_RECIP:
           if (s == 1 || s == 3 || s == 5) begin          // t = (s == 5 ? 1 : 2) - a * y
-            ma[s] = c[s].a; mb[s] = c[s].y; aa[s] = s == 5 ? ONE : TWO; ab[s] = prod[s]; asub[s] = 1'b1;
-            nxt[s].t = sum[s];
+            ma[s] = cur.a; mb[s] = cur.y; aa[s] = s == 5 ? ONE : TWO; ab[s] = prod[s]; asub[s] = 1'b1;
+            nx.t = sum[s];
           end else if (s == 2 || s == 4) begin           // y = y * t
-            nxt[s].y = prod[s];
+            nx.y = prod[s];
           end else if (s == 6) begin                     // y = y * t + y (the correction step)
-            ab[s] = c[s].y;
-            nxt[s].y = sum[s];
+            ab[s] = cur.y;
+            nx.y = sum[s];
           end
         F_RSQRT:
           if (s == 1) begin                              // h = 0.5 * x'
-            ma[s] = HALF; mb[s] = c[s].a;
-            nxt[s].h = prod[s];
+            ma[s] = HALF; mb[s] = cur.a;
+            nx.h = prod[s];
           end else if (s == 2 || s == 5 || s == 8) begin // t = y * y
-            ma[s] = c[s].y; mb[s] = c[s].y;
-            nxt[s].t = prod[s];
+            ma[s] = cur.y; mb[s] = cur.y;
+            nx.t = prod[s];
           end else if (s == 3 || s == 6 || s == 9) begin // t = (s == 9 ? 0.5 : 1.5) - h * t
-            ma[s] = c[s].h; mb[s] = c[s].t; aa[s] = s == 9 ? HALF : THREE_HALVES; ab[s] = prod[s]; asub[s] = 1'b1;
-            nxt[s].t = sum[s];
+            ma[s] = cur.h; mb[s] = cur.t; aa[s] = s == 9 ? HALF : THREE_HALVES; ab[s] = prod[s]; asub[s] = 1'b1;
+            nx.t = sum[s];
           end else if (s == 4 || s == 7) begin           // y = y * t
-            nxt[s].y = prod[s];
+            nx.y = prod[s];
           end else begin                                 // y = y * t + y (the correction step)
-            ab[s] = c[s].y;
-            nxt[s].y = sum[s];
+            ab[s] = cur.y;
+            nx.y = sum[s];
           end
         default:  // F_LOG2
           if (s == 1) begin                              // t = m - 1; q = C9
-            aa[s] = c[s].a; ab[s] = MINUS_ONE;
-            nxt[s].t = sum[s]; nxt[s].y = log2_c(9);
+            aa[s] = cur.a; ab[s] = MINUS_ONE;
+            nx.t = sum[s]; nx.y = log2_c(9);
           end else if (s <= 9) begin                     // q = q * t + C(10 - s)
             ab[s] = log2_c(10 - s);
-            nxt[s].y = sum[s];
+            nx.y = sum[s];
           end else begin                                 // r = q * t + i2f(e)
-            ab[s] = c[s].h;
-            nxt[s].y = sum[s];
+            ab[s] = cur.h;
+            nx.y = sum[s];
           end
       endcase
     end
 
-    always_ff @(posedge clk) begin
-      if (rst) st[s] <= '0;
-      else if (en) st[s] <= nxt[s];
+    if (s % STEPS_PER_CYCLE == 0 || s == STAGES) begin : g_reg
+      always_ff @(posedge clk) begin
+        if (rst) st[s] <= '0;
+        else if (en) st[s] <= nxt[s];
+      end
+    end else begin : g_chain
+      always_comb st[s] = nxt[s];
     end
   end
 
