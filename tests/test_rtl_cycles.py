@@ -9,6 +9,8 @@ from otpu_core import rtlcases
 from otpu_core.rtlcheck import compare_case
 from rtl_support import TARGET, rtl_backend  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.slow      # it needs a Verilator build of the machine: minutes on a cold cache
+
 BAND = 0.05
 # one per unit mix: DMA and the MXU with QACT; QST with strides and LD; the VPU's reductions; DMA alone
 SUBSET = ("matmul int8", "attention", "sampling argmax topk", "embed")
