@@ -61,3 +61,14 @@ def test_targets_beyond_the_rtl_are_refused_naming_what_is_missing(name, missing
 def test_rtl_targets():
     for name in ("nangate45-small", "nangate45-card", "ypcb-00338"):
         target.check_rtl_buildable(target.load(name))
+
+
+@pytest.mark.parametrize("text,words", [("", "program has no instructions"), ("bogus op\n", "unknown mnemonic")])
+def test_rtl_run_refuses_a_bad_program_before_building(text, words, tmp_path, monkeypatch, capsys):
+    from otpu_core.cli import build_app, run_app
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))     # a cold cache: a build would take minutes
+    prog = tmp_path / "p.s"
+    prog.write_text(text)
+    assert run_app(build_app(), "otpu", ["rtl", "run", str(prog)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and str(prog) in err and not (tmp_path / "cache").exists()

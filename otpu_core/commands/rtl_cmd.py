@@ -15,7 +15,7 @@ from rich.table import Table
 from ..console import print_json, stderr, stdout
 from ..errors import ChecksFailed, UsageError
 from ..hookspecs import hookimpl
-from .sim_cmd import read_text
+from .sim_cmd import parse_source, read_text
 
 app = typer.Typer(name="rtl", no_args_is_help=True, add_completion=False,
                   help="The machine's RTL under Verilator, compared bit for bit with the golden simulator.")
@@ -89,6 +89,8 @@ def run_cmd(program: Path = typer.Argument(..., help="An assembly file (otpu asm
         text = read_text(program, "program file")
     except OSError as e:
         raise UsageError(f"{program}: cannot read: {e.strerror}") from None
+    if not parse_source(program, text).instrs:     # refused before the RTL is built (minutes on a cold cache)
+        raise UsageError(f"{program}: program has no instructions", hint="a program ends with halt")
     be = _backend(target)
     reset_state(be)
     _report([_row(program.name, compare_run(be, text))], f"{program.name} on the RTL of {target}", json_out)

@@ -46,14 +46,22 @@ def read_text(path: Path, what: str) -> str:
                          hint="assembly is text (.s); a program image ends in .bin") from None
 
 
+def parse_source(path: Path, text: str):
+    """Assembly text -> an asm Program; an error names the file before the line."""
+    from ..asm import AsmError, parse
+    try:
+        return parse(text)
+    except AsmError as e:
+        raise AsmError(f"{path}: {e.message}", e.hint) from None
+
+
 def read_program(path: Path, with_table: bool = False) -> tuple[list[isa.Instr], list | None]:
     """(instructions, WAITC entries or None) from assembly text (.s/.asm, `!` entries) or a
     binary image (anything else; with_table: the image is followed by its wait table)."""
     if not path.is_file():
         raise UsageError(f"program file {path} does not exist")
     if path.suffix.lower() in (".s", ".asm"):
-        from ..asm import parse
-        prog = parse(read_text(path, "program file"))
+        prog = parse_source(path, read_text(path, "program file"))
         return prog.instrs, prog.waits
     data = path.read_bytes()
     if not with_table:

@@ -115,6 +115,7 @@ def diag(dev: cliopts.Dev = None, target: cliopts.TargetName = None, fault: clio
     if power_json is not None:
         from otpu_core import power
         power.require(power_json)        # a report that cannot be read is a usage error before anything runs
+    cliopts.nonempty(model, "--model", "a model")
     registry = _registry(mem, soak, model)
     kind = checks.device_kind(devspec.chosen(dev))
     known = list(dict.fromkeys([*SECTIONS, *registry.sections(kind)])) if kind == "otpu" else registry.sections(kind)
