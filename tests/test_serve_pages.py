@@ -21,6 +21,8 @@ def test_admission_waits_for_free_pages():
     assert p.free == 1
     p.release(a)
     assert p.free == 4 and p.lease(list(range(100, 105)), 8) is not None
+    assert [p.pages_for(n) for n in (1, 4, 5, 9)] == [1, 1, 2, 3]            # a part page is a whole page
+    assert len(pool(4).lease(list(range(5)), 9).pages) == 3
 
 
 def test_a_shared_prefix_reuses_whole_prompt_pages_only():
@@ -70,3 +72,25 @@ def test_random_traffic_never_loses_or_doubles_a_page():
     for lease in live:
         p.release(lease)
     assert p.free + p.cached == 16 and not p._refs
+
+
+class _CharTokenizer:
+    """Token t is the character chr(t): stop strings can be written as text."""
+    class _Stream:
+        def push(self, token: int) -> str: return chr(token)
+
+    def stream(self): return self._Stream()
+
+
+def test_text_that_could_start_a_stop_string_is_held_then_cut_before_it():
+    from otpu_serve.textout import TextOut
+    out = TextOut(_CharTokenizer(), ["END"], (0,))
+    sent = "".join(out.push(ord(c)) for c in "abcEN")
+    assert sent == "abc" and not out.stopped                  # "EN" may still become "END"
+    sent += out.push(ord("X")) + out.flush()                  # it did not
+    assert sent == "abcENX"
+    out = TextOut(_CharTokenizer(), ["END", "!"], (0,))
+    sent = "".join(out.push(ord(c)) for c in "abEND") + out.push(ord("z"))
+    assert sent == "ab" and out.stopped and out.tokens == [ord(c) for c in "abEND"]
+    out = TextOut(_CharTokenizer(), [], (0,))
+    assert out.push(ord("a")) + out.push(0) + out.push(ord("b")) == "ab"   # an end token adds no text
