@@ -13,8 +13,8 @@ from pathlib import Path
 
 import typer
 
-from otpu_core import __version__, cliopts
-from otpu_core.cli import tool_main
+from otpu_core import cliopts
+from otpu_core.cli import add_version_option, tool_main
 from otpu_core.console import print_json, stderr, stdout
 from otpu_core.errors import UsageError
 from otpu_core.outpath import check_writable, write_or_show
@@ -25,18 +25,7 @@ from . import compare, fileformat, page, perfetto, recorder, render, serve, work
 app = typer.Typer(name="lens", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="Record a run on the timing model or a card, profile it, and look at it in the browser.")
 
-
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"otpu-lens {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
-    """Record a run on the timing model or a card, profile it, and look at it in the browser."""
+add_version_option(app, "otpu-lens")
 
 
 def _say(level: str, text: str) -> None:

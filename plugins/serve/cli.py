@@ -12,8 +12,8 @@ from typing import Optional
 
 import typer
 
-from otpu_core import __version__, cliopts
-from otpu_core.cli import tool_main
+from otpu_core import cliopts
+from otpu_core.cli import tool_main, version_option
 from otpu_core.llm.layout import FORMATS
 from otpu_core.llm.models import DEFAULT_MODEL
 
@@ -26,12 +26,6 @@ HELP = ("Serve a model on openTPU cards with OpenAI's API: /v1/chat/completions 
         "stopped, 2 bad options, 3 card busy or absent.")
 
 app = typer.Typer(name="serve", add_completion=False, rich_markup_mode=None)
-
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"otpu-serve {__version__}")
-        raise typer.Exit(0)
 
 
 def _log(line: str) -> None:
@@ -58,8 +52,7 @@ def serve(dev: Optional[list[str]] = typer.Option(None, "--dev", envvar="OTPU_DE
           max_tokens: int = typer.Option(256, "--max-tokens", "-n", help="Tokens to generate when a request gives "
                                                                           "no max_tokens."),
           access_log: bool = typer.Option(False, "--access-log", help="Log every request on stderr."),
-          version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
+          version: bool = version_option("otpu-serve")) -> None:
     """Serve a model on openTPU cards."""
     server = Server(ServeOptions(list(dev or []) or [None], model, target, fmt, ctx_len, max_batch, kv_pages),
                     HttpOptions(host, port, api_key, queue, max_tokens, access_log))
