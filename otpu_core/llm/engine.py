@@ -138,6 +138,34 @@ def room_for(seq: Sequence, limit: int, max_tokens: int) -> int:
     return min(max_tokens, limit - 1 - last)
 
 
+def state_block(pos: int, left: int = 0, s: Sampling | None = None, stop_ids: tuple[int, ...] = ()) -> np.ndarray:
+    """A slot's state block (fp32 words the programs read) for a run starting at position `pos`."""
+    st = np.zeros(STATE_WORDS, np.float32)
+    st[S_POS], st[S_LEFT], st[S_ALIVE] = pos, left, 1.0
+    if s is not None:
+        st[S_TINV] = LOG2E / s.temperature if s.temperature > 0 else 0.0
+        st[S_TOPP] = s.top_p
+        st[S_PEN_A], st[S_PEN_B] = 1.0 / s.repeat_penalty - 1.0, s.repeat_penalty - 1.0
+    st[S_STOP_IDS:] = -1.0
+    st[S_STOP_IDS:S_STOP_IDS + len(stop_ids)] = stop_ids
+    return st
+
+
+def prefill_runs(start: int, end: int, page: int, rows: int):
+    """(first position, rows) of the step runs that feed positions [start, end): up to `rows`
+    rows each, never crossing a page."""
+    p = start
+    while p < end:
+        n = min(rows, end - p, page - p % page)
+        yield p, n
+        p += n
+
+
+def rows_group(seq: Sequence, pos: int, n: int, page: int) -> programs.Group:
+    """The row group of `n` positions of `seq` from `pos` (its pages up to the one `pos` lies in)."""
+    return programs.Group(seq.slot, n, tuple(seq.pages[:pos // page + 1]))
+
+
 class Engine:
     def __init__(self, conv: Converted, cfg, backend, target: Target, opts: ImageOptions = ImageOptions(),
                  progress: Callable[[int, int, str], None] | None = None, core_hz: float | None = None,
@@ -199,15 +227,7 @@ class Engine:
 
     def _write_state(self, seq: Sequence, pos: int, left: int = 0, s: Sampling | None = None,
                      stop_ids: tuple[int, ...] = ()) -> None:
-        st = np.zeros(STATE_WORDS, np.float32)
-        st[S_POS], st[S_LEFT], st[S_ALIVE] = pos, left, 1.0
-        if s is not None:
-            st[S_TINV] = LOG2E / s.temperature if s.temperature > 0 else 0.0
-            st[S_TOPP] = s.top_p
-            st[S_PEN_A], st[S_PEN_B] = 1.0 / s.repeat_penalty - 1.0, s.repeat_penalty - 1.0
-        st[S_STOP_IDS:] = -1.0
-        st[S_STOP_IDS:S_STOP_IDS + len(stop_ids)] = stop_ids
-        self.backend.write(self._io(seq, "state"), st)
+        self.backend.write(self._io(seq, "state"), state_block(pos, left, s, stop_ids))
 
     def _read_state(self, seq: Sequence) -> np.ndarray:
         return self.backend.read(self._io(seq, "state"), 4 * (S_ALIVE + 1)).view(np.float32)
@@ -248,16 +268,12 @@ class Engine:
         self._check_room(seq)
         self._ensure_pages(seq, end - 1)
         self._write_ids(seq, seq.kv_len, seq.tokens[seq.kv_len:end])
-        P, R = self.opts.page, self.opts.rows
         cost = cost if cost is not None else RunCost()
-        p = seq.kv_len
-        while p < end:
-            n = min(R, end - p, P - p % P)
-            spec = programs.StepSpec((programs.Group(seq.slot, n, tuple(seq.pages[:p // P + 1])),))
+        for p, n in prefill_runs(seq.kv_len, end, self.opts.page, self.opts.rows):
+            spec = programs.StepSpec((rows_group(seq, p, n, self.opts.page),))
             self._write_state(seq, p)
             self._run(self.program(spec), cost, n)
-            p += n
-            seq.kv_len = p
+            seq.kv_len = p + n
 
     def logits(self, seqs, cost: RunCost | None = None):
         """Feed every token not yet in the cache and return the logits after each sequence's last one
@@ -279,7 +295,7 @@ class Engine:
             self._ensure_pages(seq, p)
             self._write_ids(seq, p, seq.tokens[p:p + 1])
             self._write_state(seq, p)
-            groups.append(programs.Group(seq.slot, 1, tuple(seq.pages[:p // self.opts.page + 1])))
+            groups.append(rows_group(seq, p, 1, self.opts.page))
         self._run(self.program(programs.StepSpec(tuple(groups), logits=True)), cost, len(seqs))
         V = self.cfg.vocab
         rows = self.backend.read(self.plan.logits.base.const, 4 * V * len(seqs)).view(np.float32).reshape(-1, V)

@@ -82,6 +82,17 @@ class ImageOptions:
     f_chunk: int = 0            # 0: the largest multiple of D dividing ffn, at most 1024
 
 
+
+def sequence_options(cfg: ModelConfig, tcfg: Config, fmt: str, ctx: int | None, f_chunk: int, slots: int = 1,
+                     pages: int | None = None, ring: bool = False, page: int = 256) -> ImageOptions:
+    """The image a tool builds for `slots` sequences of up to `ctx` positions (None: the model's
+    context; the model's context caps it), rounded up to whole pages; `pages` defaults to every
+    slot's full context. Prefill runs take up to MCOLS rows."""
+    limit = min(ctx or cfg.context, cfg.context)
+    ctx = -(-limit // page) * page
+    return ImageOptions(fmt=fmt, slots=slots, pages=pages or slots * (ctx // page), page=page, ctx=ctx, ring=ring,
+                        rows=tcfg.MCOLS, f_chunk=f_chunk)
+
 @dataclass(eq=False)
 class LayerPlan:
     """Layer 0's descriptors and the strides that reach any layer, KV page and head."""

@@ -87,6 +87,17 @@ class Model:
             self._template = ChatTemplate(self.ckpt.chat_template, self.ckpt.special, f"{self.path} chat template")
         return self._template
 
+    def render_chat(self, messages: list[dict]) -> str:
+        """The conversation as the chat template renders it for the assistant's next turn (no thinking)."""
+        return self.template.render(messages, add_generation_prompt=True, enable_thinking=False)
+
+    def prompt_ids(self, text: str, raw: bool = False) -> list[int]:
+        """The tokens a conversation's first message is fed as: through the chat template, unless
+        `raw` or the model has none (then the text with the tokenizer's special tokens)."""
+        if raw or self.template is None:
+            return self.tokenizer.encode(text, add_special=True)
+        return self.tokenizer.encode(self.render_chat([{"role": "user", "content": text}]))
+
     def stop_ids(self) -> tuple[int, ...]:
         """The end-of-turn tokens: the config's, plus the template's end marks the vocabulary knows."""
         ids = list(self.config.eos_ids)

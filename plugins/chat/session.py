@@ -22,7 +22,7 @@ from otpu_core.errors import UsageError
 from otpu_core.llm import convert
 from otpu_core.llm.engine import Turn
 from otpu_core.llm.errors import ModelError
-from otpu_core.llm.layout import FORMATS, ImageOptions
+from otpu_core.llm.layout import FORMATS, ImageOptions, sequence_options
 from otpu_core.llm.models import Model, open_model
 from otpu_core.llm.sampling import Sampling
 
@@ -144,7 +144,7 @@ class Session:
         self.messages = [{"role": "system", "content": text}] if text else []
 
     def _render(self, messages: list[dict]) -> str:
-        return self.model.template.render(messages, add_generation_prompt=True, enable_thinking=False)
+        return self.model.render_chat(messages)
 
     def _plan_turn(self, text: str) -> tuple[list[int], list[int], bool, str]:
         """(tokens to submit, the whole prompt's ids, whether the sequence must restart, the new
@@ -212,11 +212,7 @@ class Session:
 
 
 def image_options(opts: Options, model: Model, tgt, f_chunk: int) -> ImageOptions:
-    page = 256
-    limit = min(opts.ctx, model.config.context)
-    ctx = -(-limit // page) * page
-    return ImageOptions(fmt=opts.fmt, slots=1, pages=ctx // page, page=page, ctx=ctx, ring=opts.logits,
-                        rows=tgt.config().MCOLS, f_chunk=f_chunk)
+    return sequence_options(model.config, tgt.config(), opts.fmt, opts.ctx, f_chunk, ring=opts.logits)
 
 
 def _card_engine(opts: Options, model: Model, tgt, conv, progress):

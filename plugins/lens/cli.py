@@ -20,7 +20,7 @@ from otpu_core.errors import UsageError
 from otpu_core.outpath import check_writable, write_or_show
 from otpu_core.target import load as load_target
 
-from . import compare, fileformat, page, perfetto, recorder, render, serve, workloads
+from . import compare, fileformat, model_token, page, perfetto, recorder, render, serve, workloads  # noqa: F401  (model_token registers its workload)
 
 app = typer.Typer(name="lens", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="Record a run on the timing model or a card, profile it, and look at it in the browser.")

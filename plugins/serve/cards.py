@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from otpu_core import target as target_mod
 from otpu_core.errors import UsageError
 from otpu_core.llm import convert
-from otpu_core.llm.layout import FORMATS, ImageOptions
+from otpu_core.llm.layout import FORMATS, ImageOptions, sequence_options
 from otpu_core.llm.models import Model, open_model
 
 PAGE = 256
@@ -51,13 +51,8 @@ def check(opts: ServeOptions) -> None:
 
 
 def image_options(opts: ServeOptions, model: Model, tgt, f_chunk: int) -> ImageOptions:
-    tcfg = tgt.config()
-    page = PAGE
-    limit = min(opts.ctx or model.config.context, model.config.context)
-    ctx = -(-limit // page) * page
-    pages = opts.kv_pages or opts.max_batch * (ctx // page)
-    return ImageOptions(fmt=opts.fmt, slots=opts.max_batch, pages=pages, page=page, ctx=ctx,
-                        rows=tcfg.MCOLS, f_chunk=f_chunk)
+    return sequence_options(model.config, tgt.config(), opts.fmt, opts.ctx, f_chunk, slots=opts.max_batch,
+                            pages=opts.kv_pages, page=PAGE)
 
 
 def open_cards(opts: ServeOptions, progress=None) -> tuple[Model, list[Card]]:
