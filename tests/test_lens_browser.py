@@ -6,6 +6,7 @@ In CI (OTPU_CI=1) a missing browser is a failure, not a skip."""
 import base64
 import os
 
+import numpy as np
 import pytest
 
 from otpu_core.cli import run_app
@@ -161,3 +162,58 @@ def test_timeline_click_selects_and_floorplan_steps(browser, pages):
         assert problems == []
     finally:
         page.close()
+
+
+STRIP_PIXELS_JS = """(label) => {
+  const tl = window.lens.app.timeline, row = tl.layout.rows.find(r => r.label === label);
+  const c = document.getElementById("tl-canvas"), dpr = window.devicePixelRatio || 1;
+  const x0 = Math.round(tl.xOf(0) * dpr), x1 = Math.round(tl.xOf(tl.m.p.cycles) * dpr);
+  const px = c.getContext("2d").getImageData(x0, Math.round(row.y * dpr), x1 - x0, Math.round(row.h * dpr)).data;
+  let n = 0;
+  for (let k = 0; k < px.length; k += 4) if (px[k] === 0xd4 && px[k + 1] === 0xa0 && px[k + 2] === 0) n++;
+  return [n, row.y + row.h / 2];
+}"""
+
+
+def _check_fifo_strip(page, p: dict) -> None:
+    """The MXU FIFO strip is drawn where the windows say the FIFO ran empty, and hovering names it."""
+    page.evaluate("window.lens.app.timeline.reset(); window.lens.app.timeline.draw()")     # the whole run
+    n, y = page.evaluate(STRIP_PIXELS_JS, "MXU FIFO")
+    w = p["windows"][0]
+    assert (n > 0) == bool(w["ms"].sum() > 0), (n, int(w["ms"].sum()))
+    k = int(np.argmax(w["ms"]))
+    t = int(w["cycle"][k] - w["n"][k] // 2)
+    box = page.locator("#tl-canvas").bounding_box()
+    page.mouse.move(box["x"] + page.evaluate(f"window.lens.app.timeline.xOf({t})"), box["y"] + y)
+    tip = page.inner_text("#tl-tip")
+    assert "MXU FIFO: empty while streaming" in tip and "level not in the records" in tip
+
+
+def test_the_timeline_draws_the_mxu_fifo_strip(browser, pages):
+    urls, p, _ = pages
+    page, problems = _open(browser, urls["served"] + "#view=timeline")
+    try:
+        assert p["windows"][0]["ms"].sum() > 0
+        _check_fifo_strip(page, p)
+        assert problems == []
+    finally:
+        page.close()
+
+
+def test_a_decode_token_of_the_shipped_model_loads_in_every_view(browser, tmp_path):
+    prof, html = tmp_path / "model.otpuprof", tmp_path / "model.html"
+    assert lens("record", "-o", str(prof), "--engine", "sim", "--tokens", "1", "--model", "qwen3-pydoc") == 0
+    assert lens("html", str(prof), "-o", str(html)) == 0
+    p = fileformat.read(prof)["profiles"][0]
+    for view in VIEWS[:-1]:
+        page, problems = _open(browser, f"{html.as_uri()}#view={view}&i=5")
+        try:
+            assert problems == []
+            assert page.evaluate("window.lens.app.profiles[0].p.name") == p["name"]
+            assert page.evaluate("window.lens.state.i") == 5
+            if view == "timeline":
+                _check_fifo_strip(page, p)
+            n, top = colours(browser, page.screenshot())
+            assert n >= 12 and top < 0.9, (view, n, top)
+        finally:
+            page.close()

@@ -146,6 +146,23 @@ def test_perfetto_export_follows_the_trace_event_format(recorded, tmp_path):
     # microseconds at the profile's clock
     last = max(e["ts"] + e["dur"] for e in unit_slices)
     assert last == pytest.approx(p["cycles"] / p["clock_mhz"], rel=0.01)
+    # the MXU FIFO's empty share: per window, back in cycles, it adds up to the MXU_STARVE counter
+    w = p["windows"][0]
+    empty = [e["args"]["value"] for e in events if e["ph"] == "C" and e["name"] == "MXU FIFO empty %"]
+    assert len(empty) == w["n"].size
+    starve = p["slices"][0]["counters"]["MXU_STARVE"]
+    assert starve > 0 and abs(sum(v * n / 100 for v, n in zip(empty, w["n"].tolist())) - starve) <= w["n"].size
+    assert not any(e["name"].startswith("MXU FIFO level") for e in events)     # the timing model has no level
+
+
+def test_perfetto_has_the_fifo_level_track_when_the_records_carry_it(recorded):
+    from otpu_lens import perfetto
+    p = fileformat.read(recorded[0])["profiles"][0]
+    w = p["windows"][0]
+    w["ff"] = np.arange(w["n"].size, dtype=np.int64) * 64          # as a card's Q records would sum it
+    level = [e for e in perfetto.events(p) if e["ph"] == "C" and e["name"] == perfetto.FIFO_LEVEL]
+    assert [e["args"]["value"] for e in level] == [round(f / max(n, 1), 2) for f, n in zip(w["ff"].tolist(),
+                                                                                          w["n"].tolist())]
 
 
 def test_the_server_serves_only_the_page_and_profiles_on_loopback(recorded):

@@ -5,7 +5,8 @@ as complete `X` slices (name = mnemonic class, args: pc, assembly, source line, 
 ready, DRAM stream), plus a "DRAM" track with each transfer as a slice; units run one
 instruction at a time, so every track's slices are disjoint and nest trivially. The activity
 windows become counter (`C`) tracks in percent of each window: port B, port A, MXU compute,
-DRAM stalls, TMEM losses. Timestamps are microseconds at the profile's clock (fractional),
+DRAM stalls, TMEM losses, MXU FIFO empty (starved while streaming); with a card's records that
+carry it, the MXU FIFO's mean level in chunks too. Timestamps are microseconds at the profile's clock (fractional),
 `displayTimeUnit` ns. Metadata (`M`) names processes and threads and orders the tracks.
 """
 from __future__ import annotations
@@ -18,7 +19,8 @@ from .analysis import UNITS
 
 DRAM_TID = len(UNITS)
 COUNTERS = (("port B %", ("bm", "bd")), ("port A %", ("am", "aq")), ("MXU compute %", ("mx",)),
-            ("DRAM stalls %", ("bs", "as")), ("TMEM losses %", ("fm",)))
+            ("DRAM stalls %", ("bs", "as")), ("TMEM losses %", ("fm",)), ("MXU FIFO empty %", ("ms",)))
+FIFO_LEVEL = "MXU FIFO level (chunks)"
 
 
 def events(p: dict) -> list[dict]:
@@ -62,8 +64,10 @@ def events(p: dict) -> list[dict]:
             continue
         n = np.maximum(np.asarray(w["n"]), 1)
         begin = np.asarray(w["cycle"]) - np.asarray(w["n"])
-        for name, keys in COUNTERS:
-            val = sum(np.asarray(w[k]) for k in keys) * 100.0 / n
+        tracks = [(name, sum(np.asarray(w[k]) for k in keys) * 100.0 / n) for name, keys in COUNTERS]
+        if np.any(np.asarray(w.get("ff", [])) > 0):          # a card's records: the FIFO's mean level
+            tracks.append((FIFO_LEVEL, np.asarray(w["ff"]) / n))
+        for name, val in tracks:
             for t, v in zip(begin.tolist(), val.tolist()):
                 out.append({"name": name, "ph": "C", "pid": sid, "tid": 0, "ts": t * us,
                             "args": {"value": round(v, 2)}})

@@ -23,7 +23,7 @@ from . import analysis, findings, program_table
 from .records import Decoded, decode
 
 INSTR_COLUMNS = ("slice", "pc", "d", "rdy", "wait", "dur", "rel", "dsw", "dsl", "starve", "deny")
-WINDOW_FIELDS = ("cycle", "n", "bm", "bd", "am", "aq", "mx", "fm", "bs", "as", "ms", "ld")
+WINDOW_FIELDS = ("cycle", "n", "bm", "bd", "am", "aq", "mx", "fm", "bs", "as", "ms", "ff", "ld")
 
 
 @dataclass

@@ -2,10 +2,18 @@
 // Timeline: one row per unit (per slice), the DRAM streams, and counter strips from the activity windows.
 // Canvas, drawn from the typed arrays: only what is visible, one pixel column at a time when zoomed out.
 const TL = { label: 92, lane: 24, strip: 28, axis: 26, pad: 4 };
+// [label, window fields summed as a share of the window's cycles, colour]; the MXU FIFO strip's
+// bars are the cycles its chunk FIFO ran empty while streaming (ms), its line the mean FIFO level
+// as a share of FIFO_DEPTH (ff: the level summed over the window's cycles; the timing model does
+// not model the level, so only a card's records draw the line).
 const STRIPS = [
   ["port B", ["bm", "bd"], "#2f6fb5"], ["MXU compute", ["mx"], "#e15759"],
   ["DRAM stalls", ["bs", "as"], "#b26a00"], ["TMEM losses", ["fm"], "#b07aa1"],
+  ["MXU FIFO", ["ms"], "#d4a000", "ff"],
 ];
+
+function fifoLevel(w, k, depth) { return w.ff && depth ? w.ff[k] / Math.max(1, w.n[k]) / depth : 0; }
+function hasFifoLevel(w) { return !!(w.ff && w.ff.some(v => v > 0)); }
 
 function timelineLayout(m) {
   const rows = [];
@@ -13,7 +21,7 @@ function timelineLayout(m) {
   for (let s = 0; s < m.slices; s++) {
     UNITS.forEach((u, k) => { rows.push({ kind: "unit", slice: s, unit: k, label: (m.slices > 1 ? `S${s} ` : "") + u, y, h: TL.lane }); y += TL.lane; });
     rows.push({ kind: "dram", slice: s, label: (m.slices > 1 ? `S${s} ` : "") + "DRAM", y, h: TL.lane }); y += TL.lane;
-    STRIPS.forEach(([label, keys, colour]) => { rows.push({ kind: "strip", slice: s, label, keys, colour, y, h: TL.strip }); y += TL.strip; });
+    STRIPS.forEach(([label, keys, colour, level]) => { rows.push({ kind: "strip", slice: s, label, keys, colour, level, y, h: TL.strip }); y += TL.strip; });
     y += TL.pad;
   }
   return { rows, height: y + 4 };
@@ -85,7 +93,12 @@ class Timeline {
     const k = firstAfter(w.cycle, t);
     if (k >= w.cycle.length) return null;
     const v = row.keys.reduce((a, key) => a + w[key][k], 0) / Math.max(1, w.n[k]);
-    return { lines: [`${row.label}: ${pct(v)} of window ${fmt(w.cycle[k] - w.n[k])}–${fmt(w.cycle[k])}`] };
+    const span = `window ${fmt(w.cycle[k] - w.n[k])}–${fmt(w.cycle[k])}`;
+    if (!row.level) return { lines: [`${row.label}: ${pct(v)} of ${span}`] };
+    const depth = m.p.config.FIFO_DEPTH;
+    return { lines: [`${row.label}: empty while streaming ${pct(v)} of ${span}`,
+      hasFifoLevel(w) ? `mean level ${fmt(Math.round(fifoLevel(w, k, depth) * depth))} of ${fmt(depth)} chunks`
+        : "level not in the records (the timing model does not model it)"] };
   }
   click(x, y) {
     const h = this.hit(x, y);
@@ -195,6 +208,20 @@ class Timeline {
       const x0 = this.xOf(begin), x1 = Math.max(this.xOf(end), x0 + 1), hh = Math.min(1, v) * hmax;
       g.fillRect(x0, base - hh, x1 - x0, hh);
     }
+    if (row.level && hasFifoLevel(w)) this.drawLevel(g, w, base, hmax);
+  }
+  drawLevel(g, w, base, hmax) {
+    const depth = this.m.p.config.FIFO_DEPTH;
+    g.strokeStyle = "#1d2327"; g.lineWidth = 1.25; g.beginPath();
+    let first = true;
+    for (let k = 0; k < w.cycle.length; k++) {
+      const end = w.cycle[k], begin = end - w.n[k];
+      if (end < this.t0 || begin > this.t1) continue;
+      const y = base - Math.min(1, fifoLevel(w, k, depth)) * hmax;
+      if (first) { g.moveTo(this.xOf(begin), y); first = false; } else g.lineTo(this.xOf(begin), y);
+      g.lineTo(this.xOf(end), y);
+    }
+    g.stroke();
   }
 }
 
