@@ -70,8 +70,14 @@ def account(cycles: int, spans: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarr
     # repeated points leave empty segments, which count nothing
     seg = np.diff(points)
     left = points[:-1]
-    cover = np.stack([_covered(left, s, e) for s, e in unions] + [np.ones(left.size, bool)])
-    first = np.argmax(cover, axis=0)
+    first = np.full(left.size, len(spans))
+    todo = np.flatnonzero(seg)               # segments not yet given to a category, in priority order
+    for c, (s, e) in enumerate(unions):
+        if not todo.size:
+            break
+        cov = _covered(left[todo], s, e)
+        first[todo[cov]] = c
+        todo = todo[~cov]
     return np.bincount(first, weights=seg, minlength=len(spans) + 1).astype(np.int64)
 
 

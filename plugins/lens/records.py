@@ -65,66 +65,72 @@ class Decoded:
     def n(self) -> int: return int(self.pc.size)
 
 
-def _follower_type(kind: np.ndarray) -> np.ndarray:
-    return np.where(kind == tf.D, tf.O, np.where(kind == tf.S, tf.R, tf.V))
+FOLLOWER = np.full(16, tf.V, np.uint8)             # the follower type each head takes
+FOLLOWER[tf.D], FOLLOWER[tf.S] = tf.O, tf.R
+NEED = np.zeros(16, np.int8)                        # followers a head needs (S: only past a 16-bit delay)
+NEED[tf.D], NEED[tf.P], NEED[tf.Q], NEED[tf.H] = 2, len(tf.P_FIELDS), len(tf.Q_FIELDS), len(tf.H_FIELDS)
+U_NEED = np.zeros(16, np.int8)
+for _uid, _names in tf.U_FIELDS.items():
+    U_NEED[_uid] = len(_names)
+TOP_BYTE = 7 if np.little_endian else 0             # the byte of a uint64 that holds bits 63..56
 
 
 def _group_len(kind: np.ndarray, pay: np.ndarray) -> np.ndarray:
-    n = np.zeros(kind.size, np.int64)
-    n[kind == tf.D] = 2
-    n[(kind == tf.S) & (((pay >> 32) & 0xFFFF) == 0xFFFF)] = 1
-    u = kind == tf.U
-    unit = (pay >> 48) & 15
-    for uid, names in tf.U_FIELDS.items():
-        n[u & (unit == uid)] = len(names)
-    n[kind == tf.P] = len(tf.P_FIELDS)
-    n[kind == tf.Q] = len(tf.Q_FIELDS)
-    n[kind == tf.H] = len(tf.H_FIELDS)
+    n = NEED[kind]
+    s = np.flatnonzero(kind == tf.S)
+    n[s[((pay[s] >> 32) & 0xFFFF) == 0xFFFF]] = 1
+    u = np.flatnonzero(kind == tf.U)
+    n[u] = U_NEED[(pay[u] >> 48) & 15]
     return n
 
 
 def _unwrap(raw: np.ndarray) -> np.ndarray:
     """32-bit cycles in record order, made 64-bit: a drop by more than half the range is a wrap."""
-    if raw.size < 2:
-        return raw.astype(np.int64)
-    wraps = np.concatenate([[0], np.cumsum(np.diff(raw.astype(np.int64)) < -(1 << 31))])
-    return raw.astype(np.int64) + (wraps << 32)
+    raw = raw.astype(np.int64, copy=False)
+    back = np.flatnonzero(np.diff(raw) < -(1 << 31))
+    if not back.size:
+        return raw
+    wraps = np.zeros(raw.size, np.int64)
+    wraps[back + 1] = 1
+    return raw + (np.cumsum(wraps) << 32)
 
 
-def _first_per(owner: np.ndarray, values: np.ndarray, n: int, fill: int = -1) -> tuple[np.ndarray, int]:
-    """values[first event of each owner] per owner (owners -1 ignored), events of one owner adjacent
-    (they are, in slot order); and how many events were extra."""
-    out = np.full(n, fill, np.int64)
+def _first_per(owner: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(owners, at[first event of each owner]) over the events whose owner is not -1, events of
+    one owner adjacent (they are, in slot order); and how many events were extra."""
     ok = owner >= 0
-    own, vals = owner[ok], values[ok]
+    own, at = owner[ok], at[ok]
     first = np.ones(own.size, bool)
     first[1:] = own[1:] != own[:-1]
-    out[own[first]] = vals[first]
-    return out, int(own.size - np.count_nonzero(first))
+    return own[first], at[first], int(own.size - np.count_nonzero(first))
 
 
 def decode(records) -> Decoded:
     recs = np.ascontiguousarray(np.asarray(records, dtype=np.uint64))
-    kind_all = (recs >> np.uint64(60)).astype(np.int64)
-    pay_all = (recs & np.uint64(M60)).astype(np.int64)       # 60 bits fit int64
-    head_idx = np.nonzero(IS_HEAD[kind_all])[0]
-    kind, pay = kind_all[head_idx], pay_all[head_idx]
+    # a million instructions are ~9 M records: full-length arrays stay one byte wide, and only the
+    # heads' payloads (and the followers actually read) are widened
+    kind_all = recs.view(np.uint8)[TOP_BYTE::8] >> 4
+    is_head = IS_HEAD[kind_all]
+    head_idx = np.flatnonzero(is_head)
+    kind = kind_all[head_idx]
+    pay = (recs[head_idx] & np.uint64(M60)).view(np.int64)       # 60 bits fit int64
     need = _group_len(kind, pay)
-    ftype = _follower_type(kind)
     # every record that is not a head follows the nearest head before it; a group is complete when
     # at least `need` records follow its head and they are all of the follower type its head takes
-    owner = np.cumsum(IS_HEAD[kind_all]) - 1
     follows = np.diff(np.append(head_idx, recs.size)) - 1
-    stray = ~IS_HEAD[kind_all] & (owner >= 0)
-    wrong = stray.copy()
-    wrong[stray] = kind_all[stray] != ftype[owner[stray]]
-    d_rows = np.nonzero(kind == tf.D)[0]
-    ok = (follows >= need) & (np.bincount(owner[wrong], minlength=head_idx.size) == 0)
+    ok = follows >= need
+    if head_idx.size:
+        h0 = int(head_idx[0])
+        expected = np.repeat(FOLLOWER[kind], follows + 1)
+        wrong = np.flatnonzero((kind_all[h0:] != expected) & ~is_head[h0:]) + h0
+        ok[np.searchsorted(head_idx, wrong, side="right") - 1] = False
+        del expected
+    d_rows = np.flatnonzero(kind == tf.D)
     for k in (1, 2):                # the two O halves of a D are told apart by their bit 52
         at = head_idx[d_rows] + k
         inside = at < recs.size
         half_ok = np.zeros(d_rows.size, bool)
-        half_ok[inside] = ((pay_all[at[inside]] >> 52) & 1) == k - 1
+        half_ok[inside] = ((recs[at[inside]] >> np.uint64(52)) & np.uint64(1)) == k - 1
         ok[d_rows] &= half_ok
     cut = int((~ok).sum())
     head_idx, kind, pay = head_idx[ok], kind[ok], pay[ok]
@@ -132,7 +138,7 @@ def decode(records) -> Decoded:
     traced_to = int(cycle.max()) if cycle.size else 0
 
     def follow(at: np.ndarray, k: int) -> np.ndarray:
-        return pay_all[at + k]
+        return (recs[at + k] & np.uint64(M60)).view(np.int64)
 
     # -- dispatches ------------------------------------------------------------------------------
     is_d = kind == tf.D
@@ -159,32 +165,32 @@ def decode(records) -> Decoded:
     unmatched = 0
 
     kind_sp = kind[sp]
-    masks = {kk: kind_sp == kk for kk in (tf.S, tf.G, tf.E)}
 
-    def by_kind(kk: int, values: np.ndarray) -> np.ndarray:
+    def first_of(kk: int) -> tuple[np.ndarray, np.ndarray]:
+        """(instruction, head index) of each instruction's first record of kind kk."""
         nonlocal unmatched
-        m = masks[kk]
-        out, extra = _first_per(owner[m], values[m], n)
+        m = kind_sp == kk
+        who, at, extra = _first_per(owner[m], sp[m])
         unmatched += extra
+        return who, at
+
+    def column(who: np.ndarray, values: np.ndarray) -> np.ndarray:
+        out = np.full(n, -1, np.int64)
+        out[who] = values
         return out
 
-    cycle_sp = cycle[sp]
-    start = by_kind(tf.S, cycle_sp)
-    s_heads = sp[masks[tf.S]]
-    s_ready = np.zeros(sp.size, np.int64)
-    delay = (pay[s_heads] >> 32) & 0xFFFF
-    long_wait = delay == 0xFFFF
-    ready_s = cycle[s_heads] - delay
-    if long_wait.any():
-        r32 = pay_all[head_idx[s_heads[long_wait]] + 1] & M32
-        ready_s[long_wait] = cycle[s_heads[long_wait]] - ((((cycle[s_heads[long_wait]]) & M32) - r32) & M32)
-    s_ready[masks[tf.S]] = ready_s
-    ready = by_kind(tf.S, s_ready)
-    s_unit = np.zeros(sp.size, np.int64)
-    s_unit[masks[tf.S]] = (pay[s_heads] >> 48) & 15
-    unit = by_kind(tf.S, s_unit)
-    release = by_kind(tf.G, cycle_sp)
-    end = by_kind(tf.E, cycle_sp)
+    who, at = first_of(tf.S)
+    s_cycle, delay = cycle[at], (pay[at] >> 32) & 0xFFFF
+    ready_s = s_cycle - delay
+    long_wait = np.flatnonzero(delay == 0xFFFF)
+    if long_wait.size:
+        r32 = follow(head_idx[at[long_wait]], 1) & M32
+        ready_s[long_wait] = s_cycle[long_wait] - (((s_cycle[long_wait] & M32) - r32) & M32)
+    start, ready, unit = column(who, s_cycle), column(who, ready_s), column(who, (pay[at] >> 48) & 15)
+    who, at = first_of(tf.G)
+    release = column(who, cycle[at])
+    who, at = first_of(tf.E)
+    end = column(who, cycle[at])
     no_s = unit < 0
     unit[no_s] = UNIT_BY_OP[op[no_s]]
 
@@ -229,7 +235,7 @@ def decode(records) -> Decoded:
     if is_h.size:
         h = is_h[-1]
         halt = int(cycle[h])
-        ports = {name: int(pay_all[head_idx[h] + k] & M32) for k, name in enumerate(tf.H_FIELDS, 1)}
+        ports = {name: int(follow(head_idx[h:h + 1], k)[0] & M32) for k, name in enumerate(tf.H_FIELDS, 1)}
     return Decoded(pc, op, words, unit.astype(np.int64), dispatch, ready, start, release, end, starve, bp, deny,
                    is_open, windows, halt, ports, orphans, unmatched, cut, int(recs.size), traced_to)
 
