@@ -113,18 +113,25 @@ def decode(records) -> Decoded:
     is_head = IS_HEAD[kind_all]
     head_idx = np.flatnonzero(is_head)
     kind = kind_all[head_idx]
-    pay = (recs[head_idx] & np.uint64(M60)).view(np.int64)       # 60 bits fit int64
+    pay = recs[head_idx]
+    pay &= np.uint64(M60)
+    pay = pay.view(np.int64)                                     # 60 bits fit int64
     need = _group_len(kind, pay)
     # every record that is not a head follows the nearest head before it; a group is complete when
     # at least `need` records follow its head and they are all of the follower type its head takes
-    follows = np.diff(np.append(head_idx, recs.size)) - 1
+    follows = np.empty(head_idx.size, np.int64)                 # records from each head to the next
+    np.subtract(head_idx[1:], head_idx[:-1], out=follows[:-1])
+    if head_idx.size:
+        follows[-1] = recs.size - head_idx[-1]
+        h0 = int(head_idx[0])
+        wrong = kind_all[h0:] != np.repeat(FOLLOWER[kind], follows)
+        wrong &= ~is_head[h0:]
+        wrong = np.flatnonzero(wrong) + h0
+    follows -= 1
     ok = follows >= need
     if head_idx.size:
-        h0 = int(head_idx[0])
-        expected = np.repeat(FOLLOWER[kind], follows + 1)
-        wrong = np.flatnonzero((kind_all[h0:] != expected) & ~is_head[h0:]) + h0
         ok[np.searchsorted(head_idx, wrong, side="right") - 1] = False
-        del expected
+    del follows, need, is_head
     d_rows = np.flatnonzero(kind == tf.D)
     for k in (1, 2):                # the two O halves of a D are told apart by their bit 52
         at = head_idx[d_rows] + k
@@ -132,8 +139,9 @@ def decode(records) -> Decoded:
         half_ok = np.zeros(d_rows.size, bool)
         half_ok[inside] = ((recs[at[inside]] >> np.uint64(52)) & np.uint64(1)) == k - 1
         ok[d_rows] &= half_ok
-    cut = int((~ok).sum())
-    head_idx, kind, pay = head_idx[ok], kind[ok], pay[ok]
+    cut = int(ok.size - np.count_nonzero(ok))
+    if cut:
+        head_idx, kind, pay = head_idx[ok], kind[ok], pay[ok]
     cycle = _unwrap(pay & M32)
     traced_to = int(cycle.max()) if cycle.size else 0
 
@@ -152,19 +160,25 @@ def decode(records) -> Decoded:
     dispatch = cycle[is_d]
 
     # -- S, G, E: the latest D of the same slot ----------------------------------------------------
-    sl_pos = np.nonzero(IS_SLOTTED[kind])[0]
-    slot = ((pay[sl_pos] >> 52) & 15).astype(np.uint8)
-    order = np.argsort(slot, kind="stable")               # a radix sort for one-byte keys
-    sp, ss = sl_pos[order], slot[order]
-    d_ordinal = np.cumsum(is_d) - 1                       # instruction index of each D head
-    last_d = np.maximum.accumulate(np.where(is_d[sp], np.arange(sp.size), -1)) if sp.size else sp
-    owner_pos = np.where(last_d >= 0, sp[np.maximum(last_d, 0)], -1)
-    same_slot = (last_d >= 0) & (ss[np.maximum(last_d, 0)] == ss)
-    owner = np.where(same_slot, d_ordinal[np.maximum(owner_pos, 0)], -1)
-    orphans = int(((~same_slot) & ~is_d[sp]).sum())
+    # In each slot's records (record order), a D sets the owner of what follows to its instruction
+    # index: a running maximum of key = slot * (n + 1) + instruction (D) or slot * (n + 1) - 1
+    # (others), which never carries a value across slots since every key of slot s exceeds those
+    # before it; key - slot * (n + 1) is then the owner, -1 where the slot has no D yet (an orphan).
+    sl_pos = np.flatnonzero(IS_SLOTTED[kind])
+    kind_sl = kind[sl_pos]
+    base = ((pay[sl_pos] >> 52) & 15).astype(np.uint8)
+    order = np.argsort(base, kind="stable")               # a radix sort for one-byte keys
+    base = base.astype(np.int64)
+    base *= n + 1
+    key = base - 1
+    d_sl = kind_sl == tf.D
+    key[d_sl] += np.arange(1, n + 1)
+    sp, kind_sp = sl_pos[order], kind_sl[order]
+    owner = np.maximum.accumulate(key[order])
+    owner -= base[order]
+    del key, base, d_sl, kind_sl, sl_pos, order
+    orphans = int(np.count_nonzero(owner < 0))            # D records always own themselves
     unmatched = 0
-
-    kind_sp = kind[sp]
 
     def first_of(kk: int) -> tuple[np.ndarray, np.ndarray]:
         """(instruction, head index) of each instruction's first record of kind kk."""
