@@ -35,13 +35,13 @@ def test_record_writes_a_gzip_profile_and_info_reads_it(recorded, capsys):
     raw = a.read_bytes()
     assert raw[:2] == b"\x1f\x8b"
     doc = json.loads(gzip.decompress(raw))
-    assert doc["format"] == "otpu-lens-profile" and doc["version"] == 1 and doc["profiles"][0]["kind"] == "sim"
+    assert doc["format"] == "otpu-lens-profile" and doc["version"] == fileformat.VERSION == 2 and doc["profiles"][0]["kind"] == "sim"
     assert lens("info", str(a), "--json") == 0
     info = json.loads(capsys.readouterr().out)[0]
     p = info["profiles"][0]
     assert p["cycles"] == doc["profiles"][0]["cycles"] > 0 and p["config"]["target"] == T
     assert lens("info", str(a)) == 0
-    assert f"{a}: otpu-lens-profile v1" in capsys.readouterr().out
+    assert f"{a}: otpu-lens-profile v2" in capsys.readouterr().out
 
 
 def test_list_names_every_workload(capsys):
@@ -82,8 +82,8 @@ def test_html_is_one_page_with_the_data_and_no_network(recorded, tmp_path, capsy
 @pytest.mark.parametrize("content,text", [
     (b"not a profile", "not an otpu-lens profile"),
     (json.dumps({"format": "chrome-trace", "version": 1}).encode(), "format 'chrome-trace' is not"),
-    (gzip.compress(json.dumps({"format": "otpu-lens-profile", "version": 2, "profiles": []}).encode(), mtime=0),
-     "version 2 is newer"),
+    (gzip.compress(json.dumps({"format": "otpu-lens-profile", "version": 3, "profiles": []}).encode(), mtime=0),
+     "version 3 is newer"),
     (json.dumps({"format": "otpu-lens-profile", "version": 1, "profiles": [{"kind": "sim"}]}).encode(),
      "profile 0 has no key"),
 ], ids=["not-json", "other-format", "newer-version", "missing-key"])
@@ -101,7 +101,7 @@ def test_bad_or_newer_files_are_refused_by_name(content, text, tmp_path, capsys)
     (("--engine", "fpga"), "--engine fpga: must be card or sim"),
     (("--keep", "middle"), "--keep middle: must be first or last"),
     (("-w", "rmsnorm", "--tokens", "3"), "--tokens: workload rmsnorm does not take it"),
-    (("--model", "models/x"), "--model models/x: no workload in this build decodes a model"),
+    (("--model", "models/x"), "--model models/x: no such file, directory or known model"),
     (("-w", "nope"), "--workload nope: no such workload"),
     (("--engine", "sim", "--dev", "sim:x"), "--dev sim:x: --engine sim runs the timing model"),
 ])
@@ -211,7 +211,7 @@ def test_a_model_like_workload_plugs_in_with_untraced_steps_and_dram_feedback(tm
     workloads.workload("test-model", "a stand-in model", takes=("model", "prompt", "tokens"))(build)
     try:
         out = tmp_path / "m.otpuprof"
-        assert lens("record", "-o", str(out), "--engine", "sim", "-t", T, "--model", "m", "--prompt", "hi",
+        assert lens("record", "-o", str(out), "--engine", "sim", "-t", T, "-w", "test-model", "--model", "m", "--prompt", "hi",
                     "--tokens", "2", "--json") == 0
         report = json.loads(capsys.readouterr().out)
         assert [p["name"].split(" (")[0] for p in report["profiles"]] == ["token 0", "token 1"]
@@ -229,3 +229,20 @@ def test_packed_columns_take_the_smallest_type_and_round_trip(values, dtype):
     growing = np.cumsum(np.arange(1000, dtype=np.int64) * 3000)        # big values, small steps
     packed = fileformat.pack_column(growing, delta=True)
     assert packed["dtype"] == "i4" and np.array_equal(fileformat.unpack_column(packed, "f", "d"), growing)
+
+
+def test_version_1_files_with_plain_window_lists_still_read(recorded, tmp_path):
+    a, _ = recorded
+    doc = json.loads(gzip.decompress(a.read_bytes()))
+    p = fileformat.read(a)["profiles"][0]
+    assert all(isinstance(v, dict) and "b64" in v for v in doc["profiles"][0]["windows"][0].values())
+    doc["version"] = 1
+    doc["profiles"][0]["windows"] = [{k: v.tolist() for k, v in w.items()} for w in p["windows"]]
+    old = tmp_path / "v1.otpuprof"
+    old.write_bytes(json.dumps(doc).encode())
+    back = fileformat.read(old)["profiles"][0]
+    assert {k: v.tolist() for k, v in back["windows"][0].items()} == {k: v.tolist() for k, v in p["windows"][0].items()}
+    doc["profiles"][0]["windows"][0]["ms"] = {"dtype": "u8", "b64": ""}
+    old.write_bytes(json.dumps(doc).encode())
+    with pytest.raises(Exception, match="column 'windows.ms' is not a packed column"):
+        fileformat.read(old)

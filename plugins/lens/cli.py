@@ -20,7 +20,7 @@ from otpu_core.errors import UsageError
 from otpu_core.outpath import check_writable, write_or_show
 from otpu_core.target import load as load_target
 
-from . import compare, fileformat, model_token, page, perfetto, recorder, render, serve, workloads  # noqa: F401  (model_token registers its workload)
+from . import compare, fileformat, model_token, page, perfetto, recorder, render, serve, workloads
 
 app = typer.Typer(name="lens", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="Record a run on the timing model or a card, profile it, and look at it in the browser.")
@@ -82,13 +82,7 @@ def record_cmd(out: Path = typer.Option(..., "-o", "--output", help="Profile fil
 
 
 def _default_workload(model: str | None) -> str:
-    if model is None:
-        return "decoder-layer"
-    takers = [w.name for w in workloads.REGISTRY.values() if "model" in w.takes]
-    if not takers:
-        raise UsageError(f"--model {model}: no workload in this build decodes a model",
-                         hint="`otpu-lens list` names the workloads there are")
-    return takers[0]
+    return "decoder-layer" if model is None else model_token.NAME
 
 
 @app.command("list")

@@ -12,7 +12,8 @@ base64: `{"dtype": "i1" | "i2" | "i4" | "f8", "delta": bool, "b64": "..."}` (the
 type that holds the column, "f8" past 32 bits; `delta`: stored as differences from the
 previous value). Turning millions of integers
 into decimal text is what made writing and parsing slow; the page maps these bytes straight
-onto typed arrays. Window columns stay JSON lists (one entry per 1024 cycles).
+onto typed arrays. The activity windows' columns (one entry per 1024 cycles) are packed the
+same way since version 2 (version 1 wrote them as JSON lists; both are read).
 """
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ import numpy as np
 from otpu_core import __version__
 from otpu_core.errors import UsageError
 
-FORMAT, VERSION = "otpu-lens-profile", 1
+FORMAT, VERSION = "otpu-lens-profile", 2
 SUFFIX = ".otpuprof"
 GZIP_LEVEL = 1                   # the page decompresses it natively; level 1 writes several times faster than 9
-DELTA_COLUMNS = ("d",)           # dispatch cycles: ever growing, small steps
+DELTA_COLUMNS = ("d", "cycle")  # dispatch cycles, window ends: ever growing, small steps
 INTS = (("i1", np.iinfo(np.int8)), ("i2", np.iinfo(np.int16)), ("i4", np.iinfo(np.int32)))   # smallest that fits
 
 
@@ -53,16 +54,20 @@ def unpack_column(col, name: str, key: str) -> np.ndarray:
             raise ValueError(f"type {col['dtype']!r} is not i1, i2, i4 or f8")
         a = np.frombuffer(raw, dtype="<" + col["dtype"]).astype(np.int64)
     except (KeyError, TypeError, ValueError) as e:
-        raise UsageError(f"{name}: instruction column {key!r} is not a packed column ({e})") from None
+        raise UsageError(f"{name}: column {key!r} is not a packed column ({e})") from None
     return np.cumsum(a) if col.get("delta") else a
+
+
+def _pack_columns(cols: dict) -> dict:
+    return {k: pack_column(v, k in DELTA_COLUMNS) if isinstance(v, np.ndarray) else v for k, v in cols.items()}
 
 
 def _pack_profile(p: dict) -> dict:
     instrs = p.get("instrs")
     if not instrs:
         return p
-    data = {k: pack_column(v, k in DELTA_COLUMNS) for k, v in instrs["data"].items()}
-    return {**p, "instrs": {**instrs, "data": data}}
+    return {**p, "instrs": {**instrs, "data": _pack_columns(instrs["data"])},
+            "windows": [_pack_columns(w) for w in p.get("windows", [])]}
 
 
 def _plain(obj):
@@ -91,7 +96,7 @@ def dumps(profiles: list[dict]) -> str:
 def dumps_document(doc: dict) -> str:
     """JSON text of a document; a document read back (columns as arrays) is packed again."""
     if any(isinstance(v, np.ndarray) for p in doc["profiles"] for v in p.get("instrs", {}).get("data", {}).values()):
-        doc = {**doc, "profiles": [_pack_profile(p) for p in doc["profiles"]]}
+        doc = {**doc, "version": VERSION, "profiles": [_pack_profile(p) for p in doc["profiles"]]}
     return json.dumps(_plain(doc), separators=(",", ":"), allow_nan=False)
 
 
@@ -110,8 +115,8 @@ def load_bytes(data: bytes, name: str) -> dict:
     for p in doc["profiles"]:
         cols = p.get("instrs", {}).get("data", {})
         for k, v in cols.items():
-            cols[k] = unpack_column(v, name, k)
-        p["windows"] = [{k: np.asarray(v, dtype=np.int64) for k, v in w.items()} for w in p.get("windows", [])]
+            cols[k] = unpack_column(v, name, f"instrs.{k}")
+        p["windows"] = [{k: unpack_column(v, name, f"windows.{k}") for k, v in w.items()} for w in p.get("windows", [])]
     return doc
 
 

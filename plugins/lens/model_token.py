@@ -24,6 +24,7 @@ from otpu_core.llm.models import open_model
 
 from .workloads import Context, Step, workload
 
+NAME = "model-token"
 FORMAT = "int8"
 CONTEXT = 2048                  # otpu-chat's default --ctx
 PROMPT = "What is a Python list?"
@@ -43,7 +44,7 @@ class _Writes:
         return out
 
 
-@workload("model-token", "decode tokens of a model (--model, default the shipped one; --prompt; --tokens, "
+@workload(NAME, "decode tokens of a model (--model, default the shipped one; --prompt; --tokens, "
           "default 1): the step program otpu-chat runs, one profile per token", takes=("model", "prompt", "tokens"))
 def _model_token(ctx: Context) -> Iterator[Step]:
     prompt, tokens = ctx.option("prompt", PROMPT), ctx.option("tokens", 1)

@@ -1,7 +1,7 @@
 "use strict";
 // Loading profile documents (embedded, fetched, or dropped by the user) and building each profile's model:
 // absolute per-instruction times as typed arrays, per-unit index lists in start order, program rows by pc.
-const FORMAT = "otpu-lens-profile", VERSION = 1;
+const FORMAT = "otpu-lens-profile", VERSION = 2;   // version 1: windows as plain lists
 
 async function inflate(buf) {
   const bytes = new Uint8Array(buf);
@@ -33,7 +33,7 @@ async function loadFile(file) {
 
 // A packed column ({dtype i1|i2|i4|f8, delta, b64}: little-endian bytes in base64) or a plain list, as numbers.
 function unpackColumn(col) {
-  if (Array.isArray(col)) return col;
+  if (Array.isArray(col) || ArrayBuffer.isView(col)) return col;
   const bytes = Uint8Array.fromBase64 ? Uint8Array.fromBase64(col.b64) : (() => {
     const bin = atob(col.b64), out = new Uint8Array(bin.length);
     for (let k = 0; k < bin.length; k++) out[k] = bin.charCodeAt(k);
@@ -53,6 +53,7 @@ function unpackColumn(col) {
 function buildModel(p, source) {
   const cols = {};
   for (const [k, v] of Object.entries(p.instrs.data)) cols[k] = unpackColumn(v);
+  p.windows = (p.windows || []).map(w => Object.fromEntries(Object.entries(w).map(([k, v]) => [k, unpackColumn(v)])));
   const n = cols.d.length;
   const prog = (p.programs[0] || { rows: [] }).rows;
   const m = {
