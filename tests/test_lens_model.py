@@ -3,7 +3,8 @@
 A profile's cycles, instruction count and unit busy cycles equal the counters of the same programs
 run on a golden machine of its own (no trace, the steps' writes applied in order); its source lines
 are the `ol` lines of the model's programs and kernels; the tokens it decodes are the argmax of the
-logits the models layer's `Engine` computes for the same prompt; bad options are refused by name."""
+logits the models layer's `Engine` computes for the same prompt; on the simulated card (slow) the
+same tokens take the timing model's cycles; bad options are refused by name."""
 import json
 
 import numpy as np
@@ -104,3 +105,18 @@ def test_model_options_are_refused_by_name(tiny, capsys):
     assert "--tokens 5000" in err and "positions" in err
     assert lens("record", "-o", "/dev/null", "-w", "model-token", "--pos", "3") == 2
     assert "--pos" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_model_token_on_the_simulated_card_matches_the_timing_model(tiny, tmp_path, capsys):
+    runs = {}
+    for engine in ("sim", "card"):
+        out = tmp_path / f"{engine}.otpuprof"
+        dev = ("--dev", "sim:lens-model") if engine == "card" else ()
+        assert lens("record", "-o", str(out), "--engine", engine, *dev, "-t", "sim-small", "--model", str(tiny),
+                    "--prompt", "one two three", "--tokens", "2", "--json") == 0
+        runs[engine] = json.loads(capsys.readouterr().out)["profiles"]
+    assert [p["kind"] for p in runs["card"]] == ["hw", "hw"]
+    assert [(p["cycles"], p["instructions"], p["traced"]) for p in runs["card"]] == \
+        [(p["cycles"], p["instructions"], p["traced"]) for p in runs["sim"]]
+    assert [p["name"].split(" (")[0] for p in runs["card"]] == [p["name"].split(" (")[0] for p in runs["sim"]]
