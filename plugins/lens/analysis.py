@@ -104,10 +104,11 @@ def unit_busy(t: dict) -> dict[str, int]:
 def grouped(keys: np.ndarray, t: dict, n_keys: int) -> dict[str, np.ndarray]:
     """Per key: count, busy, nominal work, dependency wait, unit wait, MACs, DRAM bytes, MXU starve."""
     ok = keys >= 0
-    k = keys[ok]
+    every = bool(ok.all())
+    k = keys if every else keys[ok]
 
     def total(v):
-        return np.bincount(k, weights=v[ok], minlength=n_keys).astype(np.int64)
+        return np.bincount(k, weights=v if every else v[ok], minlength=n_keys).astype(np.int64)
     dep = np.maximum(t["ready"] - t["dispatch"] - 1, 0)
     return {"count": np.bincount(k, minlength=n_keys).astype(np.int64), "busy": total(t["end"] - t["start"]),
             "work": total(t["work"]), "dep_wait": total(dep), "unit_wait": total(t["start"] - t["ready"]),

@@ -95,6 +95,11 @@ def _trace_report(cap: Capture, decs: list[Decoded], prog: program_table.Program
     return rep
 
 
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The slices' columns end to end (one slice's as they are: no copy of a million rows)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 def build(cap: Capture) -> dict:
     target, cfg, ua = cap.target, cap.target.config(), cap.target.uarch
     sources = program_table.Sources()
@@ -116,7 +121,7 @@ def build(cap: Capture) -> dict:
         slices.append({"busy": analysis.unit_busy(t), "counters": {k: int(v) for k, v in c.items()},
                        "buckets": analysis.cycle_account(t, int(c.get("CYCLES", cycles)), fetch, ua.DRAM_LATENCY),
                        "ports": dec.ports, "halt": dec.halt, "fetch": fetch})
-    cat = {k: np.concatenate([t[k] for t in arrays]) for k in arrays[0]}
+    cat = {k: _joined([t[k] for t in arrays]) for k in arrays[0]}
     by_class = analysis.grouped(cat["cls"], cat, len(classes))
     by_src = analysis.grouped(cat["src"], cat, len(sources.entries))
     cols = [_instr_columns(sid, t) for sid, t in enumerate(arrays)]
@@ -130,7 +135,7 @@ def build(cap: Capture) -> dict:
         class_table=analysis.table_rows(by_class, classes, "class"),
         source_table=analysis.table_rows(by_src, list(range(len(sources.entries))), "src"),
         instrs={"columns": list(INSTR_COLUMNS),
-                "data": {k: np.concatenate([c[k] for c in cols]) for k in INSTR_COLUMNS}},
+                "data": {k: _joined([c[k] for c in cols]) for k in INSTR_COLUMNS}},
         windows=[_windows(d) for d in decs],
         programs=[{"name": cap.name, "columns": program_table.PROGRAM_COLUMNS, "rows": prog.rows}],
         sources=sources.entries, trace=_trace_report(cap, decs, prog))
