@@ -275,17 +275,29 @@ module otpu_seq
   end
 
   // -- may a slot start? ------------------------------------------------------------------------------------
+  // WAITC counts this cycle's completions and releases as the scoreboard does (done_slots): an
+  // instruction starts in the cycle its producer completes, as the timing model starts it at the
+  // producer's end (a unit's results are in TMEM and DRAM by the cycle it signals done)
   logic [WIN-1:0] can_start;
+  logic [NQUEUES-1:0][15:0] q_comp_now;
+  logic [63:0] released_now;
   always_comb begin
+    q_comp_now = q_comp;
+    released_now = released;
+    for (int u = 0; u < NUNITS; u++) begin
+      if (u_done[u] && queue_of(slot_words[u_slot[u]][0][7:0]) != Q_NONE)
+        q_comp_now[queue_of(slot_words[u_slot[u]][0][7:0])] = q_comp_now[queue_of(slot_words[u_slot[u]][0][7:0])] + 1;
+      if (u_release[u]) released_now[slot_seq[u_slot[u]]] = 1'b1;
+    end
     for (int s = 0; s < WIN; s++) begin
       logic ok;
       ok = (slot_dep[s] & slot_valid & ~done_slots) == 0;
       if (SEQ_WC != 0) begin
         ok = (slot_dep[s] & slot_valid & ~done_slots) == 0;      // sync and BAR
         for (int q = 0; q < NQUEUES; q++)
-          if (slot_thr_on[s][q] && $signed(16'(q_comp[q] - slot_thr[s][q])) < 0) ok = 1'b0;
+          if (slot_thr_on[s][q] && $signed(16'(q_comp_now[q] - slot_thr[s][q])) < 0) ok = 1'b0;
         for (int j = 0; j < 31; j++)
-          if (slot_mask[s][j] && !released[6'(slot_seq[s] - 6'(j) - 6'd1)]) ok = 1'b0;
+          if (slot_mask[s][j] && !released_now[6'(slot_seq[s] - 6'(j) - 6'd1)]) ok = 1'b0;
       end
       can_start[s] = ok;
     end
