@@ -41,7 +41,7 @@ module otpu_vpu
 );
   `include "otpu_defs.svh"
   `include "otpu_fp_funcs.svh"
-  localparam int CLAT = 4;                  // otpu_fp_composite latency (10 steps, 5 a cycle, + 2)
+  localparam int CLAT = 2;                  // otpu_fp_composite latency (10 steps, 5 a cycle)
   // completion after the last element: the 4-stage VPU pipeline (read, op, round, write), and for
   // reductions the fold after it (8 more), as the timing model charges (sim/costs.py)
   localparam int EW_DRAIN = 3, REDUCE_DRAIN = 10;
