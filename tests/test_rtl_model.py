@@ -67,6 +67,7 @@ def test_a_decode_token_of_a_tiny_qwen3_is_bit_exact_on_the_rtl(tmp_path, rtl_ba
     prog = programs.compile_program(engines[0].plan, spec, t)
     r = compare_run(rtl, prog)
     assert r.ok, r.message()
+    assert abs(r.ratio - 1) <= 0.05, r.message()
     with capsys.disabled():
         print(f"\ntiny Qwen3 decode token on {TARGET}: {len(prog.instrs)} instructions; RTL {r.rtl_cycles} cycles "
               f"with the wait table ({decode_cycles} with sync entries), model {r.model_cycles} "
