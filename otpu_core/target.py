@@ -202,9 +202,6 @@ def rtl_missing(t: Target) -> list[str]:
     a, ua = t.arch, t.uarch
     missing = [name for name, bad in (("S > 1 (collectives across slices)", a.S > 1), ("PAIR (column reuse)", a.PAIR),
                                       ("STREAM (the stream engine)", a.STREAM)) if bad]
-    if ua.TMEM_IMPL == 3:
-        missing.append("TMEM_IMPL 3 (the single-copy TMEM: otpu_tmem arbitrates its banks and replays, but the "
-                       "units do not yet hold a denied read)")
     if ua.DRAM_BYTES_PER_CYCLE != a.D:
         missing.append(f"DRAM_BYTES_PER_CYCLE = {ua.DRAM_BYTES_PER_CYCLE} different from D = {a.D} "
                        "(the RTL streams one D-byte chunk per DRAM beat)")

@@ -1,5 +1,4 @@
 """target.sources() against rtl/ on disk and what the RTL can be built for (no Verilator needed)."""
-import dataclasses
 import re
 
 import pytest
@@ -57,14 +56,6 @@ def test_targets_beyond_the_rtl_are_refused_naming_what_is_missing(name, missing
     with pytest.raises(TargetError) as e:
         target.check_rtl_buildable(target.load(name))
     assert missing in e.value.message and "nangate45-small" in (e.value.hint or "")
-
-
-def test_the_single_copy_tmem_is_refused_for_the_machine_naming_it():
-    t = target.load("nangate45-small")
-    single = dataclasses.replace(t, uarch=dataclasses.replace(t.uarch, TMEM_IMPL=3))
-    with pytest.raises(TargetError) as e:
-        target.check_rtl_buildable(single)
-    assert "TMEM_IMPL 3" in e.value.message and "denied read" in e.value.message
 
 
 def test_rtl_targets():

@@ -98,6 +98,12 @@ module otpu_dma
   logic [31:0]     st_rd_base;
   logic [$clog2(2*LANES+1)-1:0] st_rd_k;
   logic [31:0]     writes_issued, writes_total;
+  // words of this cycle's ST read that count: both ports granted, or the low port alone (the
+  // high port's words are read again next cycle from the low one; TMEM_IMPL 3 denies it when
+  // the two read the same banks)
+  logic [$clog2(2*LANES+1)-1:0] st_got;
+  assign st_got = !rd_gnt[0] ? '0 : (rd_gnt[1] ? $bits(st_got)'($countones(rd_en))
+                                              : $bits(st_got)'($countones(rd_en[LANES-1:0])));
 
   // -- WAITW ---------------------------------------------------------------------------------------------
   logic [31:0] polls, gap, value;
@@ -262,12 +268,12 @@ module otpu_dma
         end
         S_ST: begin
           // TMEM reads in flight come back the next cycle
-          if (|rd_en && &rd_gnt) begin
+          if (st_got != 0) begin
             st_rd_pending <= 1'b1;
             st_rd_base <= issued_words;
-            st_rd_k <= $bits(st_rd_k)'($countones(rd_en));
-            issued_words <= issued_words + 32'($countones(rd_en));
-            if (issued_words + 32'($countones(rd_en)) >= nwords) st_release <= 1'b1;
+            st_rd_k <= st_got;
+            issued_words <= issued_words + 32'(st_got);
+            if (issued_words + 32'(st_got) >= nwords) st_release <= 1'b1;
           end else st_rd_pending <= 1'b0;
           begin
             logic [BB*8-1:0] cd;
@@ -348,12 +354,12 @@ module otpu_dma
         win_n <= 0;
         skip <= (in_w[1] % BB) / 4;
         sb_n <= 0; cur_any <= 1'b0;
-        st_rd_pending <= st_take && |rd_en && &rd_gnt;
+        st_rd_pending <= st_take && st_got != 0;
         st_rd_base <= 0;
-        st_rd_k <= $bits(st_rd_k)'($countones(rd_en));
-        if (st_take && |rd_en && &rd_gnt) begin
-          issued_words <= 32'($countones(rd_en));
-          if (32'($countones(rd_en)) >= in_w[3]) st_release <= 1'b1;
+        st_rd_k <= st_got;
+        if (st_take && st_got != 0) begin
+          issued_words <= 32'(st_got);
+          if (32'(st_got) >= in_w[3]) st_release <= 1'b1;
         end
         writes_issued <= 0;
         writes_total <= in_w[3] == 0 ? 0 : (in_w[1] + 4 * in_w[3] - 1) / BB - in_w[1] / BB + 1;

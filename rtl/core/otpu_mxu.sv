@@ -304,8 +304,9 @@ module otpu_mxu
     otpu_fp_mul u_am (.a(rd_data[j]), .b(alpha[j]), .y(wb_prod[j]));
     otpu_fp_add u_aa (.a(ascale ? wb_prod[j] : rd_data[j]), .b(wb_y[j]), .sub(1'b0), .y(wb_sum[j]));
   end
-  logic wb_issue;
-  assign wb_issue = (state == S_RUN || state == S_FINISH) && oq_n != 0 && wr_ok && alpha_ok;
+  logic wb_want, wb_issue;                   // (ACC: its read granted; TMEM_IMPL 3 may deny it)
+  assign wb_want = (state == S_RUN || state == S_FINISH) && oq_n != 0 && wr_ok && alpha_ok;
+  assign wb_issue = wb_want && (!acc || rd_gnt);
   always_comb begin
     rd_en = '0;
     for (int l = 0; l < LANES; l++) rd_addr[l] = out + 32'(l) * 32'(ors) + oq_row[0];
@@ -314,7 +315,7 @@ module otpu_mxu
         rd_en[l] = l < m;
         rd_addr[l] = ssa + l;
       end
-    else if (wb_issue && acc)
+    else if (wb_want && acc)
       for (int l = 0; l < LANES; l++) rd_en[l] = l < m;
     wr_en = '0;
     for (int l = 0; l < LANES; l++) begin
@@ -492,7 +493,7 @@ module otpu_mxu
       end
 
       // alpha (ASCALE)
-      if (rd_en != 0 && !alpha_ok && ascale && !wb_issue) alpha_pend <= 1'b1;
+      if (rd_en != 0 && rd_gnt && !alpha_ok && ascale && !wb_want) alpha_pend <= 1'b1;
       if (alpha_pend) begin
         for (int j = 0; j < M; j++) alpha[j] <= rd_data[j];
         alpha_ok <= 1'b1;

@@ -61,6 +61,7 @@ module otpu_seq
   // RLD's TMEM word
   output logic             rld_rd,
   output logic [31:0]      rld_addr,
+  input  logic             rld_gnt,           // (TMEM_IMPL 3 may deny the read: it goes again)
   input  logic [31:0]      rld_data
 );
   `include "otpu_defs.svh"
@@ -524,7 +525,7 @@ module otpu_seq
           end
         end
         S_RLD: begin
-          if (rld_rd) rld_wait <= 1;
+          if (rld_rd && rld_gnt) rld_wait <= 1;
           else if (rld_wait != 0) begin
             if (rld_wait == 2) begin
               logic [31:0] v;
