@@ -1,8 +1,8 @@
 """One decode token of a tiny random Qwen3 model (GGUF, int8) on the RTL (nangate45-small, D=32)
 against the golden simulator: the same converted model and the same compiled step programs through
-an Engine on RtlBackend and on IsaBackend (no wait table there: sync entries); after the prefill and after the decode step, TMEM, the
-ACT RAM and the model's DRAM image (weights, KV cache, ids, state, logits) are equal bit for bit,
-and so are the logits as 32-bit words. The decode step's program with its compiled wait table then
+an Engine on RtlBackend and on IsaBackend (the Engine passes no wait table: sync entries); after the
+prefill and after the decode step, TMEM, the ACT RAM and the model's DRAM image (weights, KV cache,
+ids, state, logits) are equal bit for bit, and so are the logits as 32-bit words. The decode step's program with its compiled wait table then
 runs once more through rtlcheck.compare_run, which also gives its cycles against the timing model."""
 import numpy as np
 import pytest

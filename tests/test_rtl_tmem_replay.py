@@ -8,10 +8,9 @@ import re
 
 import pytest
 
-from otpu_core import rtlcases, rtlsim, target
+from otpu_core import rtlsim, target
 from otpu_core.rtlbackend import RtlBackend
-from otpu_core.rtlcheck import compare_case
-from rtl_support import TARGET, require_verilator
+from rtl_support import TARGET, compare_kernels, require_verilator
 
 pytestmark = pytest.mark.slow
 
@@ -46,13 +45,11 @@ def test_every_kernel_is_bit_exact_on_the_single_copy_tmem(capsys):
     single = dataclasses.replace(t, uarch=dataclasses.replace(t.uarch, TMEM_IMPL=3))
     be = RtlBackend(single, max_cycles=5_000_000)
     assert be.params["TMEM_IMPL"] == 3
-    bad, rows, denied = {}, [], 0
-    for case in rtlcases.kernel_cases(TARGET):
-        r = compare_case(be, case)
-        denied += be.last["tmem_deny"]
-        rows.append(f"{case.name:24s} RTL {r.rtl_cycles:7d}  model {r.model_cycles:7d}  denied {be.last['tmem_deny']:5d}")
-        if not r.ok:
-            bad[case.name] = r.message()
+    results = compare_kernels(be)
+    rows = [f"{n:24s} RTL {r.rtl_cycles:7d}  model {r.model_cycles:7d}  denied {st['tmem_deny']:5d}"
+            for n, (r, st) in results.items()]
+    bad = {n: r.message() for n, (r, _) in results.items() if not r.ok}
+    denied = sum(st["tmem_deny"] for _, st in results.values())
     with capsys.disabled():
         print("\nTMEM_IMPL 3 (single copy, replay) on nangate45-small:\n" + "\n".join(rows))
     assert not bad, bad
