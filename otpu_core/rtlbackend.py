@@ -1,6 +1,6 @@
 """`RtlBackend`: the RTL under Verilator behind the Backend interface of `IsaBackend` and
-`BoardBackend` (attach, write, read, prepare, start, wait, run, close), so the same programs and
-the same DRAM image run on it unchanged.
+`BoardBackend` (attach, write, read, prepare, start, wait, run, counters, close), so the same
+programs and the same DRAM image run on it unchanged.
 
 The backend keeps the machine's state between runs as a card does: DRAM (a numpy buffer, adopted
 when the caller passes one), TMEM and the ACT RAM. Each run writes the non-zero DRAM beats, TMEM
@@ -37,6 +37,8 @@ ERRORS = {1: "illegal opcode", 2: "TMEM or DRAM range", 3: "DRAM range", 4: "sha
           6: "loop", 7: "HALT CHAIN or program length", 8: "WAITW timeout", 9: "ran past the end of the program"}
 RUN_TIMEOUT_S = 1800.0
 SYNC = isa.WaitEntry(sync=True)
+# the testbench's run statistics that count, under the names of the card's counters
+COUNTERS = {"cycles": "CYCLES", "icount": "ICOUNT", "dram_read_beats": "B_RD", "dram_write_beats": "B_WR"}
 
 
 def tb_sources(target: target_mod.Target) -> list[Path]:
@@ -95,6 +97,7 @@ class RtlBackend:
         self.max_cycles = max_cycles
         self.args = [0] * isa.NARGS
         self.last: dict[str, int] = {}
+        self.totals = dict.fromkeys(COUNTERS.values(), 0)
         self.seconds = 0.0
         self._started: RtlProgram | None = None
 
@@ -162,6 +165,8 @@ class RtlBackend:
             stats = self._read_outputs(d / "out")
         self.seconds = time.monotonic() - t0
         self.last = stats
+        for key, name in COUNTERS.items():
+            self.totals[name] += stats[key]
         if stats["dram_range_error"]:
             raise RtlError(f"the run accessed DRAM outside the RTL model's {self.dram_bytes} bytes")
         if stats["error"]:
@@ -176,6 +181,10 @@ class RtlBackend:
     def run(self, program, args: Sequence[int] | None = None, timeout: float = RUN_TIMEOUT_S) -> RunStats:
         self.start(program, args)
         return self.wait(timeout)
+
+    def counters(self) -> dict[str, int]:
+        """The counts of every run since the backend was made, as a card's counters accumulate."""
+        return dict(self.totals)
 
     def close(self) -> None: pass
 

@@ -1,10 +1,12 @@
-"""Helpers of the RTL tests: Verilator present (a failure under OTPU_CI, a skip elsewhere) and one
-RtlBackend per session (the build cache and its flock share one build across xdist workers)."""
+"""Helpers of the RTL tests: Verilator present (a failure under OTPU_CI, a skip elsewhere), one
+RtlBackend per session (the build cache and its flock share one build across xdist workers), and
+every kernel case of the library run on a backend against the golden simulator."""
 import os
 
 import pytest
 
-from otpu_core import rtlsim
+from otpu_core import rtlcases, rtlsim
+from otpu_core.rtlcheck import compare_case
 
 TARGET = "nangate45-small"
 
@@ -23,3 +25,11 @@ def rtl_backend():
     require_verilator()
     from otpu_core.rtlbackend import RtlBackend
     return RtlBackend(TARGET, max_cycles=5_000_000)
+
+
+def compare_kernels(be) -> dict:
+    """{case name: (Comparison, the run's testbench statistics)} for every kernel case on `be`."""
+    out = {}
+    for case in rtlcases.kernel_cases(TARGET):
+        out[case.name] = (compare_case(be, case), dict(be.last))
+    return out

@@ -82,7 +82,7 @@ module otpu_core
     .dr_ready(q_ready[U_SEQ]), .dr_rvalid(r_valid && r_tag == U_SEQ), .dr_rdata(r_data),
     .fetch_done(q_pop[U_SEQ]), .ticket_push, .ticket_unit,
     .u_valid, .u_words, .u_take, .u_release, .u_done, .u_error, .u_error_code, .mxu_wr_ok,
-    .rld_rd, .rld_addr, .rld_data(t_rd_data[5][0]));
+    .rld_rd, .rld_addr, .rld_gnt(t_rd_gnt[5]), .rld_data(t_rd_data[5][0]));
   assign q_write[U_SEQ] = 1'b0;
   assign q_wdata[U_SEQ] = '0;
   assign q_wstrb[U_SEQ] = '0;

@@ -64,7 +64,6 @@ module otpu_dma
   assign dram0 = w[1];
   assign tmem0 = w[2];
   assign nwords = w[3];
-  assign take = (state == S_IDLE || state == S_DONE) && in_valid;
 
   // useful bytes of beat b of [dram0, dram0 + 4 n)
   function automatic logic [15:0] useful(input logic [31:0] b, input logic [31:0] lo, input logic [31:0] hi);
@@ -99,14 +98,29 @@ module otpu_dma
   logic [31:0]     st_rd_base;
   logic [$clog2(2*LANES+1)-1:0] st_rd_k;
   logic [31:0]     writes_issued, writes_total;
+  // words of this cycle's ST read that count: both ports granted, or the low port alone (the
+  // high port's words are read again next cycle from the low one; TMEM_IMPL 3 denies it when
+  // the two read the same banks)
+  logic [$clog2(2*LANES+1)-1:0] st_got;
+  assign st_got = !rd_gnt[0] ? '0 : (rd_gnt[1] ? $bits(st_got)'($countones(rd_en))
+                                              : $bits(st_got)'($countones(rd_en[LANES-1:0])));
 
   // -- WAITW ---------------------------------------------------------------------------------------------
   logic [31:0] polls, gap, value;
   logic        wait_rd_out;
 
-  logic ld_issue, st_issue, ww_issue, ww_write, holds, st_release;
+  logic ld_issue, st_issue, ww_issue, ww_write, holds, st_release, st_take, st_finish;
+  logic            head_ok;                // a beat to append: the FIFO's head, or a response arriving now
+  logic [BB*8-1:0] head_data;
+  logic [31:0]     cw [WINW];              // the window with this cycle's beat appended
+  logic [31:0]     cw_n;
   assign ww_write = state == S_WAITW_GAP && holds;
-  assign done = state == S_DONE || (state == S_DSTEP && x_finish);
+  assign st_take = take && in_w[0][7:0] == OP_ST;
+  // an ST completes in the cycle its last write is acknowledged (DRAM holds the data by then)
+  assign st_finish = state == S_ST && (nwords == 0 || (acked + (resp_valid && resp_write ? 1 : 0) >= writes_total
+                     && writes_issued >= writes_total && elapsed + 1 >= (nwords + LANES - 1) / LANES && writes_total != 0));
+  assign take = (state == S_IDLE || state == S_DONE || st_finish) && in_valid;
+  assign done = state == S_DONE || st_finish || (state == S_DSTEP && x_finish);
   assign release_o = (state == S_DONE && w[0][7:0] != OP_ST) || st_release || (state == S_DSTEP && x_finish);
   logic [LDW-1:0] ld_wr_en;
   logic [$clog2(LDW+1)-1:0] ld_k;
@@ -126,15 +140,27 @@ module otpu_dma
     dram_pop = (ld_issue && req_ready && beat_next == beat_last) ||
                (st_issue && req_ready && writes_issued + 1 == writes_total) ||
                (state == S_LD && nwords == 0 && beat_next == beat_first) || ww_write;
-    // LD: the window's words to TMEM
+    // LD: a beat joins the window (from the FIFO, or straight from DRAM when the FIFO is empty)
+    // and the window's first words go to TMEM in the same cycle
+    head_ok = f_count != 0 || (resp_valid && !resp_write);
+    head_data = f_count != 0 ? fifo[f_head] : resp_rdata;
+    pop_beat = state == S_LD && head_ok && 32'(win_n) + WPB <= WINW && beats_taken < beat_last - beat_first + 1;
+    for (int i = 0; i < WINW; i++) cw[i] = win_words[i];
+    cw_n = 32'(win_n);
+    if (pop_beat) begin
+      for (int i = 0; i < WPB; i++)
+        if (beats_taken != 0 || i >= skip) cw[cw_n + i - (beats_taken == 0 ? skip : 0)] = head_data[32 * i +: 32];
+      cw_n = cw_n + WPB - (beats_taken == 0 ? skip : 0);
+    end
+    // paced at LANES words a cycle counting the cycle it started (the model's n / LANES from its start)
     remaining = nwords - placed;
-    allowed = LANES * (elapsed + 1) - placed;
+    allowed = LANES * (elapsed + 2) - placed;
     ld_k = 0;
     ld_wr_en = '0;
     for (int l = 0; l < LDW; l++) begin
       wr_addr[l] = tmem0 + placed + l;
-      wr_data[l] = win_words[l];
-      if (state == S_LD && l < win_n && 32'(l) < remaining && 32'(l) < allowed) begin
+      wr_data[l] = cw[l];
+      if (state == S_LD && 32'(l) < cw_n && 32'(l) < remaining && 32'(l) < allowed) begin
         ld_wr_en[l] = 1'b1;
         ld_k = ld_k + 1;
       end
@@ -145,11 +171,13 @@ module otpu_dma
       wr_addr[0] = w[2];
       wr_data[0] = value;
     end
-    pop_beat = state == S_LD && f_count != 0 && 32'(win_n) - 32'(ld_k) + WPB <= WINW && beats_taken < beat_last - beat_first + 1;
     // ST: read 2 x LANES words per cycle (two read ports) while the beat queue has room
+    // (the first read goes out in the cycle the ST is taken: its producers' data is in TMEM by then)
     rd_en = '0;
-    for (int l = 0; l < 2 * LANES; l++) rd_addr[l] = tmem0 + issued_words + l;
-    if (state == S_ST && issued_words < nwords && 32'(sb_n) + (st_rd_pending ? 3 : 0) + 3 <= SBQ)
+    for (int l = 0; l < 2 * LANES; l++) rd_addr[l] = st_take ? in_w[2] + l : tmem0 + issued_words + l;
+    if (st_take)
+      for (int l = 0; l < 2 * LANES; l++) rd_en[l] = 32'(l) < in_w[3];
+    else if (state == S_ST && issued_words < nwords && 32'(sb_n) + (st_rd_pending ? 3 : 0) + 3 <= SBQ)
       for (int l = 0; l < 2 * LANES; l++) rd_en[l] = 32'(l) < nwords - issued_words;
     // DSTEP owns the ports while it runs
     if (state == S_DSTEP) begin
@@ -219,29 +247,19 @@ module otpu_dma
         S_LD: begin
           if (ld_issue && req_ready) beat_next <= beat_next + 1;
           if (nwords == 0 && beat_next == beat_first) beat_next <= beat_last + 1;
-          // FIFO
-          if (resp_valid && !resp_write) begin
+          // FIFO (a response popped in the cycle it arrives bypasses it)
+          if (resp_valid && !resp_write && !(pop_beat && f_count == 0)) begin
             fifo[f_tail] <= resp_rdata;
             f_tail <= f_tail == FW'(FIFO_DEPTH - 1) ? 0 : f_tail + 1;
           end
-          f_count <= f_count + FW'(resp_valid && !resp_write) - FW'(pop_beat);
+          f_count <= f_count + FW'(resp_valid && !resp_write && !(pop_beat && f_count == 0)) - FW'(pop_beat && f_count != 0);
           outstanding <= outstanding + FW'(ld_issue && req_ready) - FW'(resp_valid && !resp_write);
-          // the window: emit ld_k words, then append a beat
-          begin
-            logic [31:0] nw [WINW];
-            int n2, first;
-            for (int i = 0; i < WINW; i++) nw[i] = i + ld_k < WINW ? win_words[i + ld_k] : 32'd0;
-            n2 = int'(win_n) - int'(ld_k);
-            if (pop_beat) begin
-              first = beats_taken == 0 ? int'(skip) : 0;
-              for (int i = 0; i < WPB; i++)
-                if (i >= first) nw[n2 + i - first] = fifo[f_head][32 * i +: 32];
-              n2 = n2 + WPB - first;
-              f_head <= f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1;
-              beats_taken <= beats_taken + 1;
-            end
-            for (int i = 0; i < WINW; i++) win_words[i] <= nw[i];
-            win_n <= $bits(win_n)'(n2);
+          // the window: the combined words less the ld_k written
+          for (int i = 0; i < WINW; i++) win_words[i] <= i + ld_k < WINW ? cw[i + ld_k] : 32'd0;
+          win_n <= $bits(win_n)'(cw_n - 32'(ld_k));
+          if (pop_beat) begin
+            if (f_count != 0) f_head <= f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1;
+            beats_taken <= beats_taken + 1;
           end
           placed <= placed + 32'(ld_k);
           if (placed + 32'(ld_k) >= nwords && beat_next > beat_last) begin
@@ -250,12 +268,12 @@ module otpu_dma
         end
         S_ST: begin
           // TMEM reads in flight come back the next cycle
-          if (|rd_en && &rd_gnt) begin
+          if (st_got != 0) begin
             st_rd_pending <= 1'b1;
             st_rd_base <= issued_words;
-            st_rd_k <= $bits(st_rd_k)'($countones(rd_en));
-            issued_words <= issued_words + 32'($countones(rd_en));
-            if (issued_words + 32'($countones(rd_en)) >= nwords) st_release <= 1'b1;
+            st_rd_k <= st_got;
+            issued_words <= issued_words + 32'(st_got);
+            if (issued_words + 32'(st_got) >= nwords) st_release <= 1'b1;
           end else st_rd_pending <= 1'b0;
           begin
             logic [BB*8-1:0] cd;
@@ -288,20 +306,19 @@ module otpu_dma
                   ca = 1'b1;
                   cd[8 * (a % BB) +: 32] = rd_data[l];
                   cs[(a % BB) +: 4] = 4'hF;
+                  // a beat leaves as soon as its last word (or the transfer's) is in
+                  if ((a % BB) == BB - 4 || st_rd_base + 32'(l) + 1 >= nwords) begin
+                    qd[n] = cd; qs[n] = cs; qb[n] = cb; n = n + 1;
+                    cs = '0; ca = 1'b0;
+                  end
                 end
-            if (ca && st_rd_pending && st_rd_base + 32'(st_rd_k) >= nwords) begin
-              qd[n] = cd; qs[n] = cs; qb[n] = cb; n = n + 1;
-              cs = '0; ca = 1'b0;
-            end
             for (int i = 0; i < SBQ; i++) begin sb_data[i] <= qd[i]; sb_strb[i] <= qs[i]; sb_beat[i] <= qb[i]; end
             sb_n <= n;
             cur_data <= cd; cur_strb <= cs; cur_beat <= cb; cur_any <= ca;
           end
           if (resp_valid && resp_write) acked <= acked + 1;
           // (and not before LANES words a cycle since the start: the unit's rate in the timing model)
-          if (nwords == 0 || (acked + (resp_valid && resp_write ? 1 : 0) >= writes_total && writes_issued >= writes_total
-                              && elapsed + 1 >= (nwords + LANES - 1) / LANES
-                              && writes_total != 0)) state <= S_DONE;
+          if (st_finish) state <= S_IDLE;
         end
         S_WAITW: begin
           if (ww_issue && req_ready) wait_rd_out <= 1'b1;
@@ -336,7 +353,14 @@ module otpu_dma
         acked <= 0; placed <= 0; issued_words <= 0; beats_taken <= 0; elapsed <= 0;
         win_n <= 0;
         skip <= (in_w[1] % BB) / 4;
-        sb_n <= 0; cur_any <= 1'b0; st_rd_pending <= 1'b0;
+        sb_n <= 0; cur_any <= 1'b0;
+        st_rd_pending <= st_take && st_got != 0;
+        st_rd_base <= 0;
+        st_rd_k <= st_got;
+        if (st_take && st_got != 0) begin
+          issued_words <= 32'(st_got);
+          if (32'(st_got) >= in_w[3]) st_release <= 1'b1;
+        end
         writes_issued <= 0;
         writes_total <= in_w[3] == 0 ? 0 : (in_w[1] + 4 * in_w[3] - 1) / BB - in_w[1] / BB + 1;
         polls <= 0; gap <= 0; wait_rd_out <= 1'b0;

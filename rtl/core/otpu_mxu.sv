@@ -108,14 +108,16 @@ module otpu_mxu
     side_last = (ssa + q_row * srs + sbytes - 1) / BB;
   end
   // a row whose side data lies in the side beat fetched last (rows' scales share beats) reuses it
-  logic        q_cv, q_hit;
+  // (and its first chunk is requested in that cycle: a reused side beat costs no request slot)
+  logic        q_cv, q_hit, q_side_now;
   logic [31:0] q_cbeat;
   assign q_hit = q_side && q_cv && side_first == side_last && side_first == q_cbeat;
+  assign q_side_now = q_side && !q_hit;
   logic req_more;
   assign req_more = (state == S_PREP || state == S_RUN) && q_row < 32'(n);
-  assign req_valid = req_more && 32'(outstanding) + 32'(f_count) < FIFO_DEPTH && !q_hit;
+  assign req_valid = req_more && 32'(outstanding) + 32'(f_count) < FIFO_DEPTH;
   always_comb begin
-    if (q_side) begin
+    if (q_side_now) begin
       logic [31:0] lo, hi, bs, be;
       logic whole;
       req_addr = (side_first + q_idx) * BB;
@@ -132,7 +134,7 @@ module otpu_mxu
     end
   end
   logic last_req;
-  assign last_req = !q_side && q_idx + 1 == nch && q_row + 1 == 32'(n);
+  assign last_req = !q_side_now && q_idx + 1 == nch && q_row + 1 == 32'(n);
   assign dram_pop = req_valid && req_ready && last_req;
 
   // -- response FIFO ---------------------------------------------------------------------------------------------
@@ -302,8 +304,9 @@ module otpu_mxu
     otpu_fp_mul u_am (.a(rd_data[j]), .b(alpha[j]), .y(wb_prod[j]));
     otpu_fp_add u_aa (.a(ascale ? wb_prod[j] : rd_data[j]), .b(wb_y[j]), .sub(1'b0), .y(wb_sum[j]));
   end
-  logic wb_issue;
-  assign wb_issue = (state == S_RUN || state == S_FINISH) && oq_n != 0 && wr_ok && alpha_ok;
+  logic wb_want, wb_issue;                   // (ACC: its read granted; TMEM_IMPL 3 may deny it)
+  assign wb_want = (state == S_RUN || state == S_FINISH) && oq_n != 0 && wr_ok && alpha_ok;
+  assign wb_issue = wb_want && (!acc || rd_gnt);
   always_comb begin
     rd_en = '0;
     for (int l = 0; l < LANES; l++) rd_addr[l] = out + 32'(l) * 32'(ors) + oq_row[0];
@@ -312,7 +315,7 @@ module otpu_mxu
         rd_en[l] = l < m;
         rd_addr[l] = ssa + l;
       end
-    else if (wb_issue && acc)
+    else if (wb_want && acc)
       for (int l = 0; l < LANES; l++) rd_en[l] = l < m;
     wr_en = '0;
     for (int l = 0; l < LANES; l++) begin
@@ -403,7 +406,7 @@ module otpu_mxu
       // request position
       if (q_hit && req_more) begin q_side <= 1'b0; q_idx <= 0; end
       if (req_valid && req_ready) begin
-        if (q_side) begin
+        if (q_side_now) begin
           q_cv <= 1'b1;
           q_cbeat <= side_first + q_idx;
           if ((side_first + q_idx) == side_last) begin q_side <= 1'b0; q_idx <= 0; end
@@ -412,7 +415,10 @@ module otpu_mxu
           q_row <= q_row + 1;
           q_idx <= 0;
           q_side <= sbytes != 0;
-        end else q_idx <= q_idx + 1;
+        end else begin
+          q_side <= 1'b0;
+          q_idx <= q_idx + 1;
+        end
       end
 
       // FIFO of beats
@@ -487,7 +493,7 @@ module otpu_mxu
       end
 
       // alpha (ASCALE)
-      if (rd_en != 0 && !alpha_ok && ascale && !wb_issue) alpha_pend <= 1'b1;
+      if (rd_en != 0 && rd_gnt && !alpha_ok && ascale && !wb_want) alpha_pend <= 1'b1;
       if (alpha_pend) begin
         for (int j = 0; j < M; j++) alpha[j] <= rd_data[j];
         alpha_ok <= 1'b1;

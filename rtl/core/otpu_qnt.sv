@@ -127,7 +127,8 @@ module otpu_qnt
   logic [31:0] rs_val;                       // T[rscale + r]
   logic [31:0] gbase;
   assign gbase = row_mode ? 0 : 32'(k) * D;
-  logic read_issue;
+  logic read_issue, read_go;
+  logic src_got, cs_got;                     // this group's source / CSCALE words already read (held)
   logic [LANES-1:0] l_en;
   assign read_issue = state == S_RUN && rstate == A_READ && g_used < NSLOT + 1 && e < glen &&
                       (e != 0 || g_used < NSLOT) && wptr + LANES - rptr <= BUFW;
@@ -138,11 +139,13 @@ module otpu_qnt
       rd_addr[1][l] = cs_addr + gbase + e + l;
     end
     if (rstate == A_ROWSCALE) rd_addr[1][0] = rs_addr + 32'(r);
+    // a port denied (TMEM_IMPL 3) reads again next cycle; the other port's words wait in its data
     rd_en = '0;
     if (read_issue) begin
-      rd_en[0] = l_en;
-      if (cscale) rd_en[1] = l_en;
+      if (!src_got) rd_en[0] = l_en;
+      if (cscale && !cs_got) rd_en[1] = l_en;
     end
+    read_go = read_issue && (src_got || rd_gnt[0]) && (!cscale || cs_got || rd_gnt[1]);
     if (state == S_RUN && rstate == A_ROWSCALE) rd_en[1][0] = 1'b1;
   end
 
@@ -286,12 +289,19 @@ module otpu_qnt
       if (busy_left != 0) busy_left <= busy_left - 1;
 
       // -- reader --
-      s1_en <= read_issue && &rd_gnt ? l_en : '0;
+      s1_en <= read_go ? l_en : '0;
       s1_e <= e;
       s1_gbase <= gbase;
       s1_slot <= a_slot;
-      s1_last <= read_issue && &rd_gnt && e + LANES >= glen;
-      if (read_issue && &rd_gnt) begin
+      s1_last <= read_go && e + LANES >= glen;
+      if (read_go) begin
+        src_got <= 1'b0;
+        cs_got <= 1'b0;
+      end else if (read_issue) begin
+        src_got <= src_got || rd_gnt[0];
+        cs_got <= cs_got || (cscale && rd_gnt[1]);
+      end
+      if (read_go) begin
         if (e == 0) begin
           alloc = 1'b1;
           g_r[a_slot] <= r;
@@ -421,6 +431,8 @@ module otpu_qnt
         a_slot <= 0; c_slot <= 0; g_used <= 0;
         wptr <= 0; rptr <= 0;
         cfin <= 1'b0;
+        src_got <= 1'b0;
+        cs_got <= 1'b0;
         for (int s = 0; s < NSLOT; s++) begin
           g_amax[s] <= 0;
           g_ready[s] <= 1'b0;

@@ -61,6 +61,7 @@ module otpu_seq
   // RLD's TMEM word
   output logic             rld_rd,
   output logic [31:0]      rld_addr,
+  input  logic             rld_gnt,           // (TMEM_IMPL 3 may deny the read: it goes again)
   input  logic [31:0]      rld_data
 );
   `include "otpu_defs.svh"
@@ -275,17 +276,29 @@ module otpu_seq
   end
 
   // -- may a slot start? ------------------------------------------------------------------------------------
+  // WAITC counts this cycle's completions and releases as the scoreboard does (done_slots): an
+  // instruction starts in the cycle its producer completes, as the timing model starts it at the
+  // producer's end (a unit's results are in TMEM and DRAM by the cycle it signals done)
   logic [WIN-1:0] can_start;
+  logic [NQUEUES-1:0][15:0] q_comp_now;
+  logic [63:0] released_now;
   always_comb begin
+    q_comp_now = q_comp;
+    released_now = released;
+    for (int u = 0; u < NUNITS; u++) begin
+      if (u_done[u] && queue_of(slot_words[u_slot[u]][0][7:0]) != Q_NONE)
+        q_comp_now[queue_of(slot_words[u_slot[u]][0][7:0])] = q_comp_now[queue_of(slot_words[u_slot[u]][0][7:0])] + 1;
+      if (u_release[u]) released_now[slot_seq[u_slot[u]]] = 1'b1;
+    end
     for (int s = 0; s < WIN; s++) begin
       logic ok;
       ok = (slot_dep[s] & slot_valid & ~done_slots) == 0;
       if (SEQ_WC != 0) begin
         ok = (slot_dep[s] & slot_valid & ~done_slots) == 0;      // sync and BAR
         for (int q = 0; q < NQUEUES; q++)
-          if (slot_thr_on[s][q] && $signed(16'(q_comp[q] - slot_thr[s][q])) < 0) ok = 1'b0;
+          if (slot_thr_on[s][q] && $signed(16'(q_comp_now[q] - slot_thr[s][q])) < 0) ok = 1'b0;
         for (int j = 0; j < 31; j++)
-          if (slot_mask[s][j] && !released[6'(slot_seq[s] - 6'(j) - 6'd1)]) ok = 1'b0;
+          if (slot_mask[s][j] && !released_now[6'(slot_seq[s] - 6'(j) - 6'd1)]) ok = 1'b0;
       end
       can_start[s] = ok;
     end
@@ -512,7 +525,7 @@ module otpu_seq
           end
         end
         S_RLD: begin
-          if (rld_rd) rld_wait <= 1;
+          if (rld_rd && rld_gnt) rld_wait <= 1;
           else if (rld_wait != 0) begin
             if (rld_wait == 2) begin
               logic [31:0] v;

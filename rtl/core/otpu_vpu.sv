@@ -41,7 +41,7 @@ module otpu_vpu
 );
   `include "otpu_defs.svh"
   `include "otpu_fp_funcs.svh"
-  localparam int CLAT = 4;                  // otpu_fp_composite latency (10 steps, 5 a cycle, + 2)
+  localparam int CLAT = 2;                  // otpu_fp_composite latency (10 steps, 5 a cycle)
   // completion after the last element: the 4-stage VPU pipeline (read, op, round, write), and for
   // reductions the fold after it (8 more), as the timing model charges (sim/costs.py)
   localparam int EW_DRAIN = 3, REDUCE_DRAIN = 10;
@@ -102,8 +102,10 @@ module otpu_vpu
   assign next_bank = (is_sum && |s1_en && row_end) ? ~bank : bank;
   assign stall = is_sum && bank_busy[next_bank];
 
-  logic issue;
-  assign issue = state == S_STREAM && g_en[0] && !stall;
+  // a group goes once both its operand reads are granted (TMEM_IMPL 3 may deny one: it reads
+  // again next cycle while the other's words wait in its port's data)
+  logic issue_want, issue, pl_go, a_got, b_got, need_a, need_b;
+  assign issue_want = state == S_STREAM && g_en[0] && !stall;
 
   // -- OUTER preload ---------------------------------------------------------------------------------------
   logic [31:0] cv [OMAX], dv [OMAX];
@@ -112,6 +114,7 @@ module otpu_vpu
   logic [15:0] pl_pc;
 
   always_comb begin
+    need_a = 1'b0; need_b = 1'b0;
     a_en = '0; b_en = '0;
     for (int l = 0; l < LANES; l++) begin
       a_addr[l] = a0 + 32'(g_r[l]) * 32'(ars) + 32'(g_c[l]);
@@ -124,7 +127,7 @@ module otpu_vpu
         a_addr[l] = dst + 32'(g_r[l]) * 32'(drs) + 32'(g_c[l]);
         b_addr[l] = b0 + 32'(g_r[l]) * 32'(brs);
       end
-      if (issue) begin
+      if (issue_want) begin
         a_en[l] = g_en[l] && (reads_a || is_outer);
         b_en[l] = g_en[l] && reads_b && (bmode != B_SCALAR || is_outer);
       end
@@ -134,6 +137,22 @@ module otpu_vpu
         a_en[l] = !pl_pend && 32'(pl_c) + l < 32'(cols);
         b_en[l] = !pl_pend && 32'(pl_c) + l < 32'(cols) && !w[0][25];
       end
+      need_a = need_a || a_en[l];
+      need_b = need_b || b_en[l];
+    end
+    if (a_got) a_en = '0;
+    if (b_got) b_en = '0;
+    issue = issue_want && (!need_a || a_got || a_gnt) && (!need_b || b_got || b_gnt);
+    pl_go = state == S_PRELOAD && !pl_pend && (!need_a || a_got || a_gnt) && (!need_b || b_got || b_gnt);
+  end
+
+  always_ff @(posedge clk) begin
+    if (rst || take || issue || pl_go) begin
+      a_got <= 1'b0;
+      b_got <= 1'b0;
+    end else if (issue_want || (state == S_PRELOAD && !pl_pend)) begin
+      a_got <= a_got || (need_a && a_gnt);
+      b_got <= b_got || (need_b && b_gnt);
     end
   end
 
@@ -312,11 +331,11 @@ module otpu_vpu
     end else begin
       case (state)
         S_PRELOAD: begin
-          if (!pl_pend) begin
+          if (pl_go) begin
             pl_pend <= 1'b1;
             pl_pc <= pl_c;
             pl_c <= pl_c + LANES;
-          end else begin
+          end else if (pl_pend) begin
             for (int l = 0; l < LANES; l++)
               if (32'(pl_pc) + l < 32'(cols)) begin
                 cv[8'(pl_pc + l)] <= a_data[l];

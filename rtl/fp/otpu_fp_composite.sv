@@ -2,11 +2,13 @@
 // one pipeline of STAGES multiply-add stages. Each stage has one fp32 multiplier and one adder;
 // what they read and write is chosen per function (the step sequences of fp32.py, in order:
 // the same roundings, so the results are bit-exact). One element enters per cycle when `en`;
-// results leave LATENCY cycles later with their tag. `en` low freezes the whole pipeline.
+// results leave LATENCY cycles later with their tag. `en` low freezes the whole pipeline. The
+// set-up and the first steps, and the last steps and the specials, share a cycle: with five
+// steps a cycle an element is two cycles in flight (the VPU's and the quantiser's stage counts).
 module otpu_fp_composite #(
   parameter int TAG_W = 16,
-  parameter int STEPS_PER_CYCLE = 5       // multiply-add steps between two pipeline registers (the
-                                          // timing model's 4-cycle VPU latency; 1 or 2 for a fast clock)
+  parameter int STEPS_PER_CYCLE = 5       // multiply-add steps between two pipeline registers (1 or 2
+                                          // for a fast clock, at more cycles of latency)
 ) (
   input  logic             clk,
   input  logic             rst,
@@ -21,7 +23,7 @@ module otpu_fp_composite #(
 );
   `include "otpu_fp_funcs.svh"
   localparam int STAGES = 10;
-  localparam int LATENCY = (STAGES + STEPS_PER_CYCLE - 1) / STEPS_PER_CYCLE + 2;
+  localparam int LATENCY = (STAGES + STEPS_PER_CYCLE - 1) / STEPS_PER_CYCLE;
   localparam logic [1:0] F_EXP2 = 2'd0, F_RECIP = 2'd1, F_RSQRT = 2'd2, F_LOG2 = 2'd3;
 
   // one element's context as it moves down the pipeline
@@ -92,10 +94,7 @@ module otpu_fp_composite #(
     endcase
   end
 
-  always_ff @(posedge clk) begin
-    if (rst) st[0] <= '0;
-    else if (en) st[0] <= pre;
-  end
+  assign st[0] = pre;
 
   // -- stages 1..STAGES: one multiply and one add each ----------------------------------------
   for (genvar s = 1; s <= STAGES; s++) begin : g_stage
@@ -191,12 +190,7 @@ module otpu_fp_composite #(
     endcase
   end
 
-  always_ff @(posedge clk) begin
-    if (rst) out_valid <= 1'b0;
-    else if (en) begin
-      out_valid <= last.valid;
-      out_y <= post;
-      out_tag <= last.tag;
-    end
-  end
+  assign out_valid = last.valid;
+  assign out_y = post;
+  assign out_tag = last.tag;
 endmodule

@@ -6,7 +6,7 @@
 module otpu_fp_tb;
   `include "otpu_fp_funcs.svh"
   localparam int CHUNK = 65536;
-  localparam int LAT = 4;                   // otpu_fp_composite's latency
+  localparam int LAT = 2;                   // otpu_fp_composite's latency
 
   logic clk = 0;
   always #1 clk = ~clk;
