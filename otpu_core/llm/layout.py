@@ -82,7 +82,6 @@ class ImageOptions:
     f_chunk: int = 0            # 0: the largest multiple of D dividing ffn, at most 1024
 
 
-
 def sequence_options(cfg: ModelConfig, tcfg: Config, fmt: str, ctx: int | None, f_chunk: int, slots: int = 1,
                      pages: int | None = None, ring: bool = False, page: int = 256) -> ImageOptions:
     """The image a tool builds for `slots` sequences of up to `ctx` positions (None: the model's
@@ -92,6 +91,7 @@ def sequence_options(cfg: ModelConfig, tcfg: Config, fmt: str, ctx: int | None, 
     ctx = -(-limit // page) * page
     return ImageOptions(fmt=fmt, slots=slots, pages=pages or slots * (ctx // page), page=page, ctx=ctx, ring=ring,
                         rows=tcfg.MCOLS, f_chunk=f_chunk)
+
 
 @dataclass(eq=False)
 class LayerPlan:

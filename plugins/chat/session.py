@@ -143,9 +143,6 @@ class Session:
         self.reset()
         self.messages = [{"role": "system", "content": text}] if text else []
 
-    def _render(self, messages: list[dict]) -> str:
-        return self.model.render_chat(messages)
-
     def _plan_turn(self, text: str) -> tuple[list[int], list[int], bool, str]:
         """(tokens to submit, the whole prompt's ids, whether the sequence must restart, the new
         fed text) for a new user message; changes nothing."""
@@ -153,7 +150,7 @@ class Session:
         if not self.templated:
             ids = tok.encode(text, add_special=not self.seq.tokens)
             return ids, self.seq.tokens + ids, False, ""
-        rendered = self._render(self.messages + [{"role": "user", "content": text}])
+        rendered = self.model.render_chat(self.messages + [{"role": "user", "content": text}])
         if self.seq.tokens and rendered.startswith(self.fed_text):
             new = tok.encode(rendered[len(self.fed_text):])
             return new, self.seq.tokens + new, False, rendered

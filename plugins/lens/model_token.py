@@ -51,11 +51,11 @@ def _model_token(ctx: Context) -> Iterator[Step]:
     model = open_model(ctx.option("model"))            # a ModelError names the model and what is wrong (exit 2)
     cfg, tcfg = model.config, ctx.cfg
     ids = model.prompt_ids(prompt)
+    if not ids:                                         # refused before the model is converted
+        raise UsageError(f"--prompt {prompt!r}: the prompt makes no tokens")
     conv = convert.convert(model.ckpt, FORMAT, ctx.target)
     plan = layout.plan(cfg, tcfg, layout.sequence_options(cfg, tcfg, FORMAT, CONTEXT, conv.f_chunk))
     limit = min(plan.opts.ctx, cfg.context)
-    if not ids:
-        raise UsageError(f"--prompt {prompt!r}: the prompt makes no tokens")
     if len(ids) + tokens > limit:
         raise UsageError(f"--prompt of {len(ids)} tokens and --tokens {tokens}: {model.name} holds {limit} positions "
                          "in the image")
