@@ -3,10 +3,8 @@
 A build is keyed by everything that can change the executable: the content of every source
 file, the top module, the parameters and defines, the Verilator flags and the Verilator version.
 Executables live in `$OTPU_RTL_CACHE` (default `~/.cache/otpu/rtl`, shared by every process and
-test: the key makes sharing safe) under `<top>-<key>/`. A build runs in a temporary directory
-beside its final place and is renamed there only once the executable links, so a killed build
-leaves no executable; one `flock` per key makes concurrent builds of one configuration wait for
-the first instead of racing it. A simulator run dies with the Python process that started it
+test: the key makes sharing safe) under `<top>-<key>/`, made through `buildcache` (a killed build
+leaves no executable; concurrent builds of one configuration wait for the first). A simulator run dies with the Python process that started it
 (PR_SET_PDEATHSIG on Linux, else a watcher thread on a pipe the child inherits).
 
 Public API: `verilator_version()`, `available()`, `require()`, `Build` (`exe`, `key`, `built`),
@@ -15,7 +13,6 @@ Public API: `verilator_version()`, `available()`, `require()`, `Build` (`exe`, `
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import hashlib
 import json
 import os
@@ -23,13 +20,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from . import buildcache
 from .errors import UsageError
 
 RTL_DIR = Path(__file__).resolve().parent.parent / "rtl"
@@ -46,10 +43,7 @@ class RtlError(UsageError):
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("OTPU_RTL_CACHE")
-    if base:
-        return Path(base)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "otpu" / "rtl"
+    return buildcache.cache_root("OTPU_RTL_CACHE", "rtl")
 
 
 @lru_cache(maxsize=None)
@@ -131,41 +125,31 @@ def build(top: str, sources: Sequence[Path], params: Mapping[str, object] | None
         if not s.is_file():
             raise RtlError(f"RTL source {s} does not exist")
     key = build_key(top, sources, params, defines, flags, version)
-    root = cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"{top}-{key}"
-    exe = final / top
     t0 = time.monotonic()
-    if exe.is_file():
-        return Build(top, key, exe, False, 0.0)
-    with open(root / f"{top}-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)          # a second builder of this key waits here
-        if exe.is_file():
-            return Build(top, key, exe, False, time.monotonic() - t0)
-        if progress:
-            progress(f"building {top} with {version.split(' rev')[0]} (key {key}); this takes a minute or two")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{top}-{key}-", dir=root))
+
+    def make(keep: Path, tmp: Path) -> None:
+        headers = [s for s in sources if s.suffix == ".svh"]     # hashed in the key, read through +incdir
+        incdirs = sorted({f"+incdir+{h.parent}" for h in headers})
+        cmd = ["verilator", *flags, "--top-module", top, "--Mdir", str(tmp / "obj"), "-o", str(tmp / top),
+               *_define_args(params, defines), *incdirs, *[str(s) for s in sources if s.suffix != ".svh"]]
         try:
-            headers = [s for s in sources if s.suffix == ".svh"]     # hashed in the key, read through +incdir
-            incdirs = sorted({f"+incdir+{h.parent}" for h in headers})
-            cmd = ["verilator", *flags, "--top-module", top, "--Mdir", str(tmp / "obj"), "-o", str(tmp / top),
-                   *_define_args(params, defines), *incdirs, *[str(s) for s in sources if s.suffix != ".svh"]]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
                                   preexec_fn=_die_with_parent)
-            if proc.returncode != 0 or not (tmp / top).is_file():
-                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
-                raise RtlError(f"verilator build of {top} failed (exit {proc.returncode}):\n{tail}")
-            keep = tmp / "keep"
-            keep.mkdir()
-            (tmp / top).rename(keep / top)
-            (keep / "build.json").write_text(json.dumps({"top": top, "key": key, "version": version, "command": cmd},
-                                                        indent=1))
-            os.rename(keep, final)                  # atomic: the executable appears whole or not at all
         except subprocess.TimeoutExpired:
             raise RtlError(f"verilator build of {top} took more than {BUILD_TIMEOUT_S} s") from None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return Build(top, key, exe, True, time.monotonic() - t0)
+        if proc.returncode != 0 or not (tmp / top).is_file():
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+            raise RtlError(f"verilator build of {top} failed (exit {proc.returncode}):\n{tail}")
+        (tmp / top).rename(keep / top)
+        (keep / "build.json").write_text(json.dumps({"top": top, "key": key, "version": version, "command": cmd},
+                                                    indent=1))
+
+    def announce() -> None:
+        if progress:
+            progress(f"building {top} with {version.split(' rev')[0]} (key {key}); this takes a minute or two")
+
+    final, built = buildcache.obtain(cache_dir(), top, key, make, announce)
+    return Build(top, key, final / top, built, time.monotonic() - t0 if built else 0.0)
 
 
 # -- runs ------------------------------------------------------------------------------------------
