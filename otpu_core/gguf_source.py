@@ -63,6 +63,11 @@ class GgufModel:
         self._by_name = {t.name: t for t in self.tensors}
         self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
 
+    @property
+    def fd(self) -> int:
+        """The open file (for a reader that preads tensor bytes itself, as the native converter does)."""
+        return self._fd
+
     def tensor(self, name: str) -> SourceTensor | None:
         return self._by_name.get(name)
 

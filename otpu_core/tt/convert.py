@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..gguf_source import GgufModel, SourceTensor, open_gguf
-from . import bfp, bfp16, fttw
+from . import bfp, bfp16, fttw, tilepack
 from .ledger import NMAJOR, Ledger
 
 BLOCK_ELEMS = 1 << 18            # source values per block of strips (a whole strip if larger)
@@ -70,9 +70,10 @@ def convert(gguf_path: Path | str, out_path: Path | str, ledger: Ledger | None =
             default: bfp.TileFormat = bfp.BFP8_B, progress: Progress | None = None, jobs: int | None = None) -> Converted:
     """Convert `gguf_path` to the FTTW file `out_path` (see the module docstring).
 
-    `jobs` threads pack blocks at once (numpy lets go of the GIL); default: up to 2 cores. The
-    bytes written do not depend on it."""
+    `jobs` threads pack blocks at once (in C, or numpy letting go of the GIL); default: up to 2
+    cores. The bytes written do not depend on it, nor on which path packs them."""
     jobs = jobs or min(2, os.cpu_count() or 1)
+    native = tilepack.library()
     t0 = time.perf_counter()
     out_path = Path(out_path)
     ledger = ledger or Ledger()
@@ -87,7 +88,11 @@ def convert(gguf_path: Path | str, out_path: Path | str, ledger: Ledger | None =
                 done = 0
                 for t, e in zip(model.tensors, entries):
                     out.seek(e.offset)
-                    e.crc32 = _write_tensor(model, t, e, out, pool, jobs)
+                    if native is not None and e.layout != fttw.FLAT and t.ggml_type in tilepack.KINDS:
+                        out.flush()
+                        e.crc32 = _native_tensor(native, model, t, e, out.fileno(), jobs)
+                    else:
+                        e.crc32 = _write_tensor(model, t, e, out, pool, jobs)
                     done += t.nbytes
                     if progress:
                         progress(done, total, t.name)
@@ -102,6 +107,26 @@ def convert(gguf_path: Path | str, out_path: Path | str, ledger: Ledger | None =
     return Converted(out_path, entries, total, header.file_bytes, time.perf_counter() - t0, ledger.unused())
 
 
+def _native_tensor(lib, model: GgufModel, t: SourceTensor, e: fttw.Entry, fd_out: int, jobs: int) -> int:
+    """One F32/F16/BF16 matrix (or stack) converted by the C kernel, file to file; its CRC-32."""
+    per_block = _strips_per_block(e)
+    try:
+        return tilepack.convert_tensor(lib, model.fd, t.offset, t.ggml_type, e.rows, e.cols, e.matrices, e.fmt,
+                                       e.layout == NMAJOR, fd_out, e.offset, per_block, jobs)
+    except tilepack.NonFinite as bad:           # the numpy check names the value, row and column
+        values = model.read_rows(t, bad.row, min(per_block * bfp.TILE, e.rows - bad.row % e.rows))
+        _check_finite(model, t, values, bad.row)
+        raise UsageError(f"{model.path}: tensor '{t.name}' has a non-finite value in rows {bad.row}..") from None
+    except tilepack.KernelError as err:
+        if err.errno == 0:
+            raise UsageError(f"{model.path}: tensor '{t.name}' is cut short (the file is truncated)") from None
+        raise OSError(err.errno, os.strerror(err.errno)) from None
+
+
+def _strips_per_block(e: fttw.Entry) -> int:
+    return max(1, BLOCK_ELEMS // (bfp.TILE * e.tiles_per_strip * bfp.TILE))
+
+
 def _write_tensor(model: GgufModel, t: SourceTensor, e: fttw.Entry, out, pool: ThreadPoolExecutor, jobs: int) -> int:
     """Write one tensor's bytes at the file's current position; returns their CRC-32."""
     if e.layout == fttw.FLAT:
@@ -111,7 +136,7 @@ def _write_tensor(model: GgufModel, t: SourceTensor, e: fttw.Entry, out, pool: T
         out.write(data)
         return zlib.crc32(data)
     cols_padded = e.tiles_per_strip * bfp.TILE
-    per_block = max(1, BLOCK_ELEMS // (bfp.TILE * cols_padded))
+    per_block = _strips_per_block(e)
 
     def block(m: int, s0: int) -> np.ndarray:
         n_strips = min(per_block, e.strips - s0)
