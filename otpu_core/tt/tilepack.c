@@ -265,12 +265,103 @@ AVX2 static void pack_tile_avx2(uint8_t *restrict out, const uint32_t *restrict 
     }
 }
 
+/* A 16 x 16 byte matrix transposed in registers (four rounds of interleaves). */
+AVX2 static inline void transpose16x16(__m128i r[16]) {
+    __m128i b[16], c[16], d[16];
+    for (int k = 0; k < 8; k++) {
+        b[2 * k] = _mm_unpacklo_epi8(r[2 * k], r[2 * k + 1]);
+        b[2 * k + 1] = _mm_unpackhi_epi8(r[2 * k], r[2 * k + 1]);
+    }
+    for (int q = 0; q < 16; q += 4) {
+        c[q + 0] = _mm_unpacklo_epi16(b[q + 0], b[q + 2]);
+        c[q + 1] = _mm_unpackhi_epi16(b[q + 0], b[q + 2]);
+        c[q + 2] = _mm_unpacklo_epi16(b[q + 1], b[q + 3]);
+        c[q + 3] = _mm_unpackhi_epi16(b[q + 1], b[q + 3]);
+    }
+    for (int q = 0; q < 16; q += 8)
+        for (int k = 0; k < 4; k++) {
+            d[q + 2 * k] = _mm_unpacklo_epi32(c[q + k], c[q + k + 4]);
+            d[q + 2 * k + 1] = _mm_unpackhi_epi32(c[q + k], c[q + k + 4]);
+        }
+    for (int m = 0; m < 8; m++) {
+        r[2 * m] = _mm_unpacklo_epi64(d[m], d[m + 8]);
+        r[2 * m + 1] = _mm_unpackhi_epi64(d[m], d[m + 8]);
+    }
+}
+
+/* A whole MATMUL_NMAJOR block-float tile without transposing the values: a face row is 16
+ * source rows of one column, so the shared exponents are a vertical maximum over 16 rows, the
+ * codes are worked out in the source's orientation, and only the code bytes are transposed.
+ * Returns the largest |bits| seen (non-finite: at least 0x7F800000). */
+AVX2 static uint32_t pack_nmajor_avx2(uint8_t *restrict out, const void *src, int kind, int64_t stride, int64_t r0,
+        int64_t c0, int fmt) {
+    const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    int width = fmt == FMT_BFP8 ? 7 : 3;
+    uint32_t vals[FACE][TILE] __attribute__((aligned(32))), ev[4][8] __attribute__((aligned(32)));
+    uint8_t codes[FACE][TILE] __attribute__((aligned(32)));
+    __m256i top = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        __m256i e[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int jj = 0; jj < FACE; jj++) {
+            int64_t base = (r0 + 16 * h + jj) * stride + c0;
+            for (int g = 0; g < 4; g++) {
+                __m256i v;
+                if (kind == SRC_F16)
+                    v = _mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)src + base + 8 * g))));
+                else if (kind == SRC_BF16)
+                    v = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)src + base + 8 * g))), 16);
+                else
+                    v = _mm256_loadu_si256((const __m256i *)((const uint32_t *)src + base + 8 * g));
+                _mm256_store_si256((__m256i *)&vals[jj][8 * g], v);
+                __m256i a = _mm256_and_si256(v, absm);
+                top = _mm256_max_epu32(top, a);
+                e[g] = _mm256_max_epu32(e[g], _mm256_srli_epi32(a, 23));
+            }
+        }
+        for (int g = 0; g < 4; g++) {         /* column 8g + l: face 2 (g / 2) + h, its row 8 (g % 2) + l */
+            _mm256_store_si256((__m256i *)ev[g], e[g]);
+            uint8_t *x = out + (2 * (g >> 1) + h) * 16 + 8 * (g & 1);
+            for (int l = 0; l < 8; l++) x[l] = (uint8_t)ev[g][l];
+        }
+        for (int jj = 0; jj < FACE; jj++) {
+            __m256i c[4];
+            for (int g = 0; g < 4; g++) {
+                __m256i v = _mm256_load_si256((const __m256i *)&vals[jj][8 * g]);
+                c[g] = codes_avx2(v, _mm256_srli_epi32(_mm256_and_si256(v, absm), 23), e[g], width);
+            }
+            __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c[0], c[1]), _mm256_packus_epi32(c[2], c[3]));
+            _mm256_store_si256((__m256i *)codes[jj], _mm256_permutevar8x32_epi32(b, order));
+        }
+        for (int q = 0; q < 2; q++) {         /* columns 16q.. are face 2q + h; column k is its row k */
+            __m128i r[16];
+            for (int jj = 0; jj < FACE; jj++) r[jj] = _mm_load_si128((const __m128i *)&codes[jj][16 * q]);
+            transpose16x16(r);
+            int f = 2 * q + h;
+            for (int k = 0; k < FACE; k++) {
+                if (fmt == FMT_BFP8) {
+                    _mm_storeu_si128((__m128i *)(out + 64 + f * 256 + k * 16), r[k]);
+                } else {
+                    __m128i nib = _mm_or_si128(_mm_and_si128(r[k], _mm_set1_epi16(0x000F)),
+                                               _mm_and_si128(_mm_srli_epi16(r[k], 4), _mm_set1_epi16(0x00F0)));
+                    _mm_storel_epi64((__m128i *)(out + 64 + f * 128 + k * 8), _mm_packus_epi16(nib, nib));
+                }
+            }
+        }
+    }
+    return hmax_avx2(top);
+}
+
 AVX2 static int pack_avx2(const void *src, int kind, int64_t stride, int64_t n_rows,
         int64_t n_cols, int64_t strips, int64_t ct, int fmt, int transposed, uint8_t *out) {
     uint32_t a[TILE * TILE] __attribute__((aligned(64))), b[TILE * TILE] __attribute__((aligned(64)));
     int tb = tile_bytes(fmt);
     for (int64_t s = 0; s < strips; s++)
         for (int64_t c = 0; c < ct; c++) {
+            if (transposed && (fmt == FMT_BFP8 || fmt == FMT_BFP4) && n_rows - s * TILE >= TILE && n_cols - c * TILE >= TILE) {
+                if (pack_nmajor_avx2(out + (s * ct + c) * tb, src, kind, stride, s * TILE, c * TILE, fmt) >= 0x7F800000u)
+                    return TP_NONFINITE;
+                continue;
+            }
             if (gather_avx2(a, src, kind, stride, s * TILE, n_rows, c * TILE, n_cols) >= 0x7F800000u) return TP_NONFINITE;
             if (transposed) transpose32(b, a);
             pack_tile_avx2(out + (s * ct + c) * tb, transposed ? b : a, fmt);
