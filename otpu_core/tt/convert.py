@@ -3,10 +3,14 @@
 For each tensor the ledger picks format, layout and gate (`ledger`); the plan (`fttw.layout_plan`)
 gives every tensor its file offset and DRAM place before any data moves. Then each 2-D matrix is
 read in blocks of whole strips (at most `BLOCK_ELEMS` values), padded with zeros to whole tiles,
-packed (`bfp.pack_strips`; F16 and BF16 sources straight from their bits, `bfp16`) and written
-where its tiles go, with the tensor's CRC-32 kept as it goes; 1-D tensors are copied as fp32.
-Memory is a few strip-block buffers whatever the model's size. The output is written to `OUT.partial` and renamed over OUT only when complete, so a
-failure (a NaN in a tensor, a full disk) leaves no half file and no lost earlier OUT.
+packed and written where its tiles go, with the tensor's CRC-32 kept as it goes; 1-D tensors are
+copied as fp32. F32, F16 and BF16 matrices go through the C kernel (`tilepack`: the whole tensor
+file to file, two threads, the source blocks mapped rather than copied); other source types, and
+everything when the kernel is off (`OTPU_NATIVE=0`, no compiler), through numpy (`bfp.pack_strips`,
+F16 and BF16 straight from their bits by `bfp16`), which defines the bytes both paths give.
+Memory is a few strip-block buffers whatever the model's size. The output is written to
+`OUT.partial` and renamed over OUT only when complete, so a failure (a NaN in a tensor, a full
+disk) leaves no half file and no lost earlier OUT.
 """
 from __future__ import annotations
 
@@ -90,7 +94,7 @@ def convert(gguf_path: Path | str, out_path: Path | str, ledger: Ledger | None =
                     out.seek(e.offset)
                     if native is not None and e.layout != fttw.FLAT and t.ggml_type in tilepack.KINDS:
                         out.flush()
-                        e.crc32 = _native_tensor(native, model, t, e, out.fileno(), jobs)
+                        e.crc32 = _native_tensor(native, model, t, e, out.fileno(), out_path, jobs)
                     else:
                         e.crc32 = _write_tensor(model, t, e, out, pool, jobs)
                     done += t.nbytes
@@ -107,7 +111,7 @@ def convert(gguf_path: Path | str, out_path: Path | str, ledger: Ledger | None =
     return Converted(out_path, entries, total, header.file_bytes, time.perf_counter() - t0, ledger.unused())
 
 
-def _native_tensor(lib, model: GgufModel, t: SourceTensor, e: fttw.Entry, fd_out: int, jobs: int) -> int:
+def _native_tensor(lib, model: GgufModel, t: SourceTensor, e: fttw.Entry, fd_out: int, out_path: Path, jobs: int) -> int:
     """One F32/F16/BF16 matrix (or stack) converted by the C kernel, file to file; its CRC-32."""
     per_block = _strips_per_block(e)
     try:
@@ -118,9 +122,9 @@ def _native_tensor(lib, model: GgufModel, t: SourceTensor, e: fttw.Entry, fd_out
         _check_finite(model, t, values, bad.row)
         raise UsageError(f"{model.path}: tensor '{t.name}' has a non-finite value in rows {bad.row}..") from None
     except tilepack.KernelError as err:
-        if err.errno == 0:
+        if err.stage == "read" and err.errno == 0:
             raise UsageError(f"{model.path}: tensor '{t.name}' is cut short (the file is truncated)") from None
-        raise OSError(err.errno, os.strerror(err.errno)) from None
+        raise OSError(err.errno, err.strerror, str(out_path if err.stage == "write" else model.path)) from None
 
 
 def _strips_per_block(e: fttw.Entry) -> int:

@@ -16,6 +16,7 @@ table, BF16 by a shift) and works on integers only, so its AVX2 body and its por
 from __future__ import annotations
 
 import ctypes
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -38,7 +39,12 @@ class NonFinite(ValueError):
 
 
 class KernelError(OSError):
-    """The kernel could not read, write or allocate (errno 0 on a read: the source is cut short)."""
+    """The kernel could not read, write or allocate; `stage` says which (errno 0 on a read: the
+    source is shorter than its directory says)."""
+
+    def __init__(self, errno: int, stage: str):
+        super().__init__(errno, os.strerror(errno) if errno else "file cut short")
+        self.stage = stage
 
 
 def library() -> ctypes.CDLL | None:
@@ -97,8 +103,7 @@ def convert_tensor(lib: ctypes.CDLL, fd_in: int, in_offset: int, kind: str, rows
     if status == NONFINITE:
         raise NonFinite(bad.value)
     if status != OK:
-        what = {READ: "reading", WRITE: "writing", NOMEM: "allocating"}.get(status, "arguments")
-        raise KernelError(err.value, f"tilepack {what} failed")
+        raise KernelError(err.value, {READ: "read", WRITE: "write", NOMEM: "memory"}.get(status, "arguments"))
     return crc.value
 
 
