@@ -232,6 +232,20 @@ AVX2 static inline __m256i codes_avx2(__m256i v, __m256i own, __m256i e, int wid
     return _mm256_or_si256(q, _mm256_andnot_si256(_mm256_cmpeq_epi32(q, zero), sign));
 }
 
+/* The same codes by float arithmetic, exact when the shared exponent is 0 or at least 24 (as
+ * bfp._codes_fast): |x| * 2^(150 - E) is the significand shifted right by E minus its own
+ * exponent, the shifted-out bits a fraction that truncation drops; a subnormal lands below 1. */
+AVX2 static inline __m256i codes_scaled_avx2(__m256i v, __m256 scale, int width) {
+    int drop = 24 - width;
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i sig = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(0x7FFFFFFF))), scale));
+    sig = _mm256_add_epi32(sig, _mm256_add_epi32(_mm256_set1_epi32((1 << (drop - 1)) - 1),
+                                                  _mm256_and_si256(_mm256_srli_epi32(sig, drop), _mm256_set1_epi32(1))));
+    __m256i q = _mm256_min_epu32(_mm256_srli_epi32(sig, drop), _mm256_set1_epi32((1 << width) - 1));
+    __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(v, 31), width);
+    return _mm256_or_si256(q, _mm256_andnot_si256(_mm256_cmpeq_epi32(q, zero), sign));
+}
+
 AVX2 static void pack_tile_avx2(uint8_t *restrict out, const uint32_t *restrict t, int fmt) {
     if (fmt == FMT_F32) { pack_tile(out, t, fmt); return; }
     const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), one = _mm256_set1_epi32(1);
@@ -323,11 +337,21 @@ AVX2 static uint32_t pack_nmajor_avx2(uint8_t *restrict out, const void *src, in
             uint8_t *x = out + (2 * (g >> 1) + h) * 16 + 8 * (g & 1);
             for (int l = 0; l < 8; l++) x[l] = (uint8_t)ev[g][l];
         }
+        __m256i tiny = _mm256_setzero_si256();
+        __m256 scale[4];
+        for (int g = 0; g < 4; g++) {         /* 0 < E < 24 anywhere: the integer steps for this half */
+            tiny = _mm256_or_si256(tiny, _mm256_andnot_si256(_mm256_cmpeq_epi32(e[g], _mm256_setzero_si256()),
+                                                             _mm256_cmpgt_epi32(_mm256_set1_epi32(24), e[g])));
+            scale[g] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(277),
+                                                             _mm256_max_epu32(e[g], _mm256_set1_epi32(24))), 23));
+        }
+        int exact = !_mm256_testz_si256(tiny, tiny);
         for (int jj = 0; jj < FACE; jj++) {
             __m256i c[4];
             for (int g = 0; g < 4; g++) {
                 __m256i v = _mm256_load_si256((const __m256i *)&vals[jj][8 * g]);
-                c[g] = codes_avx2(v, _mm256_srli_epi32(_mm256_and_si256(v, absm), 23), e[g], width);
+                c[g] = exact ? codes_avx2(v, _mm256_srli_epi32(_mm256_and_si256(v, absm), 23), e[g], width)
+                             : codes_scaled_avx2(v, scale[g], width);
             }
             __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c[0], c[1]), _mm256_packus_epi32(c[2], c[3]));
             _mm256_store_si256((__m256i *)codes[jj], _mm256_permutevar8x32_epi32(b, order));
