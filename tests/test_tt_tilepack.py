@@ -39,6 +39,13 @@ def padded(a: np.ndarray) -> np.ndarray:
 def float_cases(rng):
     edge = edge_values(rng)
     yield edge
+    # whole face rows of each kind in both orientations: 16 rows x 16 columns of one kind each
+    kinds = np.zeros((64, 64), np.float32)
+    kinds[16:32, :] = np.float32(2.0 ** -125) * rng.integers(1, 64, (16, 64))      # shared exponent below 24
+    kinds[32:48, :] = np.float32(1e-41) * rng.integers(0, 9, (16, 64))             # subnormals and zeros: E = 0
+    kinds[48:64, :32] = rng.standard_normal((16, 32)).astype(np.float32) * 2.0 ** -103   # E about 24
+    kinds[48:64, 32:] = np.finfo(np.float32).max * rng.uniform(-1, 1, (16, 32)).astype(np.float32)
+    yield kinds
     for shape in SHAPES:
         x = (rng.standard_normal(shape) * 2.0 ** rng.integers(-40, 40, (shape[0], 1))).astype(np.float32)
         x.flat[::7] = edge.flat[:x.size][::7]
