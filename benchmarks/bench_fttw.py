@@ -6,8 +6,8 @@ in this process on the same file: reading it once (sequential 16 MiB reads, page
 the convert's own reads are), and the seed's figures for a full model on 2 cores (55.5 s, 210 MiB
 peak RSS). Each convert runs in a child process so its peak RSS (VmHWM) is its own; a small
 model (1 layer) is converted too, so the RSS ratio shows whether memory is flat in model size.
-The clock runs around `convert()` alone: the child imports numpy, gguf and the converter first
-(as any caller has them loaded). Reads and converts alternate `--repeat` times and the best of
+The clock runs around `convert()` alone: the child imports numpy, gguf and the converter and
+loads its C kernel (`tilepack`, built once per machine) first, as any caller has them loaded. Reads and converts alternate `--repeat` times and the best of
 each is compared; CPU times are printed beside (a loaded machine inflates wall time, much less
 CPU time), with the load average. Writing the output's size alone through the page cache is
 timed too: the part of a convert no packing can remove.
