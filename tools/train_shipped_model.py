@@ -67,8 +67,8 @@ class ModelConfig:
     vocab_size: int = 4096
     hidden: int = 256
     layers: int = 4
-    heads: int = 2
-    kv_heads: int = 1
+    heads: int = 4
+    kv_heads: int = 2
     head_dim: int = 128
     ffn: int = 768
     context: int = 512
@@ -209,8 +209,10 @@ def build_corpus() -> Corpus:
 class SampleStream:
     """Endless, seeded stream of training documents (token id lists, each ending in <|endoftext|>)."""
 
-    def __init__(self, corpus: Corpus, encode, rng: random.Random, answer_budget: int = 160):
+    def __init__(self, corpus: Corpus, encode, rng: random.Random, answer_budget: int = 160,
+                 opening: tuple[int, float] = (0, 1.0)):
         self.encode, self.rng = encode, rng
+        self.opening_tokens, self.opening_weight = opening
         count = lambda s: len(encode(s))
         self.raw = []      # whole sections as plain text
         self.qa = []       # (subjects, [answer chunks])
@@ -225,29 +227,46 @@ class SampleStream:
         self.eot = encode("<|endoftext|>")
 
     def document(self) -> list[int]:
+        return self.weighted_document()[0]
+
+    def weighted_document(self) -> tuple[list[int], list[float]]:
+        """A document and the loss weight of each token: the opening tokens of a chat's first answer
+        (where the model must name the question's subject) weigh `opening_weight`, the rest 1."""
         r = self.rng
         if r.random() < 0.2:
-            return self.encode(r.choice(self.raw)) + self.eot
+            ids = self.encode(r.choice(self.raw)) + self.eot
+            return ids, [1.0] * len(ids)
         subjects, chunks = r.choice(self.qa)
         q = r.choice(PHRASINGS).format(s=r.choice(subjects))
         if r.random() < 0.15:
             q = q[0].lower() + q[1:]
         msgs = [("system", SYSTEM_PROMPT)] if r.random() < 0.2 else []
-        msgs += [("user", q), ("assistant", chunks[0])]
+        msgs += [("user", q)]
+        answer_at = len(self.encode(chat(msgs) + "<|im_start|>assistant\n"))
+        msgs += [("assistant", chunks[0])]
         if len(chunks) > 1 and r.random() < 0.3:  # a follow-up turn continues the section
             k = r.randrange(1, len(chunks))
             msgs += [("user", r.choice(FOLLOW_UPS)), ("assistant", chunks[k])]
-        return self.encode(chat(msgs)) + self.eot
+        ids = self.encode(chat(msgs)) + self.eot
+        weights = [1.0] * len(ids)
+        for i in range(answer_at, min(answer_at + self.opening_tokens, len(ids))):
+            weights[i] = self.opening_weight
+        return ids, weights
 
-    def batch(self, batch: int, seq: int) -> np.ndarray:
-        """Pack documents into `batch` rows of seq+1 tokens (inputs and shifted targets)."""
-        rows = []
+    def batch(self, batch: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
+        """Pack documents into `batch` rows of seq+1 tokens (inputs and shifted targets), with the
+        loss weight of each token."""
+        rows, row_weights = [], []
         for _ in range(batch):
             row: list[int] = []
+            weights: list[float] = []
             while len(row) < seq + 1:
-                row += self.document()
+                ids, w = self.weighted_document()
+                row += ids
+                weights += w
             rows.append(row[: seq + 1])
-        return np.array(rows, dtype=np.int64)
+            row_weights.append(weights[: seq + 1])
+        return np.array(rows, dtype=np.int64), np.array(row_weights, dtype=np.float32)
 
 
 # ---------------------------------------------------------------- tokenizer
@@ -507,9 +526,11 @@ def train_phase(model, stream, args, lrs: list[float], log, label: str, log_ever
     for step, lr in enumerate(lrs):
         for g in opt.param_groups:
             g["lr"] = lr
-        b = torch.from_numpy(stream.batch(args.batch, args.seq))
+        ids, weights = stream.batch(args.batch, args.seq)
+        b, w = torch.from_numpy(ids), torch.from_numpy(weights[:, 1:]).reshape(-1)
         logits = model(b[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), b[:, 1:].reshape(-1))
+        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), b[:, 1:].reshape(-1), reduction="none")
+        loss = (nll * w).sum() / w.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -552,6 +573,8 @@ SAMPLE_QUESTIONS = [
     "Explain the while statement.",
     "Tell me about the import statement.",
 ]
+# "Explain the {k} statement." for each: does the greedy answer's opening name k?
+SUBJECT_PROBES = ["assert", "while", "import", "for", "return", "if", "try", "pass", "global", "del", "lambda", "yield"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -563,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, default=512, help="tokens per row (default 512, the context)")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--opening-tokens", type=int, default=16, help="the first N tokens of each chat's first answer ... (default 16)")
+    ap.add_argument("--opening-weight", type=float, default=4.0, help="... weigh this much in the loss (default 4)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     ap.add_argument("--state", type=Path, help="save the trained torch weights here (or load them with --skip-training)")
     ap.add_argument("--cooldown", type=int, default=0, help="after --stop-after: this many more steps with a fresh optimizer, learning rate falling linearly to 0")
@@ -586,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens, merges = tokenizer_vocab(tok)
     assert len(tokens) == cfg.vocab_size, f"tokenizer has {len(tokens)} tokens, wanted {cfg.vocab_size}"
     encode = lambda s: tok.encode(s).ids
-    stream = SampleStream(corpus, encode, random.Random(args.seed))
+    stream = SampleStream(corpus, encode, random.Random(args.seed), opening=(args.opening_tokens, args.opening_weight))
     raw_tokens = sum(len(encode(r)) for r in stream.raw)
     log(f"data: {len(corpus.sections)} sections, {raw_tokens} raw tokens, {len(stream.qa)} Q&A subjects, "
         f"{len(corpus.held_out)} held-out paragraphs; vocab {len(tokens)}, {len(merges)} merges")
@@ -647,6 +672,10 @@ def main(argv: list[str] | None = None) -> int:
 
     for q in SAMPLE_QUESTIONS:
         log(f"Q: {q}\nA: {generate(model, tok, q)}\n")
+    on_subject = [k for k in SUBJECT_PROBES
+                  if k in generate(model, tok, f"Explain the {k} statement.", max_new=24)[:80]]
+    log(f"greedy answers naming their subject in the opening: {len(on_subject)} of {len(SUBJECT_PROBES)} "
+        f"({', '.join(on_subject) or 'none'})")
 
     desc = (f"Qwen3-architecture model trained from scratch by tools/train_shipped_model.py on the Python "
             f"{sys.version_info.major}.{sys.version_info.minor} pydoc_data.topics (PSF licence), "
