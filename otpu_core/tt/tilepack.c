@@ -2,8 +2,9 @@
  *
  * The definition of every byte is otpu_core/tt/bfp.py (and tests/test_tt_bfp_packer.py's
  * per-element reference); this file computes the same bytes faster. tilepack.py loads it with
- * cbuild and documents the API. Only integer operations touch the values (the float32 bits of
- * each source element), so every build (the AVX2 body or the portable one) gives the same bytes.
+ * cbuild and documents the API. Only exact operations touch the values (integer steps on each
+ * element's float32 bits, or a power-of-two scale and a truncation where that is exact), so
+ * every build (the AVX2 body or the portable one) gives the same bytes.
  *
  *   tp_pack       a block of 32-row strips in memory -> their tiles (one format, one layout)
  *   tp_convert    one tensor from a file descriptor to another: map a block of strips, pack

@@ -4,13 +4,15 @@
 compiler, a failed build): then `convert` takes the numpy path, which defines every byte. Both
 give the same bytes (tests/test_tt_tilepack.py compares them over every format, layout and source
 type, edge values included). The kernel reads the source's float32 bits (F16 through an exact
-table, BF16 by a shift) and works on integers only, so its AVX2 body and its portable body agree.
+table or VCVTPH2PS, BF16 by a shift) and does only exact steps on them, so its AVX2 body and its
+portable body agree.
 
 - `pack_strips(src, kind, fmt, transposed, ...)`: one block of strips in memory, as
   `bfp.pack_strips` takes it (float32 values, or F16/BF16 bits with `kind`).
 - `convert_tensor(...)`: a whole F32/F16/BF16 tensor from one file descriptor to another, in
-  blocks of strips shared by threads: pread, pack, CRC-32 (PCLMULQDQ) while hot, pwrite. The
-  GIL is let go for the whole tensor.
+  blocks of strips shared by threads: map, pack, CRC-32 (PCLMULQDQ) while hot, pwrite. The
+  GIL is let go for the whole tensor. The source's size is checked against the tensor first; a
+  file cut short while it is being converted would be SIGBUS (the mapping), not an error.
 - `crc32(data, crc, fast)`: zlib's CRC-32.
 """
 from __future__ import annotations
