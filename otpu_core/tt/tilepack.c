@@ -234,17 +234,16 @@ AVX2 static inline __m256i codes_avx2(__m256i v, __m256i own, __m256i e, int wid
 }
 
 /* The same codes by float arithmetic, exact when the shared exponent is 0 or at least 24 (as
- * bfp._codes_fast): |x| * 2^(150 - E) is the significand shifted right by E minus its own
- * exponent, the shifted-out bits a fraction that truncation drops; a subnormal lands below 1. */
+ * bfp._codes_fast): x * 2^(150 - E) is the significand shifted right by E minus its own
+ * exponent, the shifted-out bits a fraction that truncation drops (a subnormal lands below 1);
+ * scaled by 2^-drop it is rounded to the nearest integer, ties to even, all exact in float32 and
+ * symmetric in the sign, so a code's sign is its value's (a value rounding to 0 has none). */
 AVX2 static inline __m256i codes_scaled_avx2(__m256i v, __m256 scale, int width) {
-    int drop = 24 - width;
-    const __m256i zero = _mm256_setzero_si256();
-    __m256i sig = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(0x7FFFFFFF))), scale));
-    sig = _mm256_add_epi32(sig, _mm256_add_epi32(_mm256_set1_epi32((1 << (drop - 1)) - 1),
-                                                  _mm256_and_si256(_mm256_srli_epi32(sig, drop), _mm256_set1_epi32(1))));
-    __m256i q = _mm256_min_epu32(_mm256_srli_epi32(sig, drop), _mm256_set1_epi32((1 << width) - 1));
-    __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(v, 31), width);
-    return _mm256_or_si256(q, _mm256_andnot_si256(_mm256_cmpeq_epi32(q, zero), sign));
+    __m256 t = _mm256_round_ps(_mm256_mul_ps(_mm256_castsi256_ps(v), scale), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    t = _mm256_mul_ps(t, _mm256_set1_ps(width == 7 ? 0x1p-17f : 0x1p-21f));
+    __m256i qs = _mm256_cvttps_epi32(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i q = _mm256_min_epu32(_mm256_abs_epi32(qs), _mm256_set1_epi32((1 << width) - 1));
+    return _mm256_or_si256(q, _mm256_slli_epi32(_mm256_srli_epi32(qs, 31), width));
 }
 
 AVX2 static void pack_tile_avx2(uint8_t *restrict out, const uint32_t *restrict t, int fmt) {
@@ -307,14 +306,14 @@ AVX2 static inline void transpose16x16(__m128i r[16]) {
 /* A whole MATMUL_NMAJOR block-float tile without transposing the values: a face row is 16
  * source rows of one column, so the shared exponents are a vertical maximum over 16 rows, the
  * codes are worked out in the source's orientation, and only the code bytes are transposed.
- * Returns the largest |bits| seen (non-finite: at least 0x7F800000). */
-AVX2 static uint32_t pack_nmajor_avx2(uint8_t *restrict out, const void *src, int kind, int64_t stride, int64_t r0,
+ * Returns 1 if the tile holds an infinity or a NaN. */
+AVX2 static int pack_nmajor_avx2(uint8_t *restrict out, const void *src, int kind, int64_t stride, int64_t r0,
         int64_t c0, int fmt) {
     const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     int width = fmt == FMT_BFP8 ? 7 : 3;
-    uint32_t vals[FACE][TILE] __attribute__((aligned(32))), ev[4][8] __attribute__((aligned(32)));
+    uint32_t vals[FACE][TILE] __attribute__((aligned(32)));
     uint8_t codes[FACE][TILE] __attribute__((aligned(32)));
-    __m256i top = _mm256_setzero_si256();
+    __m256i nonfinite = _mm256_setzero_si256();
     for (int h = 0; h < 2; h++) {
         __m256i e[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
         for (int jj = 0; jj < FACE; jj++) {
@@ -328,16 +327,16 @@ AVX2 static uint32_t pack_nmajor_avx2(uint8_t *restrict out, const void *src, in
                 else
                     v = _mm256_loadu_si256((const __m256i *)((const uint32_t *)src + base + 8 * g));
                 _mm256_store_si256((__m256i *)&vals[jj][8 * g], v);
-                __m256i a = _mm256_and_si256(v, absm);
-                top = _mm256_max_epu32(top, a);
-                e[g] = _mm256_max_epu32(e[g], _mm256_srli_epi32(a, 23));
+                e[g] = _mm256_max_epu32(e[g], _mm256_srli_epi32(_mm256_and_si256(v, absm), 23));
             }
         }
-        for (int g = 0; g < 4; g++) {         /* column 8g + l: face 2 (g / 2) + h, its row 8 (g % 2) + l */
-            _mm256_store_si256((__m256i *)ev[g], e[g]);
-            uint8_t *x = out + (2 * (g >> 1) + h) * 16 + 8 * (g & 1);
-            for (int l = 0; l < 8; l++) x[l] = (uint8_t)ev[g][l];
-        }
+        /* column 8g + l: face 2 (g / 2) + h, its row 8 (g % 2) + l; an exponent field of 255 is
+         * an infinity or a NaN in that face row */
+        __m256i eb = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packus_epi32(e[0], e[1]),
+                                                                     _mm256_packus_epi32(e[2], e[3])), order);
+        _mm_storeu_si128((__m128i *)(out + h * 16), _mm256_castsi256_si128(eb));
+        _mm_storeu_si128((__m128i *)(out + (2 + h) * 16), _mm256_extracti128_si256(eb, 1));
+        nonfinite = _mm256_or_si256(nonfinite, _mm256_cmpeq_epi8(eb, _mm256_set1_epi8((char)0xFF)));
         __m256i tiny = _mm256_setzero_si256();
         __m256 scale[4];
         for (int g = 0; g < 4; g++) {         /* 0 < E < 24 anywhere: the integer steps for this half */
@@ -373,7 +372,7 @@ AVX2 static uint32_t pack_nmajor_avx2(uint8_t *restrict out, const void *src, in
             }
         }
     }
-    return hmax_avx2(top);
+    return !_mm256_testz_si256(nonfinite, nonfinite);
 }
 
 AVX2 static int pack_avx2(const void *src, int kind, int64_t stride, int64_t n_rows,
@@ -383,7 +382,7 @@ AVX2 static int pack_avx2(const void *src, int kind, int64_t stride, int64_t n_r
     for (int64_t s = 0; s < strips; s++)
         for (int64_t c = 0; c < ct; c++) {
             if (transposed && (fmt == FMT_BFP8 || fmt == FMT_BFP4) && n_rows - s * TILE >= TILE && n_cols - c * TILE >= TILE) {
-                if (pack_nmajor_avx2(out + (s * ct + c) * tb, src, kind, stride, s * TILE, c * TILE, fmt) >= 0x7F800000u)
+                if (pack_nmajor_avx2(out + (s * ct + c) * tb, src, kind, stride, s * TILE, c * TILE, fmt))
                     return TP_NONFINITE;
                 continue;
             }
