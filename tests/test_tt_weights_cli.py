@@ -261,3 +261,28 @@ def test_gate_over_a_219_tensor_model(tmp_path, capsys, fmt, floor):
 def test_an_empty_path_is_refused_by_name_not_read_as_the_current_directory(tmp_path, model, capsys, args, named):
     code, _, err = run([a.format(m=model, o=tmp_path / "o.fttw") for a in args], capsys)
     assert code == 2 and f"{named}: empty" in err
+
+
+def test_a_full_disk_fails_before_the_work_naming_the_file(tmp_path, model, capsys, monkeypatch):
+    """The output is allocated first: no room is exit 2 naming OUT and the size, and nothing is
+    left; a file system without fallocate still gets the same file."""
+    import errno
+    import os
+    out = tmp_path / "o.fttw"
+    code, _, _ = run(["convert", model, out], capsys)
+    assert code == 0
+    want = out.read_bytes()
+    out.unlink()
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    code, _, err = run(["convert", model, out], capsys)
+    assert code == 2 and str(out) in err and "No space left on device" in err and f"needs {len(want)} bytes" in err
+    assert not out.exists() and not (tmp_path / "o.fttw.partial").exists()
+
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    code, _, _ = run(["convert", model, out], capsys)
+    assert code == 0 and out.read_bytes() == want

@@ -9,11 +9,13 @@ file to file, two threads, the source blocks mapped rather than copied); other s
 everything when the kernel is off (`OTPU_NATIVE=0`, no compiler), through numpy (`bfp.pack_strips`,
 F16 and BF16 straight from their bits by `bfp16`), which defines the bytes both paths give.
 Memory is a few strip-block buffers whatever the model's size. The output is written to
-`OUT.partial` and renamed over OUT only when complete, so a failure (a NaN in a tensor, a full
-disk) leaves no half file and no lost earlier OUT.
+`OUT.partial`, its blocks allocated before any work (a full disk fails at once), and renamed over
+OUT only when complete, so a failure (a NaN in a tensor, a full disk) leaves no half file and no
+lost earlier OUT.
 """
 from __future__ import annotations
 
+import errno
 import os
 import time
 import zlib
@@ -88,7 +90,7 @@ def convert(gguf_path: Path | str, out_path: Path | str, ledger: Ledger | None =
         tmp = out_path.with_name(out_path.name + ".partial")
         try:
             with open(tmp, "wb") as out, ThreadPoolExecutor(jobs, thread_name_prefix="fttw") as pool:
-                out.truncate(header.file_bytes)
+                _reserve(out, header.file_bytes, out_path)
                 done = 0
                 for t, e in zip(model.tensors, entries):
                     out.seek(e.offset)
@@ -109,6 +111,17 @@ def convert(gguf_path: Path | str, out_path: Path | str, ledger: Ledger | None =
             tmp.unlink(missing_ok=True)
             raise
     return Converted(out_path, entries, total, header.file_bytes, time.perf_counter() - t0, ledger.unused())
+
+
+def _reserve(out, nbytes: int, out_path: Path) -> None:
+    """The output's blocks allocated before any work, so a full disk fails now, not near the end
+    (and the writes skip delayed allocation); a file system without fallocate gets a sparse file."""
+    try:
+        os.posix_fallocate(out.fileno(), 0, nbytes)
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise OSError(e.errno, f"{e.strerror}: the FTTW file needs {nbytes} bytes", str(out_path)) from None
+        out.truncate(nbytes)
 
 
 def _native_tensor(lib, model: GgufModel, t: SourceTensor, e: fttw.Entry, fd_out: int, out_path: Path, jobs: int) -> int:
