@@ -5,8 +5,13 @@ runs the twin. The C source is otpu_core/native/sim.c, built through `cbuild`.
 
 - `mm_int8`: an MM over int8 weights (WF 0, no PAIR, no sub-block offsets) straight from the
   DRAM rows; twin: `mxu.mm` over `formats.decode`d weights.
+- `elementwise`: the VOP elementwise functions (`ELEMENTWISE`, VFunc names); twins: fp32.add,
+  sub, mul, fmax, fmin, ftz, exp2, recip, rsqrt, fabs, exp2sub, log2.
+- `reduce`: RSUM, RSSQ, RDOT, RMAX along rows; twins: fp32.rsum, rssq, rdot, chain_max.
+- `quantize`: one int8 group per row of a 2-D array; twin: fp32.quantize(x, axis=-1).
 
-Public API: `lib()`, `mm_int8(act_q, act_scale, rows, scales, kb, d)`.
+Public API: `lib()`, `mm_int8(act_q, act_scale, rows, scales, kb, d)`, `elementwise(name, a, b,
+shape)`, `reduce(name, a, b)`, `quantize(x)`, `ELEMENTWISE`, `REDUCE`.
 """
 from __future__ import annotations
 
@@ -19,6 +24,10 @@ import numpy as np
 
 from . import cbuild
 
+# the C kernel's function numbers (enum in sim.c)
+ELEMENTWISE = {n: i for i, n in enumerate(("ADD", "SUB", "RSUB", "MUL", "MAX", "MIN", "COPY", "EXP2", "RECIP",
+                                           "RSQRT", "ABS", "FILL", "EXP2SUB", "LOG2"))}
+REDUCE = {"RSUM": 0, "RSSQ": 1, "RDOT": 2, "RMAX": 3}
 SOURCE = Path(__file__).with_name("native") / "sim.c"
 THREADS = max(1, min(2, os.cpu_count() or 1))
 
@@ -33,6 +42,11 @@ def lib() -> ctypes.CDLL | None:
         return None
     so.mm_int8.argtypes = [_p, _i64, _p, _i64, _i, _p, _i64, _p, _i64, _i, _i, _i, _p, _i]
     so.mm_int8.restype = _i
+    for fn in (so.vop_ew, so.vop_reduce):
+        fn.argtypes = [_i, _i64, _i64, _p, _i64, _i64, _p, _i64, _i64, _p]
+        fn.restype = _i
+    so.quantize.argtypes = [_i64, _i64, _p, _p, _p]
+    so.quantize.restype = _i
     return so
 
 
@@ -60,3 +74,47 @@ def mm_int8(act_q: np.ndarray, act_scale: np.ndarray, rows: np.ndarray, scales: 
     rc = so.mm_int8(_ptr(act_q), act_q.strides[0], _ptr(act_scale), act_scale.strides[0] // 4, r,
                     _ptr(rows), rows.strides[0], ws, ws_rs, n, kb, d, _ptr(out), THREADS)
     return out if rc == 0 else None
+
+
+def _operand(x: np.ndarray | None, shape: tuple[int, int]) -> tuple[int | None, int, int]:
+    """(pointer, row stride, column stride) in words of x broadcast to shape (None: not read)."""
+    if x is None:
+        return None, 0, 0
+    v = np.broadcast_to(x, shape)
+    if v.dtype != np.uint32 or any(st % 4 for st in v.strides):
+        raise TypeError("native VOP operands are uint32 arrays with word strides")
+    return _ptr(v), v.strides[0] // 4, v.strides[1] // 4
+
+
+def elementwise(name: str, a: np.ndarray | None, b: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray | None:
+    """uint32 `shape`: VOP function `name` of a and b (each broadcast to shape; None if unread)."""
+    so = lib()
+    if so is None:
+        return None
+    out = np.empty(shape, np.uint32)
+    pa, pb = _operand(a, shape), _operand(b, shape)
+    so.vop_ew(ELEMENTWISE[name], shape[0], shape[1], *pa, *pb, _ptr(out))
+    return out
+
+
+def reduce(name: str, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray | None:
+    """uint32 [rows]: VOP reduction `name` along the rows of a 2-D a (RDOT: with b broadcast to a)."""
+    so = lib()
+    if so is None or a.shape[1] == 0:
+        return None
+    out = np.empty(a.shape[0], np.uint32)
+    pa, pb = _operand(a, a.shape), _operand(b, a.shape)
+    so.vop_reduce(REDUCE[name], a.shape[0], a.shape[1], *pa, *pb, _ptr(out))
+    return out
+
+
+def quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(int8 codes like x, uint32 scale bits [groups]) of a 2-D uint32 x, one group per row."""
+    so = lib()
+    if so is None:
+        return None
+    x = np.ascontiguousarray(x, dtype=np.uint32)
+    q = np.empty(x.shape, np.int8)
+    s = np.empty(x.shape[0], np.uint32)
+    so.quantize(x.shape[0], x.shape[1], _ptr(x), _ptr(q), _ptr(s))
+    return q, s

@@ -4,6 +4,7 @@
  * even (the build keeps IEEE semantics and never contracts into FMA), every input and output
  * flushed to a zero of its sign, add/sub/mul turning any NaN into 0x7FC00000. Each function
  * matches the numpy function of the same name in fp32.py bit for bit. */
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -96,5 +97,165 @@ int mm_int8(const int8_t *act, int64_t act_rs, const uint32_t *as, int64_t as_rs
     run(&jobs[0]);
     for (int t = 1; t < threads; t++)
         if (started >> t & 1) pthread_join(tid[t], NULL);
+    return 0;
+}
+
+/* ---- fp32.py's composites and reductions, one element / one row at a time ---------------- */
+static inline uint32_t f_key(uint32_t u) { return u >= F_SIGN ? ~u : (u | F_SIGN); }
+static inline uint32_t f_canon(uint32_t u) { return (u & F_ABS) > F_EXP ? F_NAN : u; }
+static inline uint32_t f_add_exponent(uint32_t u, int64_t k) { return (uint32_t)((int64_t)u + k * 8388608); }
+static inline uint32_t f_i2f(int64_t i) { return u_of((float)(double)i); }   /* |i| < 2^53 here */
+
+static const uint32_t EXP2_C[8] = {0x3F800000u, 0x3F317218u, 0x3E75FDE9u, 0x3D63593Eu,
+                                   0x3C1D8534u, 0x3AAFE2F6u, 0x3916C07Cu, 0x37B3C7D6u};
+static const uint32_t LOG2_C[9] = {0x3FB8AA3Bu, 0xBF38AA38u, 0x3EF639EBu, 0xBEB8AE27u, 0x3E9369C2u,
+                                   0xBE74ADF2u, 0x3E5CE48Eu, 0xBE543E8Eu, 0x3E00DB73u};
+
+static inline uint32_t f_horner(const uint32_t *c, int n, uint32_t t) {
+    uint32_t p = c[n - 1];
+    for (int i = n - 2; i >= 0; i--) p = f_addf(f_mulf(p, t), c[i]);
+    return p;
+}
+
+static uint32_t f_exp2(uint32_t x) {
+    x = f_canon(f_flush(x));
+    int lo = f_key(0xC2FC0000u) > f_key(x);
+    int hi = !(f_key(0x43000000u) > f_key(x));
+    if (lo) return 0;
+    if (hi) return 0x7F800000u;
+    int64_t i = (int64_t)floorf(f_of(x));
+    uint32_t f = f_subf(x, f_i2f(i));
+    return f_add_exponent(f_horner(EXP2_C, 8, f), i);
+}
+
+static uint32_t f_recip(uint32_t x) {
+    x = f_flush(x);
+    uint32_t ab = x & F_ABS;
+    if (ab == 0) return 0;
+    uint32_t a = (127u << 23) | (ab & 0x007FFFFFu);
+    uint32_t y = 0x7EF311C3u - a;
+    for (int s = 0; s < 2; s++) y = f_mulf(y, f_subf(0x40000000u, f_mulf(a, y)));
+    y = f_addf(f_mulf(y, f_subf(0x3F800000u, f_mulf(a, y))), y);
+    y = f_add_exponent(y, 127 - (int64_t)(ab >> 23));
+    if (ab >= 0x7E800000u) y = 0;
+    return y | (x & F_SIGN);
+}
+
+static uint32_t f_rsqrt(uint32_t x) {
+    x = f_flush(x);
+    uint32_t field = (x >> 23) & 0xFFu;
+    if (x >= F_SIGN || x == 0 || x == 0x7F800000u) return 0;
+    int64_t k = field <= 2 ? 4 : (field >= 250 && field <= 254 ? -4 : 0);
+    uint32_t xs = f_add_exponent(x, k);
+    uint32_t y = 0x5F3759DFu - (xs >> 1);
+    uint32_t h = f_mulf(0x3F000000u, xs);
+    for (int s = 0; s < 2; s++) y = f_mulf(y, f_subf(0x3FC00000u, f_mulf(h, f_mulf(y, y))));
+    y = f_addf(f_mulf(y, f_subf(0x3F000000u, f_mulf(h, f_mulf(y, y)))), y);
+    return f_add_exponent(y, k / 2);
+}
+
+static uint32_t f_log2(uint32_t x) {
+    x = f_flush(x);
+    if ((x & F_ABS) == 0) return 0xFF800000u;
+    if (x >= F_SIGN) return F_NAN;
+    uint32_t frac = x & 0x007FFFFFu;
+    int64_t ex = (x >> 23) & 0xFF;
+    if (ex == 255) return f_canon(x);
+    int ge = frac >= 0x3504F3u;
+    int64_t e = ex - 127 + ge;
+    uint32_t m = (ge ? (126u << 23) : (127u << 23)) | frac;
+    uint32_t t = f_addf(m, 0xBF800000u);
+    uint32_t q = f_horner(LOG2_C, 9, t);
+    return f_flush(f_addf(f_mulf(q, t), f_i2f(e)));
+}
+
+/* VOP functions, numbered as isa.VFunc; elementwise ones (see vop_ew) */
+enum { V_ADD = 0, V_SUB, V_RSUB, V_MUL, V_MAX, V_MIN, V_COPY, V_EXP2, V_RECIP, V_RSQRT, V_ABS,
+       V_FILL, V_EXP2SUB, V_LOG2 };
+
+static inline uint32_t ew1(int func, uint32_t a, uint32_t b) {
+    switch (func) {
+    case V_ADD: return f_addf(f_flush(a), f_flush(b));
+    case V_SUB: return f_subf(f_flush(a), f_flush(b));
+    case V_RSUB: return f_subf(f_flush(b), f_flush(a));
+    case V_MUL: return f_mulf(f_flush(a), f_flush(b));
+    case V_MAX: a = f_flush(a); b = f_flush(b); return f_key(a) > f_key(b) ? a : b;
+    case V_MIN: a = f_flush(a); b = f_flush(b); return f_key(b) > f_key(a) ? a : b;
+    case V_COPY: return f_flush(a);
+    case V_EXP2: return f_exp2(a);
+    case V_RECIP: return f_recip(a);
+    case V_RSQRT: return f_rsqrt(a);
+    case V_ABS: return f_flush(a) & F_ABS;
+    case V_FILL: return f_flush(b);
+    case V_EXP2SUB: return f_exp2(f_subf(f_flush(a), f_flush(b)));
+    default: return f_log2(a);
+    }
+}
+
+/* out[r][c] = func(a[r*ars + c*acs], b[r*brs + c*bcs]) (strides in words; 0 broadcasts) */
+int vop_ew(int func, int64_t rows, int64_t cols, const uint32_t *a, int64_t ars, int64_t acs,
+           const uint32_t *b, int64_t brs, int64_t bcs, uint32_t *out) {
+    if (func < V_ADD || func > V_LOG2) return -1;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            out[r * cols + c] = ew1(func, a ? a[r * ars + c * acs] : 0, b ? b[r * brs + c * bcs] : 0);
+    return 0;
+}
+
+/* reductions along rows: 0 RSUM, 1 RSSQ, 2 RDOT (isum_64, +0 padding), 3 RMAX (chain_max) */
+int vop_reduce(int kind, int64_t rows, int64_t cols, const uint32_t *a, int64_t ars, int64_t acs,
+               const uint32_t *b, int64_t brs, int64_t bcs, uint32_t *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        const uint32_t *ar = a + r * ars;
+        if (kind == 3) {
+            uint32_t best = f_flush(ar[0]);
+            for (int64_t c = 1; c < cols; c++) {
+                uint32_t v = f_flush(ar[c * acs]);
+                if (f_key(v) > f_key(best)) best = v;
+            }
+            out[r] = best;
+            continue;
+        }
+        uint32_t p[64] = {0};
+        int64_t whole = ((cols > 1 ? cols : 1) + 63) / 64 * 64;
+        for (int64_t c = 0; c < whole; c++) {
+            uint32_t t = 0;
+            if (c < cols) {
+                uint32_t x = f_flush(ar[c * acs]);
+                if (kind == 0) t = x;
+                else if (kind == 1) t = f_mulf(x, x);
+                else t = f_mulf(x, f_flush(b[r * brs + c * bcs]));
+            }
+            p[c & 63] = f_addf(p[c & 63], t);
+        }
+        for (int n = 32; n >= 1; n /= 2)
+            for (int i = 0; i < n; i++) p[i] = f_addf(p[i], p[i + n]);
+        out[r] = p[0];
+    }
+    return 0;
+}
+
+/* fp32.quantize over `groups` contiguous groups of `size` words: int8 codes and scale bits */
+int quantize(int64_t groups, int64_t size, const uint32_t *x, int8_t *q, uint32_t *s) {
+    for (int64_t g = 0; g < groups; g++) {
+        const uint32_t *xg = x + g * size;
+        uint32_t amax = 0;
+        for (int64_t i = 0; i < size; i++) {
+            uint32_t m = f_flush(xg[i]) & F_ABS;
+            if (m > amax) amax = m;
+        }
+        uint32_t inv = 0;
+        s[g] = 0;
+        if (amax) {
+            s[g] = f_mulf(amax, 0x3C010204u);
+            inv = f_mulf(0x42FE0000u, f_recip(amax));
+        }
+        for (int64_t i = 0; i < size; i++) {
+            float v = f_of(f_mulf(f_flush(xg[i]), inv));
+            if (v != v) v = 0.0f;
+            v = rintf(v);
+            q[g * size + i] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : v);
+        }
+    }
     return 0;
 }

@@ -23,11 +23,12 @@ def _quant_source(sl, src: int, rows: int, kb: int, srs: int, what: str) -> np.n
 def _quantize(x: np.ndarray, kb: int, d: int, row_mode: bool) -> tuple[np.ndarray, np.ndarray]:
     """(int8 codes [rows, kb*d], scale bits [rows, kb]); ROW mode replicates the row's scale."""
     rows = x.shape[0]
+    groups = x if row_mode else x.reshape(rows * kb, d)
+    qs = simnative.quantize(groups)
+    q, s = qs if qs is not None else fp32.quantize(groups, axis=-1)
     if row_mode:
-        q, s = fp32.quantize(x, axis=-1)
         return q, np.repeat(s.reshape(rows, 1), kb, axis=1)
-    q, s = fp32.quantize(x.reshape(rows, kb, d), axis=-1)
-    return q.reshape(rows, kb * d), s
+    return q.reshape(rows, kb * d), s.reshape(rows, kb)
 
 
 def qact(sl, ins: Instr, w: list[int]) -> None:

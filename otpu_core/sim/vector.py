@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import fp32, isa
+from .. import fp32, isa, simnative
 from ..isa import BMode, Instr, VFunc
 from .fault import Fault
 
@@ -35,6 +35,18 @@ _REDUCE = {
     VFunc.RSSQ: lambda a, b: fp32.rssq(a),
     VFunc.RDOT: lambda a, b: fp32.rdot(a, b),
 }
+
+
+def _elementwise(func: VFunc, A: np.ndarray | None, B: np.ndarray | None, rows: int, cols: int) -> np.ndarray:
+    out = simnative.elementwise(func.name, A, B, (rows, cols))
+    if out is None:
+        out = np.ascontiguousarray(np.broadcast_to(_ELEMENTWISE[func](A, B), (rows, cols)))
+    return out
+
+
+def _reduce(func: VFunc, A: np.ndarray, B: np.ndarray | None) -> np.ndarray:
+    out = simnative.reduce(func.name, A, B)
+    return _REDUCE[func](A, B) if out is None else out
 
 
 def _span(idx: np.ndarray) -> tuple[int, int]:
@@ -106,10 +118,10 @@ def vop(sl, ins: Instr, w: list[int]) -> None:
         if bidx is not None:      # every element reads its B, a broadcast one included
             reads.append((np.broadcast_to(bidx, (rows, cols)), seq))
     if func in _ELEMENTWISE:
-        out = np.broadcast_to(_ELEMENTWISE[func](A, B), (rows, cols))
+        out = _elementwise(func, A, B, rows, cols)
         didx = tm.tile_index(dst, rows, cols, drs, "VOP dst")
         check_hazard(didx, seq, reads, "VOP")
-        tm.put_tile(dst, drs, np.ascontiguousarray(out), "VOP dst")
+        tm.put_tile(dst, drs, out, "VOP dst")
         return
     # reductions: a row's write happens after the row's last read
     rseq = (seq // cols) * (cols + 1) + seq % cols
@@ -126,7 +138,7 @@ def vop(sl, ins: Instr, w: list[int]) -> None:
         check_hazard(didx, np.broadcast_to(wseq, (rows, 2)), reads, "VOP ARGMAX")
         tm.put_tile(dst, drs, out, "VOP dst")
         return
-    out = _REDUCE[func](A, B)
+    out = _reduce(func, A, B)
     didx = tm.tile_index(dst, rows, 1, drs, "VOP dst")
     check_hazard(didx, wseq, reads, "VOP")
     tm.put_tile(dst, drs, out.reshape(rows, 1), "VOP dst")      # row order: a later row wins
