@@ -45,13 +45,21 @@ typedef struct {
     int j0, j1;
 } job_t;
 
-static int32_t dot8(const int8_t *a, const int8_t *b, int d) {
+/* integer work: any vector width gives the same sums, so the MM loop is built for AVX-512, AVX2
+ * and the baseline, chosen at load time */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define OTPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define OTPU_CLONES
+#endif
+
+static inline int32_t dot8(const int8_t *a, const int8_t *b, int d) {
     int32_t s = 0;
     for (int i = 0; i < d; i++) s += (int32_t)a[i] * (int32_t)b[i];
     return s;
 }
 
-static void *run(void *p) {
+OTPU_CLONES static void *run(void *p) {
     const job_t *J = p;
     uint32_t wsk[1024];
     for (int j = J->j0; j < J->j1; j++) {
