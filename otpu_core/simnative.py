@@ -8,10 +8,12 @@ runs the twin. The C source is otpu_core/native/sim.c, built through `cbuild`.
 - `elementwise`: the VOP elementwise functions (`ELEMENTWISE`, VFunc names); twins: fp32.add,
   sub, mul, fmax, fmin, ftz, exp2, recip, rsqrt, fabs, exp2sub, log2.
 - `reduce`: RSUM, RSSQ, RDOT, RMAX along rows; twins: fp32.rsum, rssq, rdot, chain_max.
+- `vop_in_place`: either of those run straight on TMEM (strided operands, no gathers) for a VOP
+  the hazard rule accepted; twin: sim/vector.py's gather, compute, put_tile.
 - `quantize`: one int8 group per row of a 2-D array; twin: fp32.quantize(x, axis=-1).
 
 Public API: `lib()`, `mm_int8(act_q, act_scale, rows, scales, kb, d)`, `elementwise(name, a, b,
-shape)`, `reduce(name, a, b)`, `quantize(x)`, `ELEMENTWISE`, `REDUCE`.
+shape)`, `reduce(name, a, b)`, `vop_in_place(t, name, rows, cols, a, b, imm, dst)`, `quantize(x)`, `ELEMENTWISE`, `REDUCE`.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def lib() -> ctypes.CDLL | None:
     so.mm_int8.argtypes = [_p, _i64, _p, _i64, _i, _p, _i64, _p, _i64, _i, _i, _i, _p, _i]
     so.mm_int8.restype = _i
     for fn in (so.vop_ew, so.vop_reduce):
-        fn.argtypes = [_i, _i64, _i64, _p, _i64, _i64, _p, _i64, _i64, _p]
+        fn.argtypes = [_i, _i64, _i64, _p, _i64, _i64, _p, _i64, _i64, ctypes.c_uint32, _p, _i64]
         fn.restype = _i
     so.quantize.argtypes = [_i64, _i64, _p, _p, _p]
     so.quantize.restype = _i
@@ -92,8 +94,8 @@ def elementwise(name: str, a: np.ndarray | None, b: np.ndarray | None, shape: tu
     if so is None:
         return None
     out = np.empty(shape, np.uint32)
-    pa, pb = _operand(a, shape), _operand(b, shape)
-    so.vop_ew(ELEMENTWISE[name], shape[0], shape[1], *pa, *pb, _ptr(out))
+    so.vop_ew(ELEMENTWISE[name], shape[0], shape[1], *_operand(a, shape), *_operand(b, shape), 0, _ptr(out),
+              shape[1])
     return out
 
 
@@ -103,9 +105,27 @@ def reduce(name: str, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray 
     if so is None or a.shape[1] == 0:
         return None
     out = np.empty(a.shape[0], np.uint32)
-    pa, pb = _operand(a, a.shape), _operand(b, a.shape)
-    so.vop_reduce(REDUCE[name], a.shape[0], a.shape[1], *pa, *pb, _ptr(out))
+    so.vop_reduce(REDUCE[name], a.shape[0], a.shape[1], *_operand(a, a.shape), *_operand(b, a.shape), 0, _ptr(out),
+                  1)
     return out
+
+
+def vop_in_place(t: np.ndarray, name: str, rows: int, cols: int, a: tuple[int, int] | None,
+                 b: tuple[int, int, int] | None, imm: int, dst: tuple[int, int]) -> bool:
+    """VOP `name` straight on the TMEM word array t: a = (address, row stride) or None (unread),
+    b = (address, row stride, column stride) or None (reads imm), dst = (address, row stride).
+    Only for instructions the hazard rule accepted. False: unavailable, run the numpy twin."""
+    so = lib()
+    if so is None:
+        return False
+    base = _ptr(t)
+    pa = (base + 4 * a[0], a[1], 1) if a is not None else (None, 0, 0)
+    pb = (base + 4 * b[0], b[1], b[2]) if b is not None else (None, 0, 0)
+    if name in ELEMENTWISE:
+        so.vop_ew(ELEMENTWISE[name], rows, cols, *pa, *pb, imm, base + 4 * dst[0], dst[1])
+    else:
+        so.vop_reduce(REDUCE[name], rows, cols, *pa, *pb, imm, base + 4 * dst[0], dst[1])
+    return True
 
 
 def quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

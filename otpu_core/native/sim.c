@@ -200,19 +200,22 @@ static inline uint32_t ew1(int func, uint32_t a, uint32_t b) {
     }
 }
 
-/* out[r][c] = func(a[r*ars + c*acs], b[r*brs + c*bcs]) (strides in words; 0 broadcasts) */
+/* out[r*ors + c] = func(a[r*ars + c*acs], b[r*brs + c*bcs]) (strides in words; 0 broadcasts;
+ * a NULL a is unread, a NULL b reads imm). Run in place on TMEM only when the VOP hazard rule
+ * holds: then no element reads a word an earlier element wrote, as if all reads came first. */
 int vop_ew(int func, int64_t rows, int64_t cols, const uint32_t *a, int64_t ars, int64_t acs,
-           const uint32_t *b, int64_t brs, int64_t bcs, uint32_t *out) {
+           const uint32_t *b, int64_t brs, int64_t bcs, uint32_t imm, uint32_t *out, int64_t ors) {
     if (func < V_ADD || func > V_LOG2) return -1;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++)
-            out[r * cols + c] = ew1(func, a ? a[r * ars + c * acs] : 0, b ? b[r * brs + c * bcs] : 0);
+            out[r * ors + c] = ew1(func, a ? a[r * ars + c * acs] : 0, b ? b[r * brs + c * bcs] : imm);
     return 0;
 }
 
-/* reductions along rows: 0 RSUM, 1 RSSQ, 2 RDOT (isum_64, +0 padding), 3 RMAX (chain_max) */
+/* reductions along rows into out[r*ors]: 0 RSUM, 1 RSSQ, 2 RDOT (isum_64, +0 padding; a NULL b
+ * reads imm), 3 RMAX (chain_max); a row's result is written after all its reads */
 int vop_reduce(int kind, int64_t rows, int64_t cols, const uint32_t *a, int64_t ars, int64_t acs,
-               const uint32_t *b, int64_t brs, int64_t bcs, uint32_t *out) {
+               const uint32_t *b, int64_t brs, int64_t bcs, uint32_t imm, uint32_t *out, int64_t ors) {
     for (int64_t r = 0; r < rows; r++) {
         const uint32_t *ar = a + r * ars;
         if (kind == 3) {
@@ -221,7 +224,7 @@ int vop_reduce(int kind, int64_t rows, int64_t cols, const uint32_t *a, int64_t 
                 uint32_t v = f_flush(ar[c * acs]);
                 if (f_key(v) > f_key(best)) best = v;
             }
-            out[r] = best;
+            out[r * ors] = best;
             continue;
         }
         uint32_t p[64] = {0};
@@ -232,13 +235,13 @@ int vop_reduce(int kind, int64_t rows, int64_t cols, const uint32_t *a, int64_t 
                 uint32_t x = f_flush(ar[c * acs]);
                 if (kind == 0) t = x;
                 else if (kind == 1) t = f_mulf(x, x);
-                else t = f_mulf(x, f_flush(b[r * brs + c * bcs]));
+                else t = f_mulf(x, f_flush(b ? b[r * brs + c * bcs] : imm));
             }
             p[c & 63] = f_addf(p[c & 63], t);
         }
         for (int n = 32; n >= 1; n /= 2)
             for (int i = 0; i < n; i++) p[i] = f_addf(p[i], p[i + n]);
-        out[r] = p[0];
+        out[r * ors] = p[0];
     }
     return 0;
 }
