@@ -42,7 +42,7 @@ def lib() -> ctypes.CDLL | None:
     so = cbuild.load("otpu_sim", SOURCE)
     if so is None:
         return None
-    so.mm_int8.argtypes = [_p, _i64, _p, _i64, _i, _p, _i64, _p, _i64, _i, _i, _i, _p, _i]
+    so.mm_int8.argtypes = [_p, _i64, _p, _i64, _i, _p, _i64, _p, _i64, _i, _i, _i, _p, _i, _i]
     so.mm_int8.restype = _i
     for fn in (so.vop_ew, so.vop_reduce):
         fn.argtypes = [_i, _i64, _i64, _p, _i64, _i64, _p, _i64, _i64, ctypes.c_uint32, _p, _i64]
@@ -57,11 +57,12 @@ def _ptr(a: np.ndarray) -> int:
 
 
 def mm_int8(act_q: np.ndarray, act_scale: np.ndarray, rows: np.ndarray, scales: np.ndarray | None,
-            kb: int, d: int) -> np.ndarray | None:
+            kb: int, d: int, vnni: bool = True) -> np.ndarray | None:
     """uint32 [R, n]: `mxu.mm` of int8 weights, computed from the raw operands.
 
     act_q int8 [R, kb*d] and act_scale uint32 [R, kb] (views with unit column strides), rows
-    uint8 [n, >= kb*d] and scales uint8 [n, >= 4*kb] (DRAM row views; scales None for UNIT)."""
+    uint8 [n, >= kb*d] and scales uint8 [n, >= 4*kb] (DRAM row views; scales None for UNIT).
+    vnni=False keeps the portable loop where the CPU has AVX-512 VNNI (tests check both)."""
     so = lib()
     if so is None or kb > 1024:
         return None
@@ -74,7 +75,7 @@ def mm_int8(act_q: np.ndarray, act_scale: np.ndarray, rows: np.ndarray, scales: 
         return out
     ws, ws_rs = (None, 0) if scales is None else (_ptr(scales), scales.strides[0])
     rc = so.mm_int8(_ptr(act_q), act_q.strides[0], _ptr(act_scale), act_scale.strides[0] // 4, r,
-                    _ptr(rows), rows.strides[0], ws, ws_rs, n, kb, d, _ptr(out), THREADS)
+                    _ptr(rows), rows.strides[0], ws, ws_rs, n, kb, d, _ptr(out), THREADS, int(vnni))
     return out if rc == 0 else None
 
 

@@ -132,16 +132,18 @@ def _scale_words(rng, shape) -> np.ndarray:
     return w
 
 
+@pytest.mark.parametrize("vnni", [False, True])
 @pytest.mark.parametrize("unit", [False, True])
-def test_mm_int8_bits(unit):
+def test_mm_int8_bits(unit, vnni):
     """mxu.mm over decoded int8 weights and the native kernel over the raw rows: the same bits,
     across kb (the 4-partial tree with absent terms), several activation rows, row strides wider
-    than the row, and scales that overflow, underflow, or are NaN/inf/denormal."""
+    than the row, and scales that overflow, underflow, or are NaN/inf/denormal; the portable loop
+    and (where the CPU has it) the AVX-512 VNNI one."""
     rng = np.random.default_rng(11 + unit)
     d = 128
     checked = 0
     for kb, rows, n in ((1, 1, 300), (2, 3, 200), (3, 1, 700), (4, 2, 256), (5, 4, 129), (8, 1, 1024), (9, 2, 333),
-                        (24, 1, 512), (16, 8, 64)):
+                        (24, 1, 512), (16, 8, 64), (8, 1, 20000)):          # the last one runs on 2 threads
         rs, srs = kb * d + d, 4 * kb + 8
         dram_rows = rng.integers(0, 256, (n, rs), dtype=np.uint8)
         dram_rows[:, :kb * d][rng.random((n, kb * d)) < 0.02] = 0x80          # -128 codes too
@@ -153,7 +155,7 @@ def test_mm_int8_bits(unit):
         scale_full = _scale_words(rng, (rows, blocks))
         act, ascale = act_full[:, d:(kb + 1) * d], scale_full[:, 1:kb + 1]
         scales = None if unit else side
-        got = simnative.mm_int8(act, ascale, dram_rows, scales, kb, d)
+        got = simnative.mm_int8(act, ascale, dram_rows, scales, kb, d, vnni=vnni)
         want = mxu.mm(act, ascale, formats.decode(isa.WF_INT8, d, kb, dram_rows, scales, unit))
         _same(got, want, f"MM int8 kb={kb} rows={rows} n={n} unit={unit}")
         checked += rows * n * kb

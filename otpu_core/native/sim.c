@@ -84,14 +84,72 @@ OTPU_CLONES static void *run(void *p) {
     return NULL;
 }
 
-/* returns 0, or -1 when kb is beyond the kernel's scale buffer (the caller takes numpy) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#include <stdlib.h>
+#define OTPU_VNNI 1
+/* the same integer dots with AVX-512 VNNI (d a multiple of 64): vpdpbusd multiplies unsigned
+ * by signed bytes, so the weights go in as w + 128 and 128 * sum(a) over the block comes off */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void *run_vnni(void *p) {
+    const job_t *J = p;
+    uint32_t wsk[1024];
+    int32_t dots[1024];
+    int32_t *asum = malloc(sizeof(int32_t) * (size_t)J->rows * (size_t)J->kb);
+    if (!asum) return run(p);
+    for (int r = 0; r < J->rows; r++)
+        for (int k = 0; k < J->kb; k++) {
+            const int8_t *ab = J->act + (int64_t)r * J->act_rs + (int64_t)k * J->d;
+            int32_t s = 0;
+            for (int i = 0; i < J->d; i++) s += ab[i];
+            asum[r * J->kb + k] = 128 * s;
+        }
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int j = J->j0; j < J->j1; j++) {
+        const int8_t *wr = (const int8_t *)(J->w + (int64_t)j * J->w_rs);
+        for (int k = 0; k < J->kb; k++) {
+            uint32_t s = 0x3F800000u;
+            if (J->ws) memcpy(&s, J->ws + (int64_t)j * J->ws_rs + 4 * k, 4);
+            wsk[k] = f_flush(s);
+        }
+        for (int r = 0; r < J->rows; r++) {
+            const int8_t *ar = J->act + (int64_t)r * J->act_rs;
+            const uint32_t *asr = J->as + (int64_t)r * J->as_rs;
+            uint32_t part[4] = {0, 0, 0, 0};
+            for (int k = 0; k < J->kb; k++) {       /* the dots first: loads overlap */
+                __m512i acc = _mm512_setzero_si512();
+                for (int i = 0; i < J->d; i += 64) {
+                    __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(wr + (int64_t)k * J->d + i), flip);
+                    acc = _mm512_dpbusd_epi32(acc, wv, _mm512_loadu_si512(ar + (int64_t)k * J->d + i));
+                }
+                dots[k] = _mm512_reduce_add_epi32(acc) - asum[r * J->kb + k];
+            }
+            for (int k = 0; k < J->kb; k++) {
+                uint32_t t = f_mulf(f_mulf(u_of((float)dots[k]), wsk[k]), f_flush(asr[k]));
+                part[k & 3] = f_addf(part[k & 3], t);
+            }
+            J->out[(int64_t)r * J->n + j] = f_addf(f_addf(part[0], part[2]), f_addf(part[1], part[3]));
+        }
+    }
+    free(asum);
+    return NULL;
+}
+#endif
+
+/* returns 0, or -1 when kb is beyond the kernel's scale buffer (the caller takes numpy);
+ * vnni: 1 lets the AVX-512 VNNI loop run where the CPU has it, 0 keeps the portable loop */
 int mm_int8(const int8_t *act, int64_t act_rs, const uint32_t *as, int64_t as_rs, int rows,
             const uint8_t *w, int64_t w_rs, const uint8_t *ws, int64_t ws_rs,
-            int n, int kb, int d, uint32_t *out, int threads) {
+            int n, int kb, int d, uint32_t *out, int threads, int vnni) {
     if (kb > 1024) return -1;
     if (threads < 1) threads = 1;
     if (threads > 8) threads = 8;
     if ((int64_t)n * rows * kb * d < (1 << 20)) threads = 1;
+    void *(*body)(void *) = run;
+#ifdef OTPU_VNNI
+    if (vnni && d % 64 == 0 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
+        body = run_vnni;
+#endif
     job_t jobs[8];
     pthread_t tid[8];
     int started = 0;
@@ -100,9 +158,9 @@ int mm_int8(const int8_t *act, int64_t act_rs, const uint32_t *as, int64_t as_rs
                           (int)((int64_t)n * t / threads), (int)((int64_t)n * (t + 1) / threads)};
     }
     for (int t = 1; t < threads; t++)
-        if (pthread_create(&tid[t], NULL, run, &jobs[t]) == 0) started |= 1 << t;
-        else run(&jobs[t]);
-    run(&jobs[0]);
+        if (pthread_create(&tid[t], NULL, body, &jobs[t]) == 0) started |= 1 << t;
+        else body(&jobs[t]);
+    body(&jobs[0]);
     for (int t = 1; t < threads; t++)
         if (started >> t & 1) pthread_join(tid[t], NULL);
     return 0;
