@@ -2,8 +2,8 @@
 
 1. sim: the golden simulator's seconds for one whole Qwen3-0.6B decode token (every instruction of
    the step program at position 512, random int8 weights, weight cache warm; timing model on and
-   off) against a numpy float32 forward of the same shapes. openTPU's simulator: about 3 s;
-   goal: under 1 s.
+   off; wall and CPU seconds, native kernels unless OTPU_NATIVE=0) against a numpy float32
+   forward of the same shapes. openTPU's simulator: about 3 s; goal: under 1 s.
 2. card: the timing model's tok/s of Qwen3-0.6B on ypcb-00338 at 133.33 MHz, int8 and 4-bit
    (int8 head), decode at position 544 and a 512-token prefill in runs of 4 rows, against the
    card's measured 21.6 / 31.3 decode and 92.1 / 103.4 prefill tok/s (models.md 4a). Goal: within 15%.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otpu_core import isa
+from otpu_core import isa, simnative
 from otpu_core.board import IsaBackend
 from otpu_core.llm import image, layout, programs
 from otpu_core.llm.config import ModelConfig
@@ -142,11 +142,12 @@ def bench_sim(rng) -> None:
         prog = _step(be, plan, t, 512)
         be.run(prog)                                 # decodes the weights into the simulator's cache
         _at(be, plan, 512)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         be.run(prog)
-        t_sim = time.perf_counter() - t0
+        t_sim, cpu = time.perf_counter() - t0, time.process_time() - c0
         print(f"sim: Qwen3-0.6B decode token at position 512 ({len(prog.image) // 32} instructions), timing model "
-              f"{'on ' if timing else 'off'}: {t_sim:.2f} s (goal < 1 s; openTPU's simulator ~3 s)")
+              f"{'on ' if timing else 'off'}: {t_sim:.2f} s, CPU {cpu:.2f} s over all threads (goal < 1 s; openTPU's "
+              f"simulator ~3 s; native kernels {'on' if simnative.lib() is not None else 'off'})")
         del be
     t_np = numpy_forward_s(QWEN3_0_6B, 512, rng)
     print(f"sim: numpy float32 forward of the same token: {t_np:.3f} s; simulator/numpy ratio {t_sim / t_np:.1f}x "
