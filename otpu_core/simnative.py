@@ -66,9 +66,10 @@ def mm_int8(act_q: np.ndarray, act_scale: np.ndarray, rows: np.ndarray, scales: 
     so = lib()
     if so is None or kb > 1024:
         return None
-    for a in (act_q, rows) + ((scales,) if scales is not None else ()):
-        assert a.strides[1] == 1, "row views must have unit column strides"
-    assert act_scale.strides[1] == 4 and act_scale.dtype == np.uint32 and act_q.dtype == np.int8
+    views = (act_q, rows) + ((scales,) if scales is not None else ())
+    if any(v.strides[1] != 1 for v in views) or act_scale.strides[1] != 4 or act_scale.strides[0] % 4 \
+            or act_scale.dtype != np.uint32 or act_q.dtype != np.int8:
+        raise TypeError("native MM operands are row views with unit column strides (int8 codes, uint32 scales)")
     r, n = act_q.shape[0], rows.shape[0]
     out = np.empty((r, n), np.uint32)
     if r == 0 or n == 0:
