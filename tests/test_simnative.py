@@ -143,7 +143,7 @@ def test_mm_int8_bits(unit, vnni):
     d = 128
     checked = 0
     for kb, rows, n in ((1, 1, 300), (2, 3, 200), (3, 1, 700), (4, 2, 256), (5, 4, 129), (8, 1, 1024), (9, 2, 333),
-                        (24, 1, 512), (16, 8, 64), (8, 1, 20000)):          # the last one runs on 2 threads
+                        (24, 1, 512), (16, 8, 64), (8, 1, 20000), (64, 1, 1100)):    # the last two run on 2 threads
         rs, srs = kb * d + d, 4 * kb + 8
         dram_rows = rng.integers(0, 256, (n, rs), dtype=np.uint8)
         dram_rows[:, :kb * d][rng.random((n, kb * d)) < 0.02] = 0x80          # -128 codes too

@@ -144,7 +144,7 @@ int mm_int8(const int8_t *act, int64_t act_rs, const uint32_t *as, int64_t as_rs
     if (kb > 1024) return -1;
     if (threads < 1) threads = 1;
     if (threads > 8) threads = 8;
-    if ((int64_t)n * rows * kb * d < (1 << 20)) threads = 1;
+    if ((int64_t)n * rows * kb * d < (1 << 23)) threads = 1;   /* below ~8 MB a thread start costs more than it saves */
     void *(*body)(void *) = run;
 #ifdef OTPU_VNNI
     if (vnni && d % 64 == 0 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
