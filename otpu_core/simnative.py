@@ -56,6 +56,15 @@ def _ptr(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
+_base = [None, 0]          # the last TMEM array vop_in_place ran on (kept alive) and its address
+
+
+def _tmem_ptr(t: np.ndarray) -> int:
+    if _base[0] is not t:
+        _base[:] = [t, _ptr(t)]
+    return _base[1]
+
+
 def mm_int8(act_q: np.ndarray, act_scale: np.ndarray, rows: np.ndarray, scales: np.ndarray | None,
             kb: int, d: int, vnni: bool = True) -> np.ndarray | None:
     """uint32 [R, n]: `mxu.mm` of int8 weights, computed from the raw operands.
@@ -120,7 +129,7 @@ def vop_in_place(t: np.ndarray, name: str, rows: int, cols: int, a: tuple[int, i
     so = lib()
     if so is None:
         return False
-    base = _ptr(t)
+    base = _tmem_ptr(t)
     pa = (base + 4 * a[0], a[1], 1) if a is not None else (None, 0, 0)
     pb = (base + 4 * b[0], b[1], b[2]) if b is not None else (None, 0, 0)
     if name in ELEMENTWISE:
