@@ -13,7 +13,8 @@ runs the twin. The C source is otpu_core/native/sim.c, built through `cbuild`.
 - `quantize`: one int8 group per row of a 2-D array; twin: fp32.quantize(x, axis=-1).
 
 Public API: `lib()`, `mm_int8(act_q, act_scale, rows, scales, kb, d)`, `elementwise(name, a, b,
-shape)`, `reduce(name, a, b)`, `vop_in_place(t, name, rows, cols, a, b, imm, dst)`, `quantize(x)`, `ELEMENTWISE`, `REDUCE`.
+shape)`, `reduce(name, a, b)`, `vop_in_place(t, name, rows, cols, a, b, imm, dst)`, `quantize(x)`,
+`ELEMENTWISE`, `REDUCE`.
 """
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ from otpu_core import formats, fp32, isa, mxu, simnative
 from otpu_core.isa import VFunc
 from otpu_core.sim import vector
 
-pytestmark = pytest.mark.skipif(simnative.lib() is None, reason="native kernels unavailable (no compiler or OTPU_NATIVE=0)")
+pytestmark = pytest.mark.skipif(simnative.lib() is None,
+                                reason="native kernels unavailable (no compiler or OTPU_NATIVE=0)")
 
 N = 1 << 20
 
@@ -52,8 +53,8 @@ def _same(got: np.ndarray, want: np.ndarray, what: str, *operands: np.ndarray) -
     if bad.size:
         k = int(bad[0])
         ops = ", ".join(f"0x{int(np.broadcast_to(o, got.shape).reshape(-1)[k]):08x}" for o in operands)
-        pytest.fail(f"{what}: {bad.size} of {got.size} differ; first at {k} ({ops}): native "
-                    f"0x{int(got.reshape(-1)[k]) & 0xFFFFFFFF:08x}, numpy 0x{int(want.reshape(-1)[k]) & 0xFFFFFFFF:08x}")
+        g, w = (int(x.reshape(-1)[k]) & 0xFFFFFFFF for x in (got, want))
+        pytest.fail(f"{what}: {bad.size} of {got.size} differ; first at {k} ({ops}): native 0x{g:08x}, numpy 0x{w:08x}")
 
 
 @pytest.mark.parametrize("name", sorted(simnative.ELEMENTWISE))
@@ -196,9 +197,10 @@ def test_vop_on_tmem_matches_twin(monkeypatch):
                 a = int(rng.integers(0, 1500))
                 ars = int(rng.choice([cols, cols + 3, max(cols - 2, 1)]))
                 dst = int(rng.choice([a, a + 5, int(rng.integers(1500, 3000))]))
-                drs = int(rng.choice([1, 2, cols, cols + 1])) if reduce else int(rng.choice([ars, cols, cols + 7, max(cols - 1, 1)]))
+                drs = int(rng.choice([1, 2, cols, cols + 1] if reduce else [ars, cols, cols + 7, max(cols - 1, 1)]))
                 b = int(rng.choice([int(rng.integers(0, 3000)), dst]))
-                brs = {"full": int(rng.choice([cols, cols + 2])), "row": int(rng.choice([1, 3])), "col": 0, "scalar": 0}[bmode]
+                brs = {"full": int(rng.choice([cols, cols + 2])), "row": int(rng.choice([1, 3])),
+                       "col": 0, "scalar": 0}[bmode]
                 imm = int(rng.choice(EDGES))
 
                 def prog():
@@ -208,7 +210,8 @@ def test_vop_on_tmem_matches_twin(monkeypatch):
                 want = _machine_run(prog, False, monkeypatch, tmem)
                 assert got[2] == want[2], f"{func.name} {bmode}: native {got[2]} vs numpy {want[2]}"
                 assert got[1] == want[1]
-                _same(got[0], want[0], f"{func.name} {bmode} rows={rows} cols={cols} a={a} ars={ars} dst={dst} drs={drs} b={b}")
+                _same(got[0], want[0],
+                      f"{func.name} {bmode} rows={rows} cols={cols} a={a} ars={ars} dst={dst} drs={drs} b={b}")
                 cases += 1
                 refused += got[2] is not None
     assert cases == len(funcs) * 4 * 6 and 0 < refused < cases / 2, (cases, refused)
