@@ -2,8 +2,8 @@
 
 1. sim: the golden simulator's seconds for one whole Qwen3-0.6B decode token (every instruction of
    the step program at position 512, random int8 weights, weight cache warm; timing model on and
-   off) against a numpy float32 forward of the same shapes. openTPU's simulator: about 3 s;
-   goal: under 1 s.
+   off; wall and CPU seconds, native kernels unless OTPU_NATIVE=0) against a numpy float32
+   forward of the same shapes. openTPU's simulator: about 3 s; goal: under 1 s.
 2. card: the timing model's tok/s of Qwen3-0.6B on ypcb-00338 at 133.33 MHz, int8 and 4-bit
    (int8 head), decode at position 544 and a 512-token prefill in runs of 4 rows, against the
    card's measured 21.6 / 31.3 decode and 92.1 / 103.4 prefill tok/s (models.md 4a). Goal: within 15%.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otpu_core import isa
+from otpu_core import isa, simnative
 from otpu_core.board import IsaBackend
 from otpu_core.llm import image, layout, programs
 from otpu_core.llm.config import ModelConfig
@@ -96,8 +96,9 @@ def _step(be, plan, t, pos: int, rows: int = 1, logits: bool = True):
     return prog
 
 
-def numpy_forward_s(cfg: ModelConfig, pos: int, rng) -> float:
-    """One float32 decode token with the same shapes (weights in RAM, a KV cache of pos tokens)."""
+def numpy_forward_s(cfg: ModelConfig, pos: int, rng) -> tuple[float, float]:
+    """(wall, CPU over all threads) seconds of one float32 decode token with the same shapes
+    (weights in RAM, a KV cache of pos tokens)."""
     d, hd, H, KV = cfg.d, cfg.head_dim, cfg.heads, cfg.kv_heads
     layer = {k: rng.standard_normal(s).astype(np.float32) * 0.02 for k, s in
              (("wq", (H * hd, d)), ("wk", (KV * hd, d)), ("wv", (KV * hd, d)), ("wo", (d, H * hd)),
@@ -128,9 +129,9 @@ def numpy_forward_s(cfg: ModelConfig, pos: int, rng) -> float:
             h = h + w["wd"] @ (gt / (1 + np.exp(-gt)) * up)
         return head @ norm(h)
     token()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     token()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def bench_sim(rng) -> None:
@@ -142,15 +143,16 @@ def bench_sim(rng) -> None:
         prog = _step(be, plan, t, 512)
         be.run(prog)                                 # decodes the weights into the simulator's cache
         _at(be, plan, 512)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         be.run(prog)
-        t_sim = time.perf_counter() - t0
+        t_sim, cpu = time.perf_counter() - t0, time.process_time() - c0
         print(f"sim: Qwen3-0.6B decode token at position 512 ({len(prog.image) // 32} instructions), timing model "
-              f"{'on ' if timing else 'off'}: {t_sim:.2f} s (goal < 1 s; openTPU's simulator ~3 s)")
+              f"{'on ' if timing else 'off'}: {t_sim:.2f} s, CPU {cpu:.2f} s over all threads (goal < 1 s; openTPU's "
+              f"simulator ~3 s; native kernels {'on' if simnative.lib() is not None else 'off'})")
         del be
-    t_np = numpy_forward_s(QWEN3_0_6B, 512, rng)
-    print(f"sim: numpy float32 forward of the same token: {t_np:.3f} s; simulator/numpy ratio {t_sim / t_np:.1f}x "
-          "(timing off)")
+    t_np, cpu_np = numpy_forward_s(QWEN3_0_6B, 512, rng)
+    print(f"sim: numpy float32 forward of the same token: {t_np:.3f} s, CPU {cpu_np:.3f} s; simulator/numpy ratio "
+          f"{t_sim / t_np:.1f}x wall, {cpu / cpu_np:.1f}x CPU (timing off)")
 
 
 def _modelled(t, fmt: str, rng) -> tuple[float, float, dict]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import formats, fp32, isa, mxu
+from .. import formats, fp32, isa, mxu, simnative
 from ..isa import Instr
 from .fault import Fault
 
@@ -23,11 +23,12 @@ def _quant_source(sl, src: int, rows: int, kb: int, srs: int, what: str) -> np.n
 def _quantize(x: np.ndarray, kb: int, d: int, row_mode: bool) -> tuple[np.ndarray, np.ndarray]:
     """(int8 codes [rows, kb*d], scale bits [rows, kb]); ROW mode replicates the row's scale."""
     rows = x.shape[0]
+    groups = x if row_mode else x.reshape(rows * kb, d)
+    qs = simnative.quantize(groups)
+    q, s = qs if qs is not None else fp32.quantize(groups, axis=-1)
     if row_mode:
-        q, s = fp32.quantize(x, axis=-1)
         return q, np.repeat(s.reshape(rows, 1), kb, axis=1)
-    q, s = fp32.quantize(x.reshape(rows, kb, d), axis=-1)
-    return q.reshape(rows, kb * d), s
+    return q.reshape(rows, kb * d), s.reshape(rows, kb)
 
 
 def qact(sl, ins: Instr, w: list[int]) -> None:
@@ -150,6 +151,22 @@ def _weights(sl, ins: Instr, sa: int, ssa: int, row_bytes: int) -> formats.Decod
         raise Fault("shape", f"MM weights at 0x{sa:x}: {e}") from None
 
 
+def _native_int8(sl, ins: Instr, sa: int, ssa: int, rows_act: int, row_bytes: int) -> np.ndarray | None:
+    """The MM's accumulation by the native kernel, from the DRAM rows themselves, when the
+    weights are int8 (no PAIR, no sub-block offsets); None: take the decoded-weight path."""
+    f, d = ins.fields, sl.cfg.D
+    n, kb, ab = f["n"], f["kb"], f["ab"]
+    if ins.wf != isa.WF_INT8 or ins.has(isa.F_PAIR) or simnative.lib() is None:
+        return None
+    if (sl.act.sub[:rows_act, ab:ab + kb] & formats.SUB_MARK).any():
+        return None
+    rows = sl.dram.rows(sa, n, f["rs"], row_bytes, "MM weights", align=d)
+    scales = None if ins.has(isa.F_UNIT) else \
+        sl.dram.rows(ssa, n, f["srs"], formats.scale_read_bytes(ins.wf, kb), "MM scales", align=4)
+    return simnative.mm_int8(sl.act.q[:rows_act, ab * d:(ab + kb) * d], sl.act.scale[:rows_act, ab:ab + kb],
+                             rows, scales, kb, d)
+
+
 def mm(sl, ins: Instr, w: list[int]) -> None:
     """Streamed weight rows x stationary ACT rows (reference 3.5; seed formats: docs/formats.md)."""
     f, cfg, tm = ins.fields, sl.cfg, sl.tmem
@@ -161,12 +178,14 @@ def mm(sl, ins: Instr, w: list[int]) -> None:
     if ins.has(isa.F_RMAX):
         tm.check(out + m * ors, m, "MM row maxima")
     alpha = tm.read(ssa, m, "MM ASCALE factors") if ins.has(isa.F_ASCALE) else None
-    weights = _weights(sl, ins, sa, 0 if ins.has(isa.F_ASCALE) else ssa, row_bytes)
-    try:
-        acc = mxu.mm(sl.act.q[:rows_act, ab * d:(ab + kb) * d], sl.act.scale[:rows_act, ab:ab + kb], weights,
-                     pair=ins.has(isa.F_PAIR), act_sub=sl.act.sub[:rows_act, ab:ab + kb])
-    except mxu.MxuError as e:
-        raise Fault("shape", f"MM: {e}") from None
+    acc = _native_int8(sl, ins, sa, ssa, rows_act, row_bytes)
+    if acc is None:
+        weights = _weights(sl, ins, sa, 0 if ins.has(isa.F_ASCALE) else ssa, row_bytes)
+        try:
+            acc = mxu.mm(sl.act.q[:rows_act, ab * d:(ab + kb) * d], sl.act.scale[:rows_act, ab:ab + kb], weights,
+                         pair=ins.has(isa.F_PAIR), act_sub=sl.act.sub[:rows_act, ab:ab + kb])
+        except mxu.MxuError as e:
+            raise Fault("shape", f"MM: {e}") from None
     prev = tm.t[idx] if ins.has(isa.F_ACC) else None
     y = mxu.epilogue(acc, prev, alpha)
     tm.put_tile(out, ors, y, "MM out")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import fp32, isa
+from .. import fp32, isa, simnative
 from ..isa import BMode, Instr, VFunc
 from .fault import Fault
 
@@ -67,17 +67,22 @@ def check_hazard(writes: np.ndarray, wseq: np.ndarray, reads: list[tuple[np.ndar
                                   "earlier element of the same instruction wrote it")
 
 
-def _b_operand(tm, bmode: BMode, b: int, rows: int, cols: int, brs: int, imm: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """The B operand broadcast to (rows, cols) and the TMEM indices it reads (None for SCALAR)."""
-    if bmode == BMode.FULL:
-        idx = tm.tile_index(b, rows, cols, brs, "VOP B")
-    elif bmode == BMode.ROW:
-        idx = tm.tile_index(b, rows, 1, brs, "VOP B")
-    elif bmode == BMode.COL:
-        idx = tm.tile_index(b, 1, cols, 0, "VOP B")
-    else:
-        return np.full((1, 1), imm, np.uint32), None
-    return tm.t[idx], idx
+def _tile_span(base: int, rows: int, cols: int, rs: int) -> tuple[int, int]:
+    last = base + (rows - 1) * rs
+    return min(base, last), max(base, last) + cols - 1
+
+
+def _vop_hazard(tm, tiles: list[tuple[int, int, int, int]], dst: int, rows: int, cols: int, ocols: int,
+                drs: int, reduce: bool, what: str) -> None:
+    """check_hazard for a VOP whose element (r, c) reads each tile at (r, c) (broadcast where the
+    tile is one row or column) and writes dst; a reduction writes a row after its last read."""
+    seq = np.arange(rows * cols, dtype=np.int64).reshape(rows, cols)
+    wseq = seq
+    if reduce:
+        seq = (seq // cols) * (cols + 1) + seq % cols
+        wseq = np.broadcast_to((np.arange(rows, dtype=np.int64) * (cols + 1) + cols)[:, None], (rows, ocols))
+    reads = [(np.broadcast_to(tm.tile_index(*t, what), (rows, cols)), seq) for t in tiles]
+    check_hazard(tm.tile_index(dst, rows, ocols, drs, what), wseq, reads, what)
 
 
 def vop(sl, ins: Instr, w: list[int]) -> None:
@@ -90,45 +95,48 @@ def vop(sl, ins: Instr, w: list[int]) -> None:
         return _outer(sl, ins, w)
     tm = sl.tmem
     drs, ars, brs = f["drs"], f["ars"], f["brs"]
-    seq = np.arange(rows * cols, dtype=np.int64).reshape(rows, cols)
-    reads = []
-    A = None
+    reduce = func in isa.REDUCE
+    tiles = []                      # (base, rows, cols, rs) each element reads (hazard candidates)
     if func != VFunc.FILL:
-        aidx = tm.tile_index(a, rows, cols, ars, "VOP A")
-        A = tm.t[aidx]
-        in_place = a == dst and ars == drs and (drs >= cols or rows == 1) and func not in isa.REDUCE
+        tm.tile_index(a, rows, cols, ars, "VOP A")
+        in_place = a == dst and ars == drs and (drs >= cols or rows == 1) and not reduce
         if not in_place:    # in place, each element reads only the word it writes itself
-            reads.append((aidx, seq))
+            tiles.append((a, rows, cols, ars))
+    btile = None
+    if func in isa.READS_B:
+        btile = {BMode.FULL: (b, rows, cols, brs), BMode.ROW: (b, rows, 1, brs), BMode.COL: (b, 1, cols, 0)}.get(bmode)
+        if btile is not None:      # every element reads its B, a broadcast one included
+            tm.tile_index(*btile, "VOP B")
+            tiles.append(btile)
+    if func == VFunc.ARGMAX and rows > 1 and drs < 2:
+        raise Fault("shape", f"VOP ARGMAX over {rows} rows needs drs >= 2 (value, index pairs), got {drs}")
+    ocols = (2 if func == VFunc.ARGMAX else 1) if reduce else cols
+    tm.tile_index(dst, rows, ocols, drs, "VOP dst")
+    wlo, whi = _tile_span(dst, rows, ocols, drs)
+    if any(lo <= whi and wlo <= hi for lo, hi in (_tile_span(*t) for t in tiles)):
+        _vop_hazard(tm, tiles, dst, rows, cols, ocols, drs, reduce, "VOP ARGMAX" if func == VFunc.ARGMAX else "VOP")
+    if func != VFunc.ARGMAX:
+        bop = {BMode.FULL: (b, brs, 1), BMode.ROW: (b, brs, 0), BMode.COL: (b, 0, 1)}.get(bmode) \
+            if btile is not None else None          # (address, row stride, column stride) of B
+        if simnative.vop_in_place(tm.t, func.name, rows, cols, (a, ars) if func != VFunc.FILL else None,
+                                  bop, imm, (dst, drs)):
+            return
+    A = tm.t[tm.tile_index(a, rows, cols, ars, "VOP A")] if func != VFunc.FILL else None
     B = None
     if func in isa.READS_B:
-        B, bidx = _b_operand(tm, bmode, b, rows, cols, brs, imm)
+        B = tm.t[tm.tile_index(*btile, "VOP B")] if btile is not None else np.full((1, 1), imm, np.uint32)
         B = np.broadcast_to(B, (rows, cols))
-        if bidx is not None:      # every element reads its B, a broadcast one included
-            reads.append((np.broadcast_to(bidx, (rows, cols)), seq))
     if func in _ELEMENTWISE:
         out = np.broadcast_to(_ELEMENTWISE[func](A, B), (rows, cols))
-        didx = tm.tile_index(dst, rows, cols, drs, "VOP dst")
-        check_hazard(didx, seq, reads, "VOP")
         tm.put_tile(dst, drs, np.ascontiguousarray(out), "VOP dst")
         return
-    # reductions: a row's write happens after the row's last read
-    rseq = (seq // cols) * (cols + 1) + seq % cols
-    reads = [(idx, rseq) for idx, _ in reads]
-    wseq = (np.arange(rows, dtype=np.int64) * (cols + 1) + cols)[:, None]
     if func == VFunc.ARGMAX:
-        if rows > 1 and drs < 2:
-            raise Fault("shape", f"VOP ARGMAX over {rows} rows needs drs >= 2 (value, index pairs), got {drs}")
         val, col = fp32.argmax(A)
         base = imm - (1 << 32) if imm & 0x80000000 else imm
         index = ((col.astype(np.int64) + base + (1 << 31)) % (1 << 32)) - (1 << 31)
-        out = np.stack([val, fp32.i2f(index)], axis=1)
-        didx = tm.tile_index(dst, rows, 2, drs, "VOP dst")
-        check_hazard(didx, np.broadcast_to(wseq, (rows, 2)), reads, "VOP ARGMAX")
-        tm.put_tile(dst, drs, out, "VOP dst")
+        tm.put_tile(dst, drs, np.stack([val, fp32.i2f(index)], axis=1), "VOP dst")
         return
     out = _REDUCE[func](A, B)
-    didx = tm.tile_index(dst, rows, 1, drs, "VOP dst")
-    check_hazard(didx, wseq, reads, "VOP")
     tm.put_tile(dst, drs, out.reshape(rows, 1), "VOP dst")      # row order: a later row wins
 
 
