@@ -9,11 +9,13 @@
  *   tp_pack       a block of 32-row strips in memory -> their tiles (one format, one layout)
  *   tp_convert    one tensor from a file descriptor to another: map a block of strips, pack
  *                 it, CRC-32 it while it is in cache, pwrite it where its tiles go; blocks are
- *                 shared by `threads` threads and the per-block CRCs combined in file order
+ *                 shared by `threads` threads and the per-block CRCs combined in file order,
+ *                 while one more thread reads the source ahead of them into the page cache
  *   tp_crc32      zlib's CRC-32 (PCLMULQDQ folding where the CPU has it, a table otherwise)
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -564,6 +566,18 @@ static int full_pwrite(int fd, const uint8_t *buf, int64_t n, int64_t off, int *
     return 0;
 }
 
+#define READ_AHEAD ((int64_t)64 << 20)
+#define PREFETCH_STEP ((int64_t)4 << 20)
+
+typedef struct { int fd; int64_t from, to; } prefetch_t;
+
+static void *prefetch(void *arg) {
+    prefetch_t *p = arg;
+    for (int64_t off = p->from; off < p->to; off += PREFETCH_STEP)
+        if (readahead(p->fd, off, (size_t)PREFETCH_STEP)) break;
+    return NULL;
+}
+
 static void *worker(void *arg) {
     job_t *j = arg;
     int64_t row_bytes = j->cols * j->esize, page = sysconf(_SC_PAGESIZE);
@@ -634,6 +648,13 @@ int tp_convert(int fd_in, int64_t in_off, int kind, int64_t rows, int64_t cols, 
     struct stat st;                              /* mapping past the end would be SIGBUS, not an error */
     if (fstat(fd_in, &st)) { j.status = TP_READ; j.err = errno; goto out; }
     if (st.st_size < in_off + matrices * rows * cols * j.esize) { j.status = TP_READ; j.err = 0; goto out; }
+    /* Blocks are mapped with MAP_POPULATE, which reads a page cache miss synchronously, block by
+     * block: a third thread reads the tensor, and READ_AHEAD bytes past it (a GGUF's tensors lie
+     * in order), into the page cache ahead of the packers, so a cold file streams from the disk
+     * while they work. On a warm file it finds every page present and costs nothing. */
+    prefetch_t pf = {.fd = fd_in, .from = in_off, .to = in_off + matrices * rows * cols * j.esize + READ_AHEAD};
+    pthread_t pf_tid;
+    int pf_started = pthread_create(&pf_tid, NULL, prefetch, &pf) == 0;
     if (threads < 1) threads = 1;
     if (threads > 16) threads = 16;
     pthread_t tid[16];
@@ -642,6 +663,7 @@ int tp_convert(int fd_in, int64_t in_off, int kind, int64_t rows, int64_t cols, 
         if (pthread_create(&tid[started], NULL, worker, &j)) break;
     worker(&j);
     for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+    if (pf_started) pthread_join(pf_tid, NULL);
     if (!j.status && j.first_bad != INT64_MAX) {
         j.status = TP_NONFINITE;
         *bad_row = (j.first_bad / j.blocks_per_matrix) * rows + (j.first_bad % j.blocks_per_matrix) * j.block_strips * TILE;
