@@ -71,6 +71,8 @@ def synth(yosys: str, top: str, files: list[str], params: dict[str, int], timeou
     except subprocess.TimeoutExpired:
         return {"error": f"yosys took more than {timeout:.0f} s"}
     out = proc.stdout + proc.stderr
+    if proc.returncode < 0:
+        return {"error": f"yosys was stopped by signal {-proc.returncode}"}
     if proc.returncode != 0:
         err = next((ln for ln in out.splitlines() if "ERROR" in ln), out.strip().splitlines()[-1] if out.strip() else "")
         return {"error": err.strip()}
