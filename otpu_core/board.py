@@ -527,23 +527,31 @@ class Board:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A program encoded once (on a compile thread, ahead of its run): image words and length."""
+    """A program encoded once (on a compile thread, ahead of its run): image words and length, and
+    its WAITC table (None: none; only a SEQ_WC target schedules by it)."""
     image: np.ndarray
     instructions: int
+    waits: tuple | None = None
 
 
-def prepare(program) -> Prepared:
-    """Instructions, assembly text or an image -> a Prepared program (idempotent)."""
-    if isinstance(program, Prepared):
+def prepare(program, waits: Sequence | None = None) -> Prepared:
+    """Instructions, assembly text or an image -> a Prepared program (idempotent); `waits` is its
+    WAITC table, one entry per instruction (a compiled program's `waits`)."""
+    if isinstance(program, Prepared) and waits is None:
         return program
     from . import isa
-    if isinstance(program, str):
+    if isinstance(program, Prepared):
+        program = isa.decode_program(program.image.view(np.uint32))
+    elif isinstance(program, str):
         from .asm import assemble
         program = assemble(program)
     elif isinstance(program, (bytes, bytearray, memoryview, np.ndarray)):
         program = isa.decode_program(as_bytes(program).view(np.uint32))   # validates the image
-    image = np.frombuffer(isa.encode_program(list(program)), dtype=np.uint8)
-    return Prepared(image, image.size // 32)
+    program = list(program)
+    if waits is not None and len(waits) != len(program):
+        raise UsageError(f"the wait table has {len(waits)} entries for {len(program)} instructions")
+    image = np.frombuffer(isa.encode_program(program), dtype=np.uint8)
+    return Prepared(image, image.size // 32, tuple(waits) if waits is not None else None)
 
 
 def check_features(cfg, caps_or_cfg: dict[str, bool], where: str) -> None:
@@ -573,11 +581,12 @@ class IsaBackend:
 
     def read(self, addr: int, n: int) -> np.ndarray: return self.machine.read_dram(addr, n)
 
-    def prepare(self, program) -> Prepared: return prepare(program)
+    def prepare(self, program, waits: Sequence | None = None) -> Prepared: return prepare(program, waits)
 
     def start(self, program, args: Sequence[int] | None = None) -> None:
         from . import isa
-        self.machine.load(isa.decode_program(prepare(program).image.view(np.uint32)), args)
+        prog = prepare(program)
+        self.machine.load(isa.decode_program(prog.image.view(np.uint32)), args, waits=prog.waits)
         self._t0 = time.monotonic()
 
     def poll(self, budget: int = 1024) -> bool:
@@ -631,7 +640,10 @@ class BoardBackend:
 
     def read(self, addr: int, n: int) -> np.ndarray: return self.board.read(addr, n)
 
-    def prepare(self, program) -> Prepared: return prepare(program)
+    def prepare(self, program, waits: Sequence | None = None) -> Prepared:
+        """As IsaBackend.prepare; CTRL.LOAD reads instructions only, so a card runs a loaded program
+        without its wait table (a HALT CHAIN image carries one)."""
+        return prepare(program, waits)
 
     def start(self, program, args: Sequence[int] | None = None) -> None:
         prog = prepare(program)

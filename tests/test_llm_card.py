@@ -16,7 +16,8 @@ import llmtiny
 from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program cache per module)
 from otpu_core.board import IsaBackend
 from otpu_core.kernels import reference as R
-from otpu_core.llm import checkpoint, convert, engine, layout, reference
+from otpu_core import isa
+from otpu_core.llm import checkpoint, convert, engine, layout, programs, reference
 from otpu_core.llm.sampling import Sampling, choose, penalised
 from otpu_core.target import load as load_target
 
@@ -208,3 +209,26 @@ def test_other_formats_against_the_quantised_golden(models, fmt):
     eng, ck, conv, be = make(models["llama"], fmt=fmt)
     cos, err = _min_cosine_vs_quant(eng, ck, conv, llmtiny.prompts(1, ck.config.vocab, length=20)[0], n=8)
     assert cos > 0.9995, f"{fmt}: min cosine {cos:.6f}, max-abs {err:.4f}"
+
+
+@pytest.mark.parametrize("target,seq_wc", [("nangate45-small", True), (T, False)])
+def test_the_engine_hands_a_seq_wc_target_each_programs_wait_table(models, target, seq_wc):
+    """On a SEQ_WC target a step program runs with its compiled WAITC table (the simulator schedules by
+    it and checks it against the program's dependencies), as a chained image does; elsewhere without."""
+    t = load_target(target)
+    assert bool(t.config().SEQ_WC) == seq_wc
+    ck = checkpoint.open_checkpoint(models["qwen3"])
+    be = IsaBackend(t)                                     # the timing model on: the entries schedule the run
+    eng = engine.Engine(convert.convert(ck, "int8", t), ck.config, be, t,
+                        layout.ImageOptions(fmt="int8", page=32, ctx=128, pages=4))
+    seq = eng.new_sequence()
+    eng.submit(seq, [5, 17, 42])
+    assert np.isfinite(eng.logits(seq)).all()
+    spec = programs.StepSpec((engine.rows_group(seq, 2, 1, 32),), logits=True)   # the decode step's program
+    compiled = programs.compile_program(eng.plan, spec, t)
+    loaded = be.machine.slices[0].waits
+    if seq_wc:
+        assert loaded == [w or isa.NO_WAIT for w in compiled.waits]
+        assert sum(w.waits for w in loaded) > 10, "entries that wait for something"
+    else:
+        assert loaded is None

