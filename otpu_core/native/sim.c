@@ -59,26 +59,38 @@ static inline int32_t dot8(const int8_t *a, const int8_t *b, int d) {
     return s;
 }
 
+/* output column j's weight scale per K block (1.0 for formats without one), flushed */
+static void weight_scales(const job_t *J, int j, uint32_t *wsk) {
+    for (int k = 0; k < J->kb; k++) {
+        uint32_t s = 0x3F800000u;
+        if (J->ws) memcpy(&s, J->ws + (int64_t)j * J->ws_rs + 4 * k, 4);
+        wsk[k] = f_flush(s);
+    }
+}
+
+/* the fp32 chain over a row's block dots: each scaled by weight and activation scale, summed in
+ * four interleaved partials, then (p0 + p2) + (p1 + p3): fp32.isum_mm's 4-partial tree */
+static uint32_t fold_dots(const job_t *J, const int32_t *dots, const uint32_t *wsk, const uint32_t *asr) {
+    uint32_t part[4] = {0, 0, 0, 0};
+    for (int k = 0; k < J->kb; k++) {
+        uint32_t t = f_mulf(f_mulf(u_of((float)dots[k]), wsk[k]), f_flush(asr[k]));
+        part[k & 3] = f_addf(part[k & 3], t);
+    }
+    return f_addf(f_addf(part[0], part[2]), f_addf(part[1], part[3]));
+}
+
 OTPU_CLONES static void *run(void *p) {
     const job_t *J = p;
     uint32_t wsk[1024];
+    int32_t dots[1024];
     for (int j = J->j0; j < J->j1; j++) {
         const int8_t *wr = (const int8_t *)(J->w + (int64_t)j * J->w_rs);
-        for (int k = 0; k < J->kb; k++) {
-            uint32_t s = 0x3F800000u;
-            if (J->ws) memcpy(&s, J->ws + (int64_t)j * J->ws_rs + 4 * k, 4);
-            wsk[k] = f_flush(s);
-        }
+        weight_scales(J, j, wsk);
         for (int r = 0; r < J->rows; r++) {
             const int8_t *ar = J->act + (int64_t)r * J->act_rs;
-            const uint32_t *asr = J->as + (int64_t)r * J->as_rs;
-            uint32_t part[4] = {0, 0, 0, 0};
-            for (int k = 0; k < J->kb; k++) {
-                int32_t dot = dot8(ar + (int64_t)k * J->d, wr + (int64_t)k * J->d, J->d);
-                uint32_t t = f_mulf(f_mulf(u_of((float)dot), wsk[k]), f_flush(asr[k]));
-                part[k & 3] = f_addf(part[k & 3], t);
-            }
-            J->out[(int64_t)r * J->n + j] = f_addf(f_addf(part[0], part[2]), f_addf(part[1], part[3]));
+            for (int k = 0; k < J->kb; k++)
+                dots[k] = dot8(ar + (int64_t)k * J->d, wr + (int64_t)k * J->d, J->d);
+            J->out[(int64_t)r * J->n + j] = fold_dots(J, dots, wsk, J->as + (int64_t)r * J->as_rs);
         }
     }
     return NULL;
@@ -107,15 +119,9 @@ static void *run_vnni(void *p) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int j = J->j0; j < J->j1; j++) {
         const int8_t *wr = (const int8_t *)(J->w + (int64_t)j * J->w_rs);
-        for (int k = 0; k < J->kb; k++) {
-            uint32_t s = 0x3F800000u;
-            if (J->ws) memcpy(&s, J->ws + (int64_t)j * J->ws_rs + 4 * k, 4);
-            wsk[k] = f_flush(s);
-        }
+        weight_scales(J, j, wsk);
         for (int r = 0; r < J->rows; r++) {
             const int8_t *ar = J->act + (int64_t)r * J->act_rs;
-            const uint32_t *asr = J->as + (int64_t)r * J->as_rs;
-            uint32_t part[4] = {0, 0, 0, 0};
             for (int k = 0; k < J->kb; k++) {       /* the dots first: loads overlap */
                 __m512i acc = _mm512_setzero_si512();
                 for (int i = 0; i < J->d; i += 64) {
@@ -124,11 +130,7 @@ static void *run_vnni(void *p) {
                 }
                 dots[k] = _mm512_reduce_add_epi32(acc) - asum[r * J->kb + k];
             }
-            for (int k = 0; k < J->kb; k++) {
-                uint32_t t = f_mulf(f_mulf(u_of((float)dots[k]), wsk[k]), f_flush(asr[k]));
-                part[k & 3] = f_addf(part[k & 3], t);
-            }
-            J->out[(int64_t)r * J->n + j] = f_addf(f_addf(part[0], part[2]), f_addf(part[1], part[3]));
+            J->out[(int64_t)r * J->n + j] = fold_dots(J, dots, wsk, J->as + (int64_t)r * J->as_rs);
         }
     }
     free(asum);
