@@ -147,8 +147,12 @@ def test_representable_values_round_trip_exactly(tmp_path, fmt, layout):
         assert err == 0.0 and pcc == pytest.approx(1.0), (name, fmt, layout, err, pcc)
 
 
+@pytest.mark.parametrize("path", ["native", "numpy"])
 @pytest.mark.parametrize("fmt,layout", CASES)
-def test_gaussian_values_pack_as_the_definition_says(tmp_path, fmt, layout):
+def test_gaussian_values_pack_as_the_definition_says(tmp_path, monkeypatch, fmt, layout, path):
+    """Both packers against the definition: the C kernel, and the numpy path (OTPU_NATIVE=0, as on
+    a machine with no compiler)."""
+    monkeypatch.setenv("OTPU_NATIVE", "1" if path == "native" else "0")
     rng = np.random.default_rng(11)
     a = rng.standard_normal((64, 96)).astype(np.float32)
     a[3, :40] = 0.0
