@@ -12,7 +12,12 @@ the build fails (a one-line warning says why), and the caller takes the numpy pa
 The flags keep IEEE semantics (no -ffast-math, no contraction into FMA): kernels that emulate the
 card's fp32 must round exactly as the numpy twin does.
 
-Public API: `load(name, source)`, `available()`, `NativeError`.
+`typed(name, source, declare)` is what a kernel's wrapper calls on every use: the library with
+its ctypes signatures declared (once), or None. It reads `OTPU_NATIVE` on every call, so setting
+it to 0 in a running process takes the numpy path from the next call on; the compiler lookup is
+cached, which keeps a call cheap enough for once per simulated instruction.
+
+Public API: `typed(name, source, declare)`, `load(name, source)`, `available()`, `NativeError`.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 from . import buildcache
 from .errors import UsageError
@@ -37,7 +43,12 @@ class NativeError(UsageError):
 
 
 def _compiler() -> str | None:
-    return shutil.which(os.environ.get("CC") or "cc")
+    return _which(os.environ.get("CC") or "cc")
+
+
+@lru_cache(maxsize=None)
+def _which(cc: str) -> str | None:
+    return shutil.which(cc)
 
 
 @lru_cache(maxsize=None)
@@ -51,6 +62,20 @@ def _compiler_version(path: str) -> str:
 def available() -> bool:
     """True when native kernels may be built here (a C compiler, and OTPU_NATIVE not 0)."""
     return os.environ.get("OTPU_NATIVE", "1").strip() != "0" and _compiler() is not None
+
+
+def typed(name: str, source: Path, declare: Callable[[ctypes.CDLL], None]) -> ctypes.CDLL | None:
+    """The library `load` gives with `declare` applied to it once, or None (native kernels off or
+    unavailable: the caller runs the numpy twin)."""
+    return _declared(name, source, declare) if available() else None
+
+
+@lru_cache(maxsize=None)
+def _declared(name: str, source: Path, declare: Callable[[ctypes.CDLL], None]) -> ctypes.CDLL | None:
+    lib = load(name, source)
+    if lib is not None:
+        declare(lib)
+    return lib
 
 
 def _fallback(message: str) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -37,12 +36,12 @@ THREADS = max(1, min(2, os.cpu_count() or 1))
 _p, _i, _i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
 
 
-@lru_cache(maxsize=None)
 def lib() -> ctypes.CDLL | None:
     """The built library with its signatures declared, or None (use the numpy twins)."""
-    so = cbuild.load("otpu_sim", SOURCE)
-    if so is None:
-        return None
+    return cbuild.typed("otpu_sim", SOURCE, _declare)
+
+
+def _declare(so: ctypes.CDLL) -> None:
     so.mm_int8.argtypes = [_p, _i64, _p, _i64, _i, _p, _i64, _p, _i64, _i, _i, _i, _p, _i, _i]
     so.mm_int8.restype = _i
     for fn in (so.vop_ew, so.vop_reduce):
@@ -50,7 +49,6 @@ def lib() -> ctypes.CDLL | None:
         fn.restype = _i
     so.quantize.argtypes = [_i64, _i64, _p, _p, _p]
     so.quantize.restype = _i
-    return so
 
 
 def _ptr(a: np.ndarray) -> int:

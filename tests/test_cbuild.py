@@ -52,6 +52,34 @@ def test_otpu_native_0_gives_the_numpy_path(cache, tmp_path, monkeypatch):
     assert not cache.exists()
 
 
+def test_typed_declares_once_and_follows_otpu_native_on_every_call(cache, tmp_path, monkeypatch):
+    src = _source(tmp_path, "double half(double x) { return x / 2; }\n")
+    declared = []
+
+    def declare(lib):
+        lib.half.argtypes, lib.half.restype = [ctypes.c_double], ctypes.c_double
+        declared.append(lib)
+
+    cbuild._declared.cache_clear()
+    lib = cbuild.typed("k", src, declare)
+    assert lib.half(3.0) == 1.5                       # wrong without the declared signature
+    assert cbuild.typed("k", src, declare) is lib and len(declared) == 1
+    monkeypatch.setenv("OTPU_NATIVE", "0")            # set in a running process: off from the next call
+    assert cbuild.typed("k", src, declare) is None
+    monkeypatch.setenv("OTPU_NATIVE", "1")
+    assert cbuild.typed("k", src, declare) is lib
+    cbuild._declared.cache_clear()
+
+
+def test_the_simulator_and_the_tile_packer_kernels_follow_otpu_native_alike(monkeypatch):
+    from otpu_core import simnative
+    from otpu_core.tt import tilepack
+    monkeypatch.delenv("OTPU_NATIVE", raising=False)
+    assert (simnative.lib() is None) == (tilepack.library() is None)
+    monkeypatch.setenv("OTPU_NATIVE", "0")
+    assert simnative.lib() is None and tilepack.library() is None
+
+
 def test_a_source_that_does_not_compile_falls_back_with_a_warning_and_leaves_nothing(cache, tmp_path, capsys):
     assert cbuild.load("bad", _source(tmp_path, "int f(void) { return }\n")) is None
     err = capsys.readouterr().err

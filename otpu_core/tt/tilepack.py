@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -51,14 +50,10 @@ class KernelError(OSError):
 
 def library() -> ctypes.CDLL | None:
     """The kernel, or None: use the numpy path."""
-    return _typed() if cbuild.available() else None
+    return cbuild.typed("tilepack", Path(__file__).with_name("tilepack.c"), _declare)
 
 
-@lru_cache(maxsize=None)
-def _typed() -> ctypes.CDLL | None:
-    lib = cbuild.load("tilepack", Path(__file__).with_name("tilepack.c"))
-    if lib is None:
-        return None
+def _declare(lib: ctypes.CDLL) -> None:
     p = ctypes.c_void_p
     lib.tp_pack.argtypes = [p, _int, _i64, _i64, _i64, _i64, _i64, _int, _int, p]
     lib.tp_pack.restype = _int
@@ -71,7 +66,6 @@ def _typed() -> ctypes.CDLL | None:
     lib.tp_convert.argtypes = [_int, _i64, _int, _i64, _i64, _i64, _int, _int, _int, _i64, _i64, _int,
                                ctypes.POINTER(_u32), ctypes.POINTER(_i64), ctypes.POINTER(_int)]
     lib.tp_convert.restype = _int
-    return lib
 
 
 def pack_strips(lib: ctypes.CDLL, src: np.ndarray, kind: str, fmt: bfp.TileFormat, transposed: bool,
