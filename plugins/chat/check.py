@@ -23,17 +23,24 @@ COSINE_MIN = 0.9995
 CHECK_PROMPT = "What is a Python list?"
 
 
-def _golden(session):
-    from otpu_core import target as target_mod
+def quantised_golden(model, fmt: str, tgt, ctx: int | None, ring: bool = False, progress=None):
+    """The quantised golden of `model` converted to `fmt` for target `tgt`, with the attention page
+    and positions the card's image would have."""
     from otpu_core.llm import convert
-    from otpu_core.llm.layout import FORMATS
+    from otpu_core.llm.layout import FORMATS, sequence_options
     from otpu_core.llm.layout import plan as plan_image
     from otpu_core.llm.reference import CardNumerics, CardWeights, Golden
-    tgt = target_mod.load(session.opts.target)
-    conv = convert.convert(session.model.ckpt, session.opts.fmt, tgt)
-    plan = plan_image(session.model.config, tgt.config(), image_options(session.opts, session.model, tgt, conv.f_chunk))
-    numerics = CardNumerics(conv.D, plan.opts.page, FORMATS[session.opts.fmt].layer_wf >= 3)
-    return Golden(session.model.config, CardWeights(conv, plan.embed_kind), numerics, positions=plan.opts.ctx)
+    conv = convert.convert(model.ckpt, fmt, tgt, progress=progress)
+    opts = sequence_options(model.config, tgt.config(), fmt, ctx, conv.f_chunk, ring=ring)
+    plan = plan_image(model.config, tgt.config(), opts)
+    numerics = CardNumerics(conv.D, plan.opts.page, FORMATS[fmt].layer_wf >= 3)
+    return Golden(model.config, CardWeights(conv, plan.embed_kind), numerics, positions=plan.opts.ctx)
+
+
+def _golden(session):
+    from otpu_core import target as target_mod
+    o = session.opts
+    return quantised_golden(session.model, o.fmt, target_mod.load(o.target), o.ctx, ring=o.logits)
 
 
 def teacher_forced(session, ex) -> dict:

@@ -25,7 +25,7 @@ PROG = "otpu-chat"
 HELP = ("Chat with a model on an openTPU card: `-p TEXT` answers once (streamed, then a stats line); "
         "without -p a multi-turn REPL (/reset, /stats, /system, /help; Ctrl-C stops the answer); --tui a "
         "full-screen app. The model is converted to the card's format once (cached). Subcommands: models, "
-        "convert. Exit 0 ok, 1 --check found a difference, 2 bad options or model file, 3 card busy or absent.")
+        "convert, kld. Exit 0 ok, 1 --check found a difference, 2 bad options or model file, 3 card busy or absent.")
 
 app = typer.Typer(name="chat", add_completion=False, rich_markup_mode=None, invoke_without_command=True)
 
@@ -167,6 +167,29 @@ def convert_cmd(model: str = typer.Argument(..., help="Model name or path (GGUF 
     what = "already converted" if conv.cached else f"converted in {conv.seconds:.1f} s"
     stdout().print(f"{m.name} {fmt} for {tgt.name}: {what}, {conv.nbytes() / 2**20:.1f} MiB at {conv.path}",
                    markup=False, highlight=False)
+
+
+@app.command("kld")
+def kld_cmd(model: str = typer.Option(None, "--model", "-m", help=f"Model name or path (default {DEFAULT_MODEL})."),
+            fmts: list[str] = typer.Option([], "--format", help=f"Card formats to measure, repeated or comma-separated "
+                                                                 f"(default int8,fp4,fp4x6; all: {', '.join(FORMATS)})."),
+            text: Path = typer.Option(None, "--text", help="UTF-8 text to measure over (default: a built-in "
+                                                           "paragraph about Python)."),
+            tokens: int = typer.Option(256, "--tokens", "-n", min=1, help="Most positions to measure."),
+            target: cliopts.TargetName = None,
+            json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """KL divergence of each card format from the fp32 golden, top-1 agreement and perplexity
+    (as llama-perplexity --kl-divergence reports them). No card is used."""
+    from .kld import measure, parse_formats, read_text, render
+    wanted, body = parse_formats(fmts), read_text(text)
+    m = open_model(model)
+    progress = StepProgress(stderr())
+    doc = measure(m, wanted, target_mod.load(target), body, tokens, progress)
+    progress.stop()
+    if json_out:
+        print_json(doc)
+    else:
+        render(doc, stdout())
 
 
 def main() -> None:
