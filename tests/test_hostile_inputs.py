@@ -49,6 +49,7 @@ BASE = {      # arguments every case of a command starts from: a cheap run on th
     ("sim", "run"): ["-t", "sim-small"], ("tt", "smi"): ["--dev", "tt:sim"], ("tt", "core", "status"): ["--dev", "tt:sim"],
     ("tt", "core", "probe"): ["--dev", "tt:sim"], ("tt", "core", "recover"): ["--dev", "tt:sim"],
     ("tt", "sim", "reset"): ["--dev", "tt:sim"],
+    ("chat", "kld"): ["-n", "2", "--format", "int8"],
     ("chat",): ["-p", "x", "-n", "1", "--ctx", "16", "--dev", "sim:chat", "-t", "ypcb-00338"],  # the shipped model fits it
 }
 RUNS_ITSELF = {("chat",)}              # groups whose callback is the command (otpu-chat -p ...): their options too

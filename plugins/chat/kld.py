@@ -73,7 +73,7 @@ def compare(base_logits: np.ndarray, logits: np.ndarray, tokens: list[int], fmt:
 
 def parse_formats(spec: list[str]) -> list[str]:
     """Repeated or comma-separated --format values, each a card format."""
-    out = [f.strip() for s in spec for f in s.split(",") if f.strip()] or list(DEFAULT_FORMATS)
+    out = [f.strip() for s in spec for f in s.split(",")] if spec else list(DEFAULT_FORMATS)
     for f in out:
         if f not in FORMATS:
             raise UsageError(f"--format {f}: unknown card format", hint=f"formats: {', '.join(FORMATS)}")
