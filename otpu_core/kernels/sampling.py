@@ -32,11 +32,12 @@ PAIR = 2
 STEP_GAIN = 2.0 ** 127          # |x| * 2^127 >= 1 for every normal x
 
 
-def _column(pairs: Tile, n: int, stride: int = PAIR) -> Tile:
-    """The values of n (value, index) pairs `stride` words apart as a contiguous (n,) tile (one strided COPY)."""
-    col = ol.empty((n,))
-    ol.copy(Tile(pairs.buf, pairs.base, (n, 1), stride), out=col.reshape(n, 1))
-    return col
+def _column(pairs: Tile, n: int, stride: int = PAIR, col: int = 0) -> Tile:
+    """Word `col` (0 the value, 1 the index) of n pairs `stride` words apart as a contiguous (n,)
+    tile (one strided COPY)."""
+    out = ol.empty((n,))
+    ol.copy(Tile(pairs.buf, pairs.base + col, (n, 1), stride), out=out.reshape(n, 1))
+    return out
 
 
 def _pick(pairs: Tile, n: int, out: Tile, knock_out: bool) -> None:
@@ -92,6 +93,21 @@ def topk(logits: Tensor, k: int, chunk: int = 8192) -> Tile:
         raise CompileError(f"topk: k={k} must be between 1 and the chunk size {chunk}")
     cands, n = _candidates(v, chunk, k, lambda c0, m: ol.load(logits.window(0, 1, c0, m)))
     return _best_k(cands, n * k, k)
+
+
+def topk_tile(t: Tile, k: int) -> Tile:
+    """The k largest (value, index) pairs of a (n,) TMEM tile, best first, as a (k, 2) tile; `t` is
+    overwritten (its winners knocked out)."""
+    if t.ndim != 1 or not 1 <= k <= t.cols:
+        raise CompileError(f"topk_tile: k={k} of a tile of shape {t.shape}: k must be 1..{t.cols}")
+    out = ol.empty((k * PAIR,))
+    _chunk_topk(t, k, out, out.base, ol.zeros((1,)))
+    return out.reshape(k, PAIR)
+
+
+def pair_column(pairs: Tile, n: int, col: int) -> Tile:
+    """Column `col` of an (n, 2) tile (its own row stride) as a contiguous (n,) tile."""
+    return _column(pairs, n, pairs.rs, col)
 
 
 def _chunk_topk(t: Tile, k: int, cands: Tile, c_base, offset: Tile) -> None:

@@ -406,15 +406,16 @@ def rld(word: Tile, *, raw: bool = False, scale: int = 1) -> DevVar:
 WAITW_CMP = {"eq": 0, "ne": 1, "ge": 2}
 
 
-def waitw(word: Tensor, dst: Tile, ref: int = 0, cmp: str = "ne", mask: int = 0xFFFFFFFF, interval: int = 64,
+def waitw(word: Tensor, dst: Tile, ref=0, cmp: str = "ne", mask: int = 0xFFFFFFFF, interval: int = 64,
           timeout: int = 0) -> None:
     """WAITW: poll the DRAM word until `(word & mask) cmp ref` holds, then copy it into `dst` (one
-    TMEM word): a mailbox the host writes while the program runs."""
+    TMEM word): a mailbox the host writes while the program runs. `ref` is a constant or a device
+    value (`rld(..., raw=True)`: a word the program computed)."""
     if word.cols != 1 or len(word.shape) != 1 or dst.rows * dst.cols != 1:
         raise CompileError(f"waitw polls one DRAM word into one TMEM word, not {word.shape} into {dst.shape}")
     if cmp not in WAITW_CMP:
         raise CompileError(f"waitw compare {cmp!r}: one of {', '.join(WAITW_CMP)}")
-    current().emit(Node("WAITW", {"addr": word.base, "dst": dst.base, "ref": Affine(ref & 0xFFFFFFFF)},
+    current().emit(Node("WAITW", {"addr": word.base, "dst": dst.base, "ref": Affine(ref & 0xFFFFFFFF) if isinstance(ref, int) else Affine.of(ref)},
                         {"mask": mask, "interval": interval, "timeout": timeout, "cmp": WAITW_CMP[cmp]},
                         [Access(DRAM, word.base, 4)], [Access(TMEM, dst.base, 1)]))
     dst.buf.version += 1

@@ -1,0 +1,209 @@
+"""A mixture-of-experts FFN whose experts may live on the host: the card routes, looks each chosen
+expert up in its directory and computes it; the host only copies missing experts into slots.
+
+DRAM layout (`OffloadLayout`, the public openTPU's mailbox; every word 4 bytes, bases 64-byte aligned):
+
+    mbox          seq: the number of the card's last request (float32; 0.0 before the first)
+    mbox + 64     the request row: the k global expert ids g = layer * E + e (float32)
+    mbox + 128    served: the number of the last request the host finished (float32)
+    mbox + 192    the directory: entry g at dir + 8g = {slot address (u32), present (float32 1.0 / 0.0)}
+    slots         from the next 4 KiB page, layer after layer, `slots` per layer, `ExpertBlob.stride` each
+
+An expert's blob (`ExpertBlob`) is its gate and up weights (rows, then scales) and its down
+weight as F-chunk column parts, each area 128-byte aligned, so one address places all of it.
+
+Per token and layer, `moe_ffn`: the router MM, the k best (value, index) pairs by ARGMAX with
+knock-out (best first), routing weights w = softmax of the k values, the ids, each id's
+directory entry loaded through an RLD-computed address. If any chosen expert is absent (a
+hardware loop of count 0 or 1): seq + 1, the ids row stored, then seq, and a WAITW until served
+>= seq (float32 bits of positive values order as the values do). Then every chosen expert: its
+slot address from the directory (RLD of the raw word), the SwiGLU MLP over the blob there, times
+its w, summed. A token whose experts are all present costs the card no host round trip.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import formats, ol
+from ..ol import CompileError, QTensor, Tensor, Tile
+from .matmul import linear
+from .mlp import swiglu_mlp
+from .sampling import pair_column, topk_tile
+
+ALIGN = 128
+PAGE = 4096
+MAX_K = 16
+ENTRY_BYTES = 8
+
+
+def _align(n: int, a: int = ALIGN) -> int:
+    return -(-n // a) * a
+
+
+@dataclass(frozen=True)
+class ExpertBlob:
+    """One expert's SwiGLU weights as one relocatable block: gate and up [F, d], down [d, F] in
+    column parts of `f_chunk`, all in weight format `wf` at block size `D`."""
+    d: int
+    ffn: int
+    f_chunk: int
+    wf: int
+    D: int
+
+    def __post_init__(self):
+        if self.ffn % self.f_chunk or self.f_chunk % self.D or self.d % self.D:
+            raise ValueError(f"expert shape d={self.d}, ffn={self.ffn} does not split into f_chunk={self.f_chunk} "
+                             f"parts of whole D={self.D} blocks")
+
+    def _sizes(self, n: int, k: int) -> tuple[int, int]:
+        """Bytes of the rows and of the scales of an [n, k] weight, as formats.quantize lays them out."""
+        p = formats.quantize(np.zeros((n, k), np.float32), self.wf, self.D)
+        return p.rows.size, p.scales.size
+
+    def _layout(self) -> tuple[list[tuple[int, int, int, int]], int]:
+        """(rows at, rows bytes, scales at, scales bytes) of gate, up and each down part; total bytes."""
+        areas, at = [], 0
+        for n, k in [(self.ffn, self.d), (self.ffn, self.d)] + [(self.d, self.f_chunk)] * (self.ffn // self.f_chunk):
+            rb, sb = self._sizes(n, k)
+            areas.append((at, rb, _align(at + rb), sb))
+            at = _align(at + rb) + _align(sb)
+        return areas, at
+
+    @property
+    def nbytes(self) -> int: return self._layout()[1]
+
+    @property
+    def stride(self) -> int:
+        """Bytes between two slots: the blob rounded up to whole 128-byte chunks."""
+        return _align(self.nbytes)
+
+    def weights(self) -> tuple[QTensor, QTensor, QTensor]:
+        """gate, up and down (column parts) as QTensors at offset 0 (`ol.shift` them to a slot)."""
+        areas, _ = self._layout()
+        kb_d, kb_f = -(-self.d // self.D), -(-self.f_chunk // self.D)
+
+        def q(area, n, kb):
+            rows_at, rb, sc_at, sb = area
+            return QTensor(rows_at, sc_at, (n, kb * self.D), rb // n, sb // n, self.wf, self.D)
+        gate, up, down = q(areas[0], self.ffn, kb_d), q(areas[1], self.ffn, kb_d), q(areas[2], self.d, kb_f)
+        if len(areas) > 3:
+            down.part_stride = (areas[3][0] - areas[2][0], areas[3][2] - areas[2][2])
+        else:
+            down.part_stride = (self.nbytes, self.nbytes)
+        return gate, up, down
+
+    def pack(self, w_gate: np.ndarray, w_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
+        """The blob's bytes (uint8 [nbytes]) from float weights gate/up [F, d] and down [d, F]."""
+        want = {"gate": (self.ffn, self.d), "up": (self.ffn, self.d), "down": (self.d, self.ffn)}
+        mats = {"gate": w_gate, "up": w_up, "down": w_down}
+        for name, shape in want.items():
+            if np.shape(mats[name]) != shape:
+                raise ValueError(f"expert {name} weight has shape {np.shape(mats[name])}, the blob holds {shape}")
+        parts = [w_gate, w_up] + [np.asarray(w_down)[:, c:c + self.f_chunk] for c in range(0, self.ffn, self.f_chunk)]
+        out = np.zeros(self.nbytes, np.uint8)
+        for (rows_at, rb, sc_at, sb), w in zip(self._layout()[0], parts):
+            p = formats.quantize(np.asarray(w, np.float32), self.wf, self.D)
+            out[rows_at:rows_at + rb] = p.rows.reshape(-1)
+            out[sc_at:sc_at + sb] = p.scales.reshape(-1)
+        return out
+
+    def dequantized(self, blob: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """gate, up, down (float64) as the MXU multiplies them, read back from a blob's bytes."""
+        mats = []
+        D, areas = self.D, self._layout()[0]
+        for (rows_at, rb, sc_at, sb), (n, k) in zip(areas, [(self.ffn, self.d)] * 2 +
+                                                    [(self.d, self.f_chunk)] * (len(areas) - 2)):
+            rows = blob[rows_at:rows_at + rb].reshape(n, rb // n)
+            scales = blob[sc_at:sc_at + sb].reshape(n, sb // n)
+            mats.append(formats.PackedWeights(self.wf, D, n, k, rows, scales).dequantize())
+        return mats[0], mats[1], np.concatenate(mats[2:], axis=1)
+
+
+@dataclass(frozen=True)
+class OffloadLayout:
+    """Where the mailbox, the directory and the slots are (bytes), for `layers` MoE layers of
+    `experts` experts with `k` chosen per token and `slots` resident per layer."""
+    base: int
+    layers: int
+    experts: int
+    k: int
+    slots: int
+    blob: ExpertBlob
+
+    def __post_init__(self):
+        if self.base % 64:
+            raise ValueError(f"the mailbox base 0x{self.base:x} is not 64-byte aligned")
+        if not 1 <= self.k <= min(MAX_K, self.experts):
+            raise ValueError(f"k={self.k} experts per token: must be 1..{min(MAX_K, self.experts)}")
+        if not self.k <= self.slots <= self.experts:
+            raise ValueError(f"{self.slots} slots per layer: must hold the k={self.k} chosen experts and at most "
+                             f"all {self.experts}")
+
+    @property
+    def mbox(self) -> int: return self.base
+
+    @property
+    def row(self) -> int: return self.base + 64
+
+    @property
+    def served(self) -> int: return self.base + 128
+
+    @property
+    def dir(self) -> int: return self.base + 192
+
+    @property
+    def slots_base(self) -> int: return _align(self.dir + ENTRY_BYTES * self.layers * self.experts, PAGE)
+
+    def slot(self, layer: int, s: int) -> int:
+        return self.slots_base + (layer * self.slots + s) * self.blob.stride
+
+    @property
+    def end(self) -> int: return self.slot(self.layers, 0)
+
+    def entry(self, layer: int, e: int) -> int:
+        return self.dir + ENTRY_BYTES * (layer * self.experts + e)
+
+
+def routing_weights(values: Tile) -> Tile:
+    """softmax over the k chosen router logits (best first): exp2((v - v0) log2 e) / sum."""
+    p = ol.exp2((values - values[0:1]) * ol.LOG2E)
+    return p * ol.recip(ol.sum(p))
+
+
+def moe_ffn(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile) -> Tile:
+    """x (d,) -> (d,): the k routed experts' SwiGLU outputs weighted by the router's softmax.
+    `router` [E, d]; `layer_base` a (1,) tile holding float(layer * E), this layer's first global id."""
+    k, E = lay.k, lay.experts
+    if x.ndim != 1 or router.N != E or router.K < x.cols:
+        raise CompileError(f"shape mismatch in moe_ffn: x of shape {x.shape}, router of shape {router.shape} "
+                           f"for {E} experts")
+    logits = linear(x, router)
+    pairs = topk_tile(logits, k)
+    w = routing_weights(pair_column(pairs, k, 0))
+    ids = pair_column(pairs, k, 1) + layer_base
+    entries = _lookup(lay, ids, k)
+    present = pair_column(entries, k, 1)
+    absent = ol.minimum(float(k) - ol.sum(present), 1.0)
+    for _ in ol.range(ol.rld(absent)):
+        seq = ol.load(Tensor(lay.mbox, (1,))) + 1.0
+        ol.store(Tensor(lay.row, (k,)), ids)
+        ol.store(Tensor(lay.mbox, (1,)), seq)
+        ol.waitw(Tensor(lay.served, (1,)), ol.empty((1,)), ref=ol.rld(seq, raw=True), cmp="ge")
+    entries = _lookup(lay, ids, k)          # the host may have moved experts: read the directory again
+    gate, up, down = lay.blob.weights()
+    y = ol.zeros((x.cols,))
+    for j in ol.static_range(k):
+        at = ol.rld(entries[j, 0:1], raw=True)
+        out = swiglu_mlp(x, ol.shift(gate, at), ol.shift(up, at), ol.shift(down, at), lay.blob.f_chunk)
+        y += out * w[j:j + 1]
+    return y
+
+
+def _lookup(lay: OffloadLayout, ids: Tile, k: int) -> Tile:
+    """The directory entries of the k ids, one LD each at dir + 8 * id."""
+    entries = ol.empty((k, 2))
+    for j in ol.static_range(k):
+        ol.load(ol.shift(Tensor(lay.dir, (2,)), ol.rld(ids[j:j + 1], scale=ENTRY_BYTES)), out=entries[j])
+    return entries
