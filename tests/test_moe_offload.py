@@ -141,12 +141,12 @@ def test_a_blob_round_trips_its_weights_through_the_format(fmt):
 def test_a_request_out_of_sequence_is_refused_by_name(moe):
     _, _, be, server, *_ = _build(moe, slots=3)
     lay = server.lay
-    be.write(lay.mbox, np.array([3.0], np.float32))
+    be.write(lay.mailbox.seq, np.array([3.0], np.float32))
     with pytest.raises(OffloadError, match="request 3 is not the one after the last served"):
         server.poll()
-    be.write(lay.mbox, np.array([1.0], np.float32))
-    be.write(lay.row, np.array([99.0, 0.0], np.float32))
-    with pytest.raises(OffloadError, match="expert id 99"):
+    be.write(lay.mailbox.seq, np.array([1.0], np.float32))
+    be.write(lay.mailbox.row, np.array([99.0, 0.0], np.float32))
+    with pytest.raises(OffloadError, match="expert id 99; there are 16"):
         server.poll()
 
 

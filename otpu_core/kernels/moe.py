@@ -1,12 +1,11 @@
 """A mixture-of-experts FFN whose experts may live on the host: the card routes, looks each chosen
 expert up in its directory and computes it; the host only copies missing experts into slots.
 
-DRAM layout (`OffloadLayout`, the public openTPU's mailbox; every word 4 bytes, bases 64-byte aligned):
+DRAM layout (`OffloadLayout`, the public openTPU's; every word 4 bytes):
 
-    mbox          seq: the number of the card's last request (float32; 0.0 before the first)
-    mbox + 64     the request row: the k global expert ids g = layer * E + e (float32)
-    mbox + 128    served: the number of the last request the host finished (float32)
-    mbox + 192    the directory: entry g at dir + 8g = {slot address (u32), present (float32 1.0 / 0.0)}
+    base          a `mailbox.Mailbox` (seq, the request row, served); the row holds the k global
+                  expert ids g = layer * E + e (float32)
+    base + 192    the directory: entry g at dir + 8g = {slot address (u32), present (float32 1.0 / 0.0)}
     slots         from the next 4 KiB page, layer after layer, `slots` per layer, `ExpertBlob.stride` each
 
 An expert's blob (`ExpertBlob`) is its gate and up weights (rows, then scales) and its down
@@ -15,8 +14,7 @@ weight as F-chunk column parts, each area 128-byte aligned, so one address place
 Per token and layer, `moe_ffn`: the router MM, the k best (value, index) pairs by ARGMAX with
 knock-out (best first), routing weights w = softmax of the k values, the ids, each id's
 directory entry loaded through an RLD-computed address. If any chosen expert is absent (a
-hardware loop of count 0 or 1): seq + 1, the ids row stored, then seq, and a WAITW until served
->= seq (float32 bits of positive values order as the values do). Then every chosen expert: its
+hardware loop of count 0 or 1) the ids go to the host as a mailbox request. Then every chosen expert: its
 slot address from the directory (RLD of the raw word), the SwiGLU MLP over the blob there, times
 its w, summed. A token whose experts are all present costs the card no host round trip.
 """
@@ -28,13 +26,15 @@ import numpy as np
 
 from .. import formats, ol
 from ..ol import CompileError, QTensor, Tensor, Tile
+from .mailbox import BYTES as MAILBOX_BYTES
+from .mailbox import MAX_ROW, Mailbox, request
 from .matmul import linear
 from .mlp import swiglu_mlp
 from .sampling import pair_column, topk_tile
 
 ALIGN = 128
 PAGE = 4096
-MAX_K = 16
+MAX_K = MAX_ROW
 ENTRY_BYTES = 8
 
 
@@ -133,8 +133,7 @@ class OffloadLayout:
     blob: ExpertBlob
 
     def __post_init__(self):
-        if self.base % 64:
-            raise ValueError(f"the mailbox base 0x{self.base:x} is not 64-byte aligned")
+        Mailbox(self.base)
         if not 1 <= self.k <= min(MAX_K, self.experts):
             raise ValueError(f"k={self.k} experts per token: must be 1..{min(MAX_K, self.experts)}")
         if not self.k <= self.slots <= self.experts:
@@ -142,16 +141,10 @@ class OffloadLayout:
                              f"all {self.experts}")
 
     @property
-    def mbox(self) -> int: return self.base
+    def mailbox(self) -> Mailbox: return Mailbox(self.base)
 
     @property
-    def row(self) -> int: return self.base + 64
-
-    @property
-    def served(self) -> int: return self.base + 128
-
-    @property
-    def dir(self) -> int: return self.base + 192
+    def dir(self) -> int: return self.base + MAILBOX_BYTES
 
     @property
     def slots_base(self) -> int: return _align(self.dir + ENTRY_BYTES * self.layers * self.experts, PAGE)
@@ -187,10 +180,7 @@ def moe_ffn(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile) -> T
     present = pair_column(entries, k, 1)
     absent = ol.minimum(float(k) - ol.sum(present), 1.0)
     for _ in ol.range(ol.rld(absent)):
-        seq = ol.load(Tensor(lay.mbox, (1,))) + 1.0
-        ol.store(Tensor(lay.row, (k,)), ids)
-        ol.store(Tensor(lay.mbox, (1,)), seq)
-        ol.waitw(Tensor(lay.served, (1,)), ol.empty((1,)), ref=ol.rld(seq, raw=True), cmp="ge")
+        request(lay.mailbox, ids)
     entries = _lookup(lay, ids, k)          # the host may have moved experts: read the directory again
     gate, up, down = lay.blob.weights()
     y = ol.zeros((x.cols,))

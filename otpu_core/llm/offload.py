@@ -1,8 +1,15 @@
-"""The host's half of expert offload: serving the card's mailbox requests (kernels/moe.py) by copying
-missing experts into LRU slots, and counting what that costs.
+"""The host's half of the card's mailbox requests (kernels/mailbox.py, kernels/moe.py): experts
+copied into LRU slots, rows of a table kept on the host, and what that costs.
 
-`ExpertServer(dram, layout, expert_bytes)` works through any object with `read(addr, n)` and
-`write(addr, data)` (every Backend). `reset()` writes an empty mailbox and a directory with
+`HostMailbox` is the protocol: a request is pending when the card's seq is one past served; it
+is answered by writing served = seq (anything else the card reads must be written before).
+The servers work through any object with `read(addr, n)` and `write(addr, data)` (every Backend)
+and are polled while a program runs (`run_serving`).
+
+`RowServer(dram, mailbox, landing, table)`: the card asks for row i of `table` (Gemma's
+per-layer embeddings stay on the host this way); the host writes it at `landing`.
+
+`ExpertServer(dram, layout, expert_bytes)`: `reset()` writes an empty mailbox and a directory with
 every expert absent; `preload(layer, experts)` places some before a run. `poll()` is called
 while a program runs (`run_serving` does it): when the card's seq is one past `served`, it reads
 the request row and, for each chosen expert not present, evicts its layer's least recently
@@ -24,6 +31,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import UsageError
+from ..kernels.mailbox import Mailbox
 from ..kernels.moe import OffloadLayout
 
 PRESENT, ABSENT = 1.0, 0.0
@@ -50,17 +58,78 @@ def _f32(x: float) -> np.ndarray:
     return np.array([x], np.float32)
 
 
+class HostMailbox:
+    def __init__(self, dram, mb: Mailbox, row_words: int):
+        self.dram, self.mb, self.row_words = dram, mb, row_words
+        self._seq = 0.0
+
+    def reset(self) -> None:
+        """seq = served = 0.0: no request made, none pending."""
+        self.dram.write(self.mb.seq, _f32(0.0))
+        self.dram.write(self.mb.served, _f32(0.0))
+
+    def _word(self, addr: int) -> float:
+        return float(self.dram.read(addr, 4).view(np.float32)[0])
+
+    def pending(self) -> np.ndarray | None:
+        """The request row (float32 [row_words]) when the card has posted one, else None."""
+        seq, served = self._word(self.mb.seq), self._word(self.mb.served)
+        if seq == served:
+            return None
+        if seq != served + 1:
+            raise OffloadError(f"the card's request {seq:g} is not the one after the last served ({served:g}): "
+                               "a request was made before the previous one was served (the card must wait for "
+                               "served >= seq)")
+        self._seq = seq
+        return self.dram.read(self.mb.row, 4 * self.row_words).view(np.float32).copy()
+
+    def done(self) -> None:
+        """Answer the pending request (everything it needs must be written already)."""
+        self.dram.write(self.mb.served, _f32(self._seq))
+
+
+def _index(value: float, n: int, what: str) -> int:
+    if not (value == int(value) and 0 <= value < n):
+        raise OffloadError(f"the card asked for {what} {value:g}; there are {n} (0..{n - 1})")
+    return int(value)
+
+
+class RowServer:
+    def __init__(self, dram, mb: Mailbox, landing: int, table: np.ndarray):
+        self.dram, self.landing, self.table = dram, landing, table
+        self.box = HostMailbox(dram, mb, 1)
+        self.stats = Stats()
+
+    def reset(self) -> None:
+        self.box.reset()
+        self.stats = Stats()
+
+    def poll(self) -> bool:
+        row = self.box.pending()
+        if row is None:
+            return False
+        t0 = time.perf_counter()
+        data = np.ascontiguousarray(self.table[_index(float(row[0]), len(self.table), "table row")])
+        self.dram.write(self.landing, data)
+        self.box.done()
+        self.stats.requests += 1
+        self.stats.streamed += 1
+        self.stats.bytes += data.nbytes
+        self.stats.seconds += time.perf_counter() - t0
+        return True
+
+
 class ExpertServer:
     def __init__(self, dram, layout: OffloadLayout, expert_bytes: Callable[[int, int], np.ndarray]):
         self.dram, self.lay, self.expert_bytes = dram, layout, expert_bytes
+        self.box = HostMailbox(dram, layout.mailbox, layout.k)
         self.resident: list[OrderedDict[int, int]] = [OrderedDict() for _ in range(layout.layers)]  # expert -> slot
         self.stats = Stats()
 
     def reset(self) -> None:
-        """Empty mailbox (seq = served = 0.0), every expert absent, no slot used."""
+        """Empty mailbox, every expert absent, no slot used."""
         lay = self.lay
-        self.dram.write(lay.mbox, _f32(0.0))
-        self.dram.write(lay.served, _f32(0.0))
+        self.box.reset()
         entries = np.zeros((lay.layers * lay.experts, 2), np.uint32)
         self.dram.write(lay.dir, entries)
         for r in self.resident:
@@ -71,26 +140,16 @@ class ExpertServer:
         for e in experts:
             self._place(layer, int(e))
 
-    def _word(self, addr: int) -> float:
-        return float(self.dram.read(addr, 4).view(np.float32)[0])
-
     def poll(self) -> bool:
         """Serve the card's request if there is one; True if it did."""
         lay = self.lay
-        seq, served = self._word(lay.mbox), self._word(lay.served)
-        if seq == served:
+        ids = self.box.pending()
+        if ids is None:
             return False
-        if seq != served + 1:
-            raise OffloadError(f"the card's request {seq:g} is not the one after the last served ({served:g}): "
-                               "a request was made before the previous one was served (the card must wait for "
-                               "served >= seq)")
         t0 = time.perf_counter()
-        ids = self.dram.read(lay.row, 4 * lay.k).view(np.float32)
         wanted: dict[int, list[int]] = {}
         for g in ids:
-            if not (g == int(g) and 0 <= g < lay.layers * lay.experts):
-                raise OffloadError(f"the card asked for expert id {g:g}; ids are 0..{lay.layers * lay.experts - 1}")
-            layer, e = divmod(int(g), lay.experts)
+            layer, e = divmod(_index(float(g), lay.layers * lay.experts, "expert id"), lay.experts)
             wanted.setdefault(layer, []).append(e)
         for layer, experts in wanted.items():
             res = self.resident[layer]
@@ -100,7 +159,7 @@ class ExpertServer:
             for e in experts:
                 if e not in res:
                     self._place(layer, e, keep=set(experts))
-        self.dram.write(lay.served, _f32(seq))
+        self.box.done()
         self.stats.requests += 1
         self.stats.seconds += time.perf_counter() - t0
         return True
