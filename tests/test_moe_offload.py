@@ -156,3 +156,42 @@ def test_a_layout_that_cannot_hold_the_chosen_experts_is_refused():
         OffloadLayout(4096, 1, 8, 4, 3, blob)
     with pytest.raises(ValueError, match="k=17"):
         OffloadLayout(4096, 1, 32, 17, 20, blob)
+
+
+class _Dram:
+    """A bare DRAM for the host side alone (no program runs)."""
+
+    def __init__(self, n):
+        self.b = np.zeros(n, np.uint8)
+
+    def read(self, addr, n):
+        return self.b[addr:addr + n].copy()
+
+    def write(self, addr, data):
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self.b[addr:addr + raw.size] = raw
+
+
+def test_the_least_recently_requested_expert_is_the_one_evicted():
+    """Two slots, one expert a request: A, B, A, C evicts B (A was asked for after it), then
+    B again evicts A; worked by hand."""
+    blob = ExpertBlob(32, 32, 32, WF_NAMES["int8"], 32)
+    lay = OffloadLayout(0, 1, 4, 1, 2, blob)
+    dram = _Dram(lay.end)
+    server = ExpertServer(dram, lay, lambda li, e: np.full(blob.nbytes, e, np.uint8))
+    server.reset()
+    A, B, C = 0, 1, 2
+    for n, e in enumerate((A, B, A, C), start=1):
+        dram.write(lay.mailbox.row, np.array([e], np.float32))
+        dram.write(lay.mailbox.seq, np.array([n], np.float32))
+        assert server.poll()
+    assert sorted(server.resident[0]) == [A, C] and server.stats.evictions == 1
+    present = dram.read(lay.entry(0, B), 8).view(np.float32)[1]
+    assert present == 0.0                                   # the victim's entry says absent
+    dram.write(lay.mailbox.row, np.array([B], np.float32))
+    dram.write(lay.mailbox.seq, np.array([5], np.float32))
+    server.poll()
+    assert sorted(server.resident[0]) == [B, C] and server.stats.streamed == 4
+    slot_b = int(dram.read(lay.entry(0, B), 4).view(np.uint32)[0])
+    assert np.all(dram.read(slot_b, blob.nbytes) == B)     # B's bytes where its entry points
+    assert dram.read(lay.mailbox.served, 4).view(np.float32)[0] == 5.0
