@@ -11,7 +11,8 @@ A kernel is a Python function over layout arguments, traced once by `compile_ker
     prog = ol.compile_kernel(scale_rows, "sim-small", x=img.tensor(a), y=img.tensor(shape=a.shape))
 
 Modules: affine (addresses), layouts (Tensor, QTensor, Tile, Stationary, Bcast), ops (the
-operations), recurrence (DSTEP, STREAM and OUTER: the linear-recurrence operations), vector (VOP lowering), peephole (fusions), memory (TMEM/ACT allocators), builder
+operations), recurrence (DSTEP, STREAM, OUTER: the linear-recurrence operations), vector (VOP
+lowering), peephole (fusions), memory (TMEM/ACT allocators), builder
 (tracing), lower (registers, loops, encoding), waitc (wait entries), program (compile),
 cache (on-disk program cache), runtime (DRAM images and simulator runs). See docs/ol.md.
 """

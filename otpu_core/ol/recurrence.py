@@ -79,7 +79,8 @@ def _gate_pair(t: Tile, what: str) -> tuple[int, int]:
 
 def _state_tensor(s: Tensor, rows: int | None, cols: int | None, what: str) -> tuple[int, int]:
     if not isinstance(s, Tensor) or len(s.shape) != 2:
-        raise CompileError(f"{what} must be a 2-D DRAM Tensor (rows, cols), not {getattr(s, 'shape', type(s).__name__)}")
+        got = getattr(s, "shape", type(s).__name__)
+        raise CompileError(f"{what} must be a 2-D DRAM Tensor (rows, cols), not {got}")
     if s.rs != s.cols:
         raise CompileError(f"{what} must be contiguous rows (row stride {s.rs}, {s.cols} columns)")
     if (rows, cols) != (None, None) and (s.rows, s.cols) != (rows, cols):
@@ -315,7 +316,8 @@ def _conservative(reads: list, writes: list, d: int, addrs: dict, flags: dict, k
     if not flags.get("szero"):
         reads.append(Access(TMEM, addrs["src"], m * m) if flags.get("src_t") else Access(DRAM, addrs["src"], 4 * m * m))
     if not flags.get("nodst"):
-        writes.append(Access(TMEM, addrs["dst"], m * m) if flags.get("dst_t") else Access(DRAM, addrs["dst"], 4 * m * m))
+        writes.append(Access(TMEM, addrs["dst"], m * m) if flags.get("dst_t")
+                      else Access(DRAM, addrs["dst"], 4 * m * m))
     return reads, writes
 
 
