@@ -7,12 +7,15 @@
 - softmax: `softmax` (base-2 with log2(e) folded in, EXP2SUB)
 - attention: `attention` (flash attention over a quantised KV cache in 256-token blocks with
   the online rescaling: RMAX, EXP2SUB, QACT CSCALE, MM ACC+ASCALE), `append_kv`
+- deltanet: `gated_deltanet_step` (one token through a Gated DeltaNet layer's heads: q/k L2
+  norm, decay and beta, one DSTEP per head on its DRAM state, the gated RMSNorm)
 - mlp: `swiglu_mlp` (gate/up per F-chunk in a hardware loop, down-projection accumulated)
 - sampling: `argmax` and `topk` over a vocabulary in chunks, `greedy_head` (argmax straight from
   the LM head's MMs)
 - embedding: `embed` (a row of the tied int8 LM head gathered on the card through the MXU)
 """
 from .attention import append_kv, attention
+from .deltanet import GdnWeights, gated_deltanet_step
 from .embedding import embed
 from .matmul import linear, matmul
 from .mlp import swiglu_mlp
@@ -21,5 +24,5 @@ from .rope import rope
 from .sampling import argmax, greedy_head, topk
 from .softmax import softmax
 
-__all__ = ["append_kv", "attention", "embed", "linear", "matmul", "swiglu_mlp", "rmsnorm", "rmsnorm_quantized",
+__all__ = ["append_kv", "attention", "GdnWeights", "gated_deltanet_step", "embed", "linear", "matmul", "swiglu_mlp", "rmsnorm", "rmsnorm_quantized",
            "rope", "argmax", "greedy_head", "topk", "softmax"]

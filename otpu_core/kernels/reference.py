@@ -87,3 +87,43 @@ def topk(logits, k: int) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(logits, np.float64)
     idx = np.lexsort((np.arange(x.size), -x))[:k]
     return x[idx], idx
+
+
+def softplus(x) -> np.ndarray:
+    """PyTorch's softplus (beta 1, threshold 20): x above 20, else log(1 + exp(x))."""
+    x = np.asarray(x, np.float64)
+    return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
+
+
+def sigmoid(x) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
+
+
+def l2norm(x, eps: float = 1e-6) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return x / np.sqrt((x * x).sum(-1, keepdims=True) + eps)
+
+
+def gated_deltanet(q, k, v, z, a, b, a_log, dt_bias, norm_w, state=None, eps: float = 1e-6):
+    """Tokens t of a Gated DeltaNet layer, the gated delta rule as Qwen3-Next states it: q, k
+    (T, Hk, dk); v, z (T, Hv, dv); a, b (T, Hv). The state is (Hv, dk, dv), PyTorch's layout.
+    Returns (y (T, Hv, dv) after the gated RMSNorm, the final state)."""
+    q, k, v, z, a, b = (np.asarray(t, np.float64) for t in (q, k, v, z, a, b))
+    T, hk, dk = q.shape
+    hv, dv = v.shape[1:]
+    S = np.zeros((hv, dk, dv)) if state is None else np.array(state, np.float64)
+    ys = []
+    for t in range(T):
+        qt = l2norm(q[t]) / np.sqrt(dk)
+        kt = l2norm(k[t])
+        decay = np.exp(-np.exp(np.asarray(a_log, np.float64)) * softplus(a[t] + np.asarray(dt_bias, np.float64)))
+        beta = sigmoid(b[t])
+        o = np.zeros((hv, dv))
+        for h in range(hv):
+            kh, qh = kt[h * hk // hv], qt[h * hk // hv]
+            S[h] *= decay[h]
+            delta = (v[t, h] - kh @ S[h]) * beta[h]
+            S[h] += np.outer(kh, delta)
+            o[h] = qh @ S[h]
+        ys.append(rmsnorm(o, norm_w, eps) * silu(z[t]))
+    return np.stack(ys), S
