@@ -127,3 +127,19 @@ def gated_deltanet(q, k, v, z, a, b, a_log, dt_bias, norm_w, state=None, eps: fl
             o[h] = qh @ S[h]
         ys.append(rmsnorm(o, norm_w, eps) * silu(z[t]))
     return np.stack(ys), S
+
+
+def gelu_tanh(x) -> np.ndarray:
+    """PyTorch's gelu(approximate="tanh")."""
+    x = np.asarray(x, np.float64)
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def geglu_mlp(x, wg, wu, wd) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    g, u = x @ np.asarray(wg, np.float64).T, x @ np.asarray(wu, np.float64).T
+    return (gelu_tanh(g) * u) @ np.asarray(wd, np.float64).T
+
+
+def softcap(x, cap: float) -> np.ndarray:
+    return cap * np.tanh(np.asarray(x, np.float64) / cap)
