@@ -102,7 +102,7 @@ def test_geglu_mlp_against_float64(m, fchunks, fmt):
     d, fc = 64, 32
     f = fc * fchunks
     x = rng.standard_normal((m, d)).astype(np.float32)
-    wg, wu = (rng.standard_normal((f, d)) * 0.3).astype(np.float32), (rng.standard_normal((f, d)) * 0.3).astype(np.float32)
+    wg, wu = ((rng.standard_normal((f, d)) * 0.3).astype(np.float32) for _ in range(2))
     wd = (rng.standard_normal((d, f)) * 0.2).astype(np.float32)
     img = Image(T)
     xt, gq, uq, dq, out = img.tensor(x), img.weight(wg, fmt), img.weight(wu, fmt), img.weight_parts(wd, fc, fmt), \

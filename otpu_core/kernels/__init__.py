@@ -5,8 +5,9 @@
 - norm: `rmsnorm`, `rmsnorm_quantized` (one RSSQ plus one QACT with RSCALE and CSCALE)
 - rope: `rope` (rotate-half RoPE from cos/sin table rows)
 - softmax: `softmax` (base-2 with log2(e) folded in, EXP2SUB)
-- attention: `attention`, `paged_attention` (with a sliding `window`) (flash attention over a quantised KV cache in 256-token blocks with
-  the online rescaling: RMAX, EXP2SUB, QACT CSCALE, MM ACC+ASCALE), `append_kv`
+- attention: `attention` and `paged_attention` (flash attention over a quantised KV cache in
+  256-token blocks or pages with the online rescaling: RMAX, EXP2SUB, QACT CSCALE, MM
+  ACC+ASCALE; paged with a sliding `window`), `append_kv`
 - deltanet: `gated_deltanet_step` (one token through a Gated DeltaNet layer's heads: q/k L2
   norm, decay and beta, one DSTEP per head on its DRAM state, the gated RMSNorm)
 - mlp: `swiglu_mlp` and `geglu_mlp` (gate/up per F-chunk in a hardware loop, down-projection
