@@ -12,6 +12,8 @@
   norm, decay and beta, one DSTEP per head on its DRAM state, the gated RMSNorm)
 - mlp: `swiglu_mlp` and `geglu_mlp` (gate/up per F-chunk in a hardware loop, down-projection
   accumulated; silu or gelu-tanh on the gate)
+- recurrent: `mamba2_step`, `gla_step`, `retnet_step` (one token of a Mamba2 SSM, gated linear
+  attention or retention: one descriptor-programmed STREAM per head on its DRAM state)
 - activations: `gelu_tanh`, `softcap` and `softcap_rows` (Gemma's final logit soft cap)
 - sampling: `argmax` and `topk` over a vocabulary in chunks, `greedy_head` (argmax straight from
   the LM head's MMs)
@@ -23,6 +25,7 @@ from .deltanet import GdnWeights, gated_deltanet_step
 from .embedding import embed
 from .matmul import linear, matmul
 from .mlp import geglu_mlp, swiglu_mlp
+from .recurrent import Mamba2Weights, gla_step, mamba2_step, retnet_step
 from .norm import rmsnorm, rmsnorm_quantized
 from .rope import rope
 from .sampling import argmax, greedy_head, topk
@@ -30,4 +33,5 @@ from .softmax import softmax
 
 __all__ = ["append_kv", "attention", "paged_attention", "GdnWeights", "gated_deltanet_step", "embed", "linear",
            "matmul", "swiglu_mlp", "geglu_mlp", "gelu_tanh", "softcap", "softcap_rows", "rmsnorm",
-           "rmsnorm_quantized", "rope", "argmax", "greedy_head", "topk", "softmax"]
+           "rmsnorm_quantized", "rope", "argmax", "greedy_head", "topk", "softmax", "Mamba2Weights", "mamba2_step",
+           "gla_step", "retnet_step"]

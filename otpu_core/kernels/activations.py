@@ -1,4 +1,5 @@
-"""Gemma's two tanh-based functions, from the VPU's exact exp2 and recip.
+"""Activations built from the VPU's exact exp2, log2 and recip: Gemma's tanh-based pair and the
+gates of the recurrent layers.
 
 - `gelu_tanh(x)`: GELU with the tanh approximation (PyTorch's `gelu(approximate="tanh")`, Gemma's
   `gelu_pytorch_tanh`): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as the equal
@@ -7,6 +8,8 @@
 - `softcap(x, cap)`: the final logit soft cap cap * tanh(x / cap) as cap - 2 cap / (1 + exp(2 x / cap)),
   which tends to +cap and -cap at the extremes; `softcap_rows` runs it DRAM to DRAM in chunks
   (a vocabulary of logits) in a hardware loop.
+- `softplus(x)` as max(x, 0) + ln(1 + exp(-|x|)): no threshold needed, no overflow (PyTorch's
+  threshold-20 form differs by less than 2e-9 above 20); `sigmoid(x)` = 1 / (1 + exp(-x)).
 """
 from __future__ import annotations
 
@@ -29,6 +32,15 @@ def softcap(x: Tile, cap: float) -> Tile:
         raise CompileError(f"softcap: the cap must be positive, not {cap}")
     r = ol.recip(ol.exp2(x * (2.0 * ol.LOG2E / cap)) + 1.0)
     return r * (-2.0 * cap) + cap
+
+
+def softplus(x: Tile) -> Tile:
+    tail = ol.log2(ol.exp2(ol.abs(x) * -ol.LOG2E) + 1.0) * ol.LN2
+    return ol.maximum(x, 0.0) + tail
+
+
+def sigmoid(x: Tile) -> Tile:
+    return ol.recip(ol.exp2(x * -ol.LOG2E) + 1.0)
 
 
 def softcap_rows(src: Tensor, dst: Tensor, cap: float, chunk: int) -> None:

@@ -17,8 +17,8 @@ TMEM (Qwen3.5: 16 heads x 128 x 128 fp32 = 1 MiB per layer). `engine="vops"` run
 step as VOPs over row chunks loaded into TMEM (RDOT, MUL, SUB, MUL, OUTER, RDOT: bit-identical),
 the form for targets without DSTEP and the baseline of benchmarks/bench_recurrence.py.
 
-softplus is computed as max(x, 0) + ln(1 + exp(-|x|)), which needs no threshold and never
-overflows; everything else is the VPU's exact functions (exp2, log2, recip, rsqrt).
+The gates use activations.softplus and sigmoid; everything is the VPU's exact functions (exp2,
+log2, recip, rsqrt).
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from .. import ol
 from ..ol import CompileError, Tensor, Tile
+from .activations import sigmoid, softplus
 from .norm import rmsnorm
 
 L2_EPS = 1e-6
@@ -38,16 +39,6 @@ class GdnWeights:
     a_log: Tensor
     dt_bias: Tensor
     norm: Tensor
-
-
-def softplus(x: Tile) -> Tile:
-    """max(x, 0) + ln(1 + exp(-|x|))."""
-    tail = ol.log2(ol.exp2(ol.abs(x) * -ol.LOG2E) + 1.0) * ol.LN2
-    return ol.maximum(x, 0.0) + tail
-
-
-def sigmoid(x: Tile) -> Tile:
-    return ol.recip(ol.exp2(x * -ol.LOG2E) + 1.0)
 
 
 def gates(a: Tile, b: Tile, w: GdnWeights) -> Tile:

@@ -143,3 +143,41 @@ def geglu_mlp(x, wg, wu, wd) -> np.ndarray:
 
 def softcap(x, cap: float) -> np.ndarray:
     return cap * np.tanh(np.asarray(x, np.float64) / cap)
+
+
+def mamba2(x, dt, b, c, a_log, dt_bias, d, z=None, state=None):
+    """Tokens of a Mamba2 SSM, mamba_ssm's selective_state_update per step: x (T, H, P), dt (T, H),
+    b and c (T, G, N). The state is (H, P, N). Returns (y (T, H, P), the final state)."""
+    x, dt, b, c = (np.asarray(t, np.float64) for t in (x, dt, b, c))
+    T, H, P = x.shape
+    G, N = b.shape[1:]
+    S = np.zeros((H, P, N)) if state is None else np.array(state, np.float64)
+    A = -np.exp(np.asarray(a_log, np.float64))
+    ys = []
+    for t in range(T):
+        dtt = softplus(dt[t] + np.asarray(dt_bias, np.float64))
+        y = np.zeros((H, P))
+        for h in range(H):
+            g = h * G // H
+            S[h] = S[h] * np.exp(dtt[h] * A[h]) + dtt[h] * np.outer(x[t, h], b[t, g])
+            y[h] = S[h] @ c[t, g] + np.asarray(d, np.float64)[h] * x[t, h]
+        if z is not None:
+            y = y * silu(np.asarray(z, np.float64)[t])
+        ys.append(y)
+    return np.stack(ys), S
+
+
+def gated_linear_attention(q, k, v, log_decay, state=None):
+    """Tokens of GLA's recurrence (flash-linear-attention's fused_recurrent_gla, scale dk^-0.5):
+    q, k (T, H, dk), v (T, H, dv), log_decay (T, H, dk) per key dimension or (T, H) per head
+    (RetNet's log gamma). The state is (H, dk, dv). Returns (o (T, H, dv), the final state)."""
+    q, k, v, g = (np.asarray(t, np.float64) for t in (q, k, v, log_decay))
+    T, H, dk = q.shape
+    S = np.zeros((H, dk, v.shape[2])) if state is None else np.array(state, np.float64)
+    os = []
+    for t in range(T):
+        decay = np.exp(g[t])
+        decay = decay[:, :, None] if decay.ndim == 2 else decay[:, None, None]
+        S = S * decay + k[t][:, :, None] * v[t][:, None, :]
+        os.append(np.einsum("hk,hkv->hv", q[t] * dk ** -0.5, S))
+    return np.stack(os), S
