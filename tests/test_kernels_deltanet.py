@@ -114,7 +114,7 @@ def test_the_state_carries_across_programs_in_dram():
 
 
 def test_the_vop_form_is_bit_identical_to_dstep():
-    hk, hv, dk, dv = 1, 2, 64, 40          # 40 rows: the VOP form runs them in chunks of 32
+    hk, hv, dk, dv = 1, 2, 64, 40          # 40 rows: the VOP form runs them in chunks of 16
     rng = np.random.default_rng(8)
     t, w = _inputs(rng, 2, hk, hv, dk, dv)
     outs = []

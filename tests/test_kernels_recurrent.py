@@ -119,7 +119,7 @@ def test_gla_and_retnet_steps_against_the_float64_recurrence(kind, H, dk, dv):
 
 
 def test_states_carry_across_programs_and_the_vop_form_is_bit_identical():
-    H, P, G, N = 2, 40, 1, 64            # 40 rows: the VOP form runs them in chunks of 32
+    H, P, G, N = 2, 40, 1, 64            # 40 rows: the VOP form runs them in chunks of 16
     rng = np.random.default_rng(21)
     t, w = _mamba2_inputs(rng, 2, H, P, G, N)
     results = []

@@ -28,9 +28,9 @@ from .. import ol
 from ..ol import CompileError, Tensor, Tile
 from .activations import sigmoid, softplus
 from .norm import rmsnorm
+from .recurrent import vop_chunks
 
 L2_EPS = 1e-6
-VOP_CHUNK_WORDS = 2048        # state words per TMEM chunk of the VOP form
 
 
 @dataclass(eq=False)
@@ -80,18 +80,13 @@ def head_step(state: Tensor, qk: Tile, v: Tile, g: Tile, out: Tile, engine: str)
     if engine == "dstep":
         ol.dstep(state, qk, v, g, out=out)
         return
-    dv, dk = state.shape
+    dk = state.cols
     q, k = qk[0:dk], qk[dk:2 * dk]
     e, beta = g[0:1, :].reshape(1), g[1:2, :].reshape(1)
-    rows = max(1, min(dv, VOP_CHUNK_WORDS // dk))
-    for r0 in ol.static_range(0, dv, rows):
-        n = min(rows, dv - r0)
-        s = ol.load(state[r0:r0 + n])
-        kv = s @ k
-        d = (v[r0:r0 + n] - kv * e) * beta
+    for s, rows_of in vop_chunks(state):
+        d = (rows_of(v) - (s @ k) * e) * beta
         ol.outer(s, d, k, decay=e)
-        out[r0:r0 + n].set(s @ q)
-        ol.store(state[r0:r0 + n], s)
+        rows_of(out).set(s @ q)
 
 
 def gated_deltanet_step(q: Tile, k: Tile, v: Tile, z: Tile, a: Tile, b: Tile, w: GdnWeights, state: Tensor,
@@ -115,8 +110,10 @@ def gated_deltanet_step(q: Tile, k: Tile, v: Tile, z: Tile, a: Tile, b: Tile, w:
         raise CompileError(f"gated_deltanet norm weight of shape {w.norm.shape}, head dim {dv}")
     qk = qk_table(q, k)
     g = gates(a, b, w)
+    del q, k, a, b            # their TMEM is free for the heads (a 16 x 128 layer fills most of it)
     o = ol.empty((hv, dv), banked=False)
     group = hv // hk
     for h in ol.static_range(hv):
         head_step(state[h * dv:(h + 1) * dv], qk[h // group], v[h], g[:, h:h + 1], o[h], engine)
+    del qk, v, g
     return rmsnorm(o, ol.load(w.norm), eps) * ol.silu(z)

@@ -27,7 +27,7 @@ from .. import isa, ol
 from ..ol import CompileError, Tensor, Tile
 from .activations import softplus
 
-VOP_CHUNK_WORDS = 2048        # state words per TMEM chunk of the VOP form
+VOP_CHUNK_WORDS = 1024        # state words per TMEM chunk of the VOP forms
 
 
 @dataclass(eq=False)
@@ -57,17 +57,32 @@ def head_step(desc: isa.StreamDesc, state: Tensor, slots: Tile, x: Tile, consts:
     if engine == "stream":
         ol.stream(desc, src=state, dst=state, slots=slots, x=x, consts=consts, out=out)
         return
-    rows, cols = state.shape
+    cols = state.cols
     q, b = slots[0:cols], slots[cols:2 * cols]
     k0, k1 = consts[0:1, :].reshape(1), consts[1:2, :].reshape(1)
     decay = slots[3 * cols:4 * cols] if desc.g_src == isa.G_SLOT else k0
+    for s, rows_of in vop_chunks(state):
+        ol.outer(s, rows_of(x) * k1, b, decay=decay)
+        rows_of(out).set(s @ q)
+
+
+def vop_chunks(state: Tensor):
+    """The VOP forms' pass over a DRAM state in chunks of at most VOP_CHUNK_WORDS words: the
+    whole chunks in a hardware loop, then the rest. Yields (the chunk loaded into TMEM, a function
+    giving the chunk's rows of a per-row 1-D tile) and stores the chunk back when the caller is done."""
+    rows, cols = state.shape
     chunk = max(1, min(rows, VOP_CHUNK_WORDS // cols))
-    for r0 in ol.static_range(0, rows, chunk):
-        n = min(chunk, rows - r0)
-        s = ol.load(state[r0:r0 + n])
-        ol.outer(s, x[r0:r0 + n] * k1, b, decay=decay)
-        out[r0:r0 + n].set(s @ q)
-        ol.store(state[r0:r0 + n], s)
+    full, tail = divmod(rows, chunk)
+
+    def part(r0, n):
+        return Tensor(state.base + 4 * cols * r0, (n, cols)), (lambda t: t.view(t.base + r0, (n,)))
+    parts = [(ol.range(full) if full > 1 else iter([0]), chunk)] + ([(iter([full * chunk]), tail)] if tail else [])
+    for starts, n in parts:
+        for i in starts:
+            rows_t, rows_of = part(i * chunk if n == chunk else i, n)
+            s = ol.load(rows_t)
+            yield s, rows_of
+            ol.store(rows_t, s)
 
 
 def _heads(desc, state: Tensor, slot_rows: Tile, group: int, x: Tile, consts: Tile, engine: str) -> Tile:
