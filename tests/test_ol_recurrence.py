@@ -221,6 +221,12 @@ def test_bad_operands_are_compile_errors_naming_the_problem():
     assert "used before its first stream" in _compile_error(area_taken, st=st, qk=qk, v=v, g=g)
 
 
+def test_an_integer_column_index_is_a_compile_error_not_a_traceback():
+    def kern():
+        ol.zeros((4, 8))[:, 0]
+    assert "use t[:, 0:1]" in _compile_error(kern)
+
+
 def test_outer_refuses_an_accumulator_overlapping_its_operands():
     def kern():
         acc = ol.zeros((4, 8))
