@@ -12,8 +12,10 @@ from typing import Callable
 import numpy as np
 
 from . import ol
-from .kernels import (append_kv, argmax, attention, embed, greedy_head, linear, matmul, rmsnorm, rmsnorm_quantized,
-                      rope, softmax, swiglu_mlp, topk)
+from .kernels import (GdnWeights, append_kv, argmax, attention, embed, gated_deltanet_step, geglu_mlp, greedy_head,
+                      linear, matmul, paged_attention, rmsnorm, rmsnorm_quantized, rope, softcap_rows, softmax,
+                      swiglu_mlp, topk)
+from .target import load as load_target
 from .kernels.decoder import DecoderShape, check_layers, decoder_step, plan_layer
 from .ol.runtime import Image
 
@@ -103,7 +105,7 @@ def _attention(t):
     return img, ol.compile_kernel(kernel, t, q=qt, kk=kt, vv=vt, kv=kv, out=out), {}
 
 
-def _mlp(fmt: str):
+def _mlp(fmt: str, mlp=swiglu_mlp):
     def make(t):
         rng = _rng("mlp" + fmt)
         d, fc, f = 64, 32, 64
@@ -115,9 +117,61 @@ def _mlp(fmt: str):
             img.tensor(shape=(2, d))
 
         def kernel(x, wg, wu, wd, out):
-            ol.store(out, swiglu_mlp(ol.load(x), wg, wu, wd, fc))
+            ol.store(out, mlp(ol.load(x), wg, wu, wd, fc))
         return img, ol.compile_kernel(kernel, t, x=xt, wg=gq, wu=uq, wd=dq, out=out), {}
     return make
+
+
+def _gated_deltanet(t):
+    """Two tokens through a 2-head Gated DeltaNet layer (dk 64, dv 16): two DSTEPs per token on the
+    DRAM states, the second token reading what the first wrote."""
+    rng = _rng("gated_deltanet")
+    hk = hv = 2
+    dk, dv, steps = 64, 16, 2
+    img = Image(t)
+
+    def tensor(*shape, scale=1.0):
+        return img.tensor((rng.standard_normal(shape) * scale).astype(np.float32))
+    q, k, v, z, a, b = tensor(steps, hk * dk), tensor(steps, hk * dk), tensor(steps, hv * dv), \
+        tensor(steps, hv * dv), tensor(steps, hv, scale=2.0), tensor(steps, hv, scale=2.0)
+    w = GdnWeights(img.tensor(np.log(rng.uniform(1, 16, hv)).astype(np.float32)), tensor(hv, scale=0.5),
+                   img.tensor((1 + 0.1 * rng.standard_normal(dv)).astype(np.float32)))
+    state, y = img.tensor(shape=(hv * dv, dk)), img.tensor(shape=(steps, hv * dv))
+
+    def kernel(q, k, v, z, a, b, w, state, y):
+        for s in ol.static_range(steps):
+            out = gated_deltanet_step(ol.load(q[s]).reshape(hk, dk), ol.load(k[s]).reshape(hk, dk),
+                                      ol.load(v[s]).reshape(hv, dv), ol.load(z[s]).reshape(hv, dv), ol.load(a[s]),
+                                      ol.load(b[s]), w, state)
+            ol.store(y[s], out.reshape(hv * dv))
+    return img, ol.compile_kernel(kernel, t, q=q, k=k, v=v, z=z, a=a, b=b, w=w, state=state, y=y), {}
+
+
+def _sliding_window(t):
+    """Paged attention over 3 pages of 32 tokens (80 written) with a window of 40: the first page
+    is not read, the second is masked before the window."""
+    rng = _rng("sliding_window")
+    g, d, page, n = 2, 32, 32, 80
+    img = Image(t)
+    q, kk, vv = (img.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((g, d), (n, d), (n, d)))
+    pages, out = [img.kv_cache(page, d) for _ in range(3)], img.tensor(shape=(g, d))
+
+    def kernel(q, kk, vv, pages, out):
+        for i in ol.static_range(3):
+            for j in ol.range(min(page, n - i * page)):
+                append_kv(pages[i], j, ol.load(kk[i * page + j]), ol.load(vv[i * page + j]))
+        ol.store(out, paged_attention(ol.load(q), pages, last_n=n - 2 * page, window=40))
+    return img, ol.compile_kernel(kernel, t, q=q, kk=kk, vv=vv, pages=pages, out=out), {}
+
+
+def _softcap(t):
+    rng = _rng("softcap")
+    img = Image(t)
+    src, dst = img.tensor((rng.standard_normal(150) * 20).astype(np.float32)), img.tensor(shape=(150,))
+
+    def kernel(src, dst):
+        softcap_rows(src, dst, 30.0, 64)
+    return img, ol.compile_kernel(kernel, t, src=src, dst=dst), {}
 
 
 def _sampling(t):
@@ -189,4 +243,9 @@ def kernel_cases(target: str = "nangate45-small") -> list[KernelCase]:
         ("embed", _embed))]
     cases += [KernelCase(f"swiglu_mlp {fmt}", _mlp(fmt), target) for fmt in ("int8", "fp4x6")]
     cases.append(KernelCase("decoder_step", _decoder, target))
+    cases += [KernelCase("sliding_window attention", _sliding_window, target),
+              KernelCase("geglu_mlp int8", _mlp("int8", geglu_mlp), target),
+              KernelCase("softcap", _softcap, target)]
+    if load_target(target).config().DSTEP:
+        cases.append(KernelCase("gated_deltanet", _gated_deltanet, target))
     return cases

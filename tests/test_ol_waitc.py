@@ -20,10 +20,36 @@ D = 32
 LOOKBACK = 300       # dynamic instructions looked back per instruction (keeps the checker fast)
 
 
-def footprint(ins, w):
-    """(reads, writes): lists of (space, lo, hi) from resolved words w."""
+def footprint(ins, w, tmem=None):
+    """(reads, writes): lists of (space, lo, hi) from resolved words w (a STREAM's descriptor is
+    read from `tmem`, the slice's TMEM words)."""
     op, f = ins.op, ins.fields
     R, W = [], []
+    if op == Op.DSTEP:
+        rows, cols = f["rows"], f["cols"]
+        state = ("D", w[1], w[1] + 4 * rows * cols)
+        R += [("T", w[2], w[2] + 2 * cols), ("T", w[3], w[3] + rows), ("T", f["g"], f["g"] + 1),
+              ("T", f["g"] + f["gs"], f["g"] + f["gs"] + 1)]
+        R += [] if f["dzero"] else [state]
+        W += [state, ("T", f["o"], f["o"] + rows)]
+    elif op == Op.STREAM:
+        desc = isa.StreamDesc.decode([int(x) for x in tmem[f["desc"]: f["desc"] + isa.STREAM_DESC_FIXED + 15]])
+        rows, cols = desc.rows, desc.cols
+        R.append(("T", f["desc"], f["desc"] + desc.nwords))
+        slots, consts, uses_x = stream_uses(desc)
+        R += [("T", w[4] + i * cols, w[4] + (i + 1) * cols) for i in slots]
+        R += [("T", w[6] + j * f["ks"], w[6] + j * f["ks"] + 1) for j in consts]
+        R += [("T", w[5], w[5] + rows)] if uses_x else []
+        W += [("T", w[6] + j * f["ks"], w[6] + j * f["ks"] + 1) for j in range(4) if desc.rsave >> j & 1]
+        for name, word, space_flag, none_flag, rs in (("src", 2, "src_t", "szero", desc.srs),
+                                                      ("dst", 3, "dst_t", "nodst", desc.drs)):
+            if f[none_flag]:
+                continue
+            span = ("T", w[word], w[word] + (rows - 1) * (rs or cols) + cols) if f[space_flag] else \
+                ("D", w[word], w[word] + 4 * rows * cols)
+            (R if name == "src" else W).append(span)
+        if desc.q_en or desc.o_reg_en:
+            W.append(("T", f["out"], f["out"] + rows))
     if op == Op.LD:
         R.append(("D", w[1], w[1] + 4 * f["n"])); W.append(("T", w[2], w[2] + f["n"]))
     elif op == Op.ST:
@@ -74,6 +100,24 @@ def footprint(ins, w):
     return R, W
 
 
+def stream_uses(d):
+    """(column slots, constants, X read) of a STREAM descriptor, from reference/isa.md 3.8 step 3."""
+    ops = d.ops
+    operands = [o[2] for o in ops] + [o[3] for o in ops if o[0] not in isa.SOP_UNARY]
+    slots = {d.a_idx} if d.a_en and d.a_op == isa.A_SLOT else set()
+    consts = {c - isa.OP_K0 for c in operands if isa.OP_K0 <= c < isa.OP_ZERO}
+    consts |= {j for j in range(4) if (d.rinit | d.rsave) >> j & 1}
+    if d.a_en and d.a_op == isa.A_CONST:
+        consts.add(d.a_idx)
+    if d.u_mode in (isa.U_FMMA, isa.U_MUL):
+        (slots if d.g_src == isa.G_SLOT else consts if d.g_src == isa.G_CONST else set()).add(d.g_idx)
+    if d.u_mode in (isa.U_FMMA, isa.U_ADD):
+        (slots if d.b_src == isa.BS_SLOT else consts if d.b_src == isa.BS_CONST else set()).add(d.b_idx)
+    if (d.q_en and not d.q_self) or d.out_p2:
+        slots.add(d.q_idx)
+    return slots, {j for j in consts if j < 4}, isa.OP_X in operands
+
+
 def overlaps(xs, ys):
     return any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2] for a in xs for b in ys)
 
@@ -81,7 +125,7 @@ def overlaps(xs, ys):
 def check(prog, img, **run_values):
     m = img.machine(prog, **run_values)
     trace = []
-    m.on_step = lambda sl, pc, ins: trace.append((pc, ins, footprint(ins, sl.resolved(ins))))
+    m.on_step = lambda sl, pc, ins: trace.append((pc, ins, footprint(ins, sl.resolved(ins), sl.tmem.t)))
     m.run()
     queues = [isa.queue_of(ins.op) for _, ins, _ in trace]
     checked = 0
@@ -147,6 +191,35 @@ def test_waitc_device_values_topk():
         ol.store(o, topk(l, 3, 128))
     prog = ol.compile_kernel(kern, T, l=logits, o=o)
     assert check(prog, img) > 20
+
+
+def test_waitc_gated_deltanet_and_mamba2_on_the_stream_engine():
+    """DSTEP and STREAM heads in a token loop, with the VOPs around them reading their outputs."""
+    from otpu_core.kernels import GdnWeights, Mamba2Weights, gated_deltanet_step, mamba2_step
+    rng = np.random.default_rng(4)
+    img = Image(T)
+
+    def t(*shape):
+        return img.tensor(rng.standard_normal(shape).astype(np.float32))
+    gw, mw = GdnWeights(t(2), t(2), t(32)), Mamba2Weights(t(2), t(2), t(2))
+    gstate, mstate = img.tensor(shape=(64, 64)), img.tensor(shape=(32, 64))
+    q, k, v, z, a, b = t(2, 128), t(2, 128), t(2, 64), t(2, 64), t(2, 2), t(2, 2)
+    x, dt, bb, cc, y1, y2 = t(2, 32), t(2, 2), t(2, 64), t(2, 64), img.tensor(shape=(2, 64)), img.tensor(shape=(2, 32))
+
+    def kern(q, k, v, z, a, b, x, dt, bb, cc, gw, mw, gstate, mstate, y1, y2):
+        for s in ol.range(2):
+            g = gated_deltanet_step(ol.load(q[s]).reshape(2, 64), ol.load(k[s]).reshape(2, 64),
+                                    ol.load(v[s]).reshape(2, 32), ol.load(z[s]).reshape(2, 32), ol.load(a[s]),
+                                    ol.load(b[s]), gw, gstate)
+            ol.store(y1[s], g.reshape(64))
+            m = mamba2_step(ol.load(x[s]).reshape(2, 16), ol.load(dt[s]), ol.load(bb[s]).reshape(1, 64),
+                            ol.load(cc[s]).reshape(1, 64), mw, mstate)
+            ol.store(y2[s], m.reshape(32))
+    prog = ol.compile_kernel(kern, T, q=q, k=k, v=v, z=z, a=a, b=b, x=x, dt=dt, bb=bb, cc=cc, gw=gw, mw=mw,
+                             gstate=gstate, mstate=mstate, y1=y1, y2=y2)
+    ops = [i.op for i in prog.instrs]
+    assert ops.count(Op.DSTEP) == 2 and ops.count(Op.STREAM) == 2
+    assert check(prog, img) > 40
 
 
 def test_halt_waits_for_everything_and_sequencer_glue_waits_for_nothing():

@@ -10,6 +10,8 @@ q is quantised with log2(e)/sqrt(d) folded in (QACT CSCALE), so the scores are a
 and its padding masked with a large negative score before its row maximum is taken. With a
 run-time length (resident decode: one program per 256-position bucket, the position in an
 argument register) the last block is a whole block masked by a row of an additive mask table.
+Paged attention takes a sliding window (Gemma's local layers): only the pages holding the last
+W positions are read, the first of them masked before the window.
 """
 from __future__ import annotations
 
@@ -49,21 +51,25 @@ class _Flash:
         self.m = ol.full((g,), MASKED)
         self.l = ol.zeros((g,))
 
-    def block(self, kv: KVCache, t0, n: int, mask_row: Tile | None) -> None:
-        """Keys [t0, t0+n) of `kv`; a partial block (mask_row given, or n short of whole blocks) is masked."""
-        self.softmax_block(kv, t0, n, *self.scores(kv, t0, n, mask_row))
+    def block(self, kv: KVCache, t0, n: int, mask_row: Tile | None, lo: int = 0) -> None:
+        """Keys [t0, t0+n) of `kv`; a partial block (mask_row given, n short of whole blocks, or
+        the keys before column `lo` outside a sliding window) is masked."""
+        self.softmax_block(kv, t0, n, *self.scores(kv, t0, n, mask_row, lo))
 
-    def scores(self, kv: KVCache, t0, n: int, mask_row: Tile | None) -> tuple[Tile, Tile]:
+    def scores(self, kv: KVCache, t0, n: int, mask_row: Tile | None, lo: int = 0) -> tuple[Tile, Tile]:
         """The block's MXU half: scores (masked where asked) and the new row maxima."""
         D, m = self.D, self.m
         npad = -(-n // D) * D
-        if mask_row is None and npad == n:
+        if mask_row is None and npad == n and not lo:
             s = ol.dot(self.qs, kv.keys(t0, npad, D), rowmax=True)
             return s, ol.maximum(m, s.rowmax)
         s = ol.dot(self.qs, kv.keys(t0, npad, D))
-        if mask_row is None and npad > n:
+        if mask_row is None and (npad > n or lo):
             mask_row = ol.zeros((npad,))
-            mask_row[n:npad].set(MASKED)
+            if npad > n:
+                mask_row[n:npad].set(MASKED)
+            if lo:
+                mask_row[0:lo].set(MASKED)
         if mask_row is not None:
             s += mask_row[None, :]
         return s, ol.maximum(m, ol.max(s))
@@ -154,7 +160,8 @@ class PagedAttention:
     and returns the output. Starting unit u+1 before finishing unit u lets the MXU stream u+1's
     scores while the VPU works through u's softmax (the same instructions, another order)."""
 
-    def __init__(self, q: Tile, pages: list[KVCache], *, last_n: int | None = None, last_mask: Tensor | None = None):
+    def __init__(self, q: Tile, pages: list[KVCache], *, last_n: int | None = None, last_mask: Tensor | None = None,
+                 window: int | None = None):
         if not pages:
             raise CompileError("paged_attention needs at least one page")
         P = pages[0].cap
@@ -164,23 +171,56 @@ class PagedAttention:
             raise CompileError(f"paged_attention: {last_n} tokens in a page of {P}")
         if last_mask is not None and last_mask.shape != (P,):
             raise CompileError(f"paged_attention: the mask row must be ({P},), not {last_mask.shape}")
+        if window is not None and window < 1:
+            raise CompileError(f"paged_attention: a sliding window of {window} positions; it must be at least 1")
+        if window is not None and last_mask is not None and window % P:
+            raise CompileError(f"paged_attention: with a run-time position the sliding window ({window}) must be "
+                               f"whole pages of {P}")
         self.q, self.pages, self.P = q, pages, P
         self.last_n, self.last_mask = last_n if last_n is not None else P, last_mask
+        self.window = window
         self._pending = None
+
+    def _window(self) -> tuple[int, int, bool]:
+        """(first page attended, keys masked at its start, whether that mask is the run-time one):
+        the pages holding the last `window` positions."""
+        P, L, W = self.P, len(self.pages), self.window
+        if W is None:
+            return 0, 0, False
+        if self.last_mask is None:
+            start = max(0, (L - 1) * P + self.last_n - W)
+            return start // P, start % P, False
+        # W = m pages: position t of the last page keeps page L-1-m from column t+1 on
+        m = W // P
+        return (0, 0, False) if m >= L else (L - 1 - m, 0, True)
 
     def start(self) -> "PagedAttention":
         q2 = _query(self.q, self.pages[0].d)
         f = _Flash(q2, self.pages[0].d)
         P = self.P
-        for first, n, stride in page_runs(self.pages[:-1]):
+        first, lo, front = self._window()
+        pages = self.pages[first:]
+        mask = None
+        middle = pages[:-1]
+        if front:
+            # the window starts after the last page's position: mask the first page's columns up
+            # to it, the complement of the last page's mask row (MASKED - 0, MASKED - MASKED = 0)
+            mask = ol.load(self.last_mask)
+            f.block(pages[0], 0, P, MASKED - mask)
+            middle = pages[1:-1]
+        elif lo and len(pages) > 1:
+            f.block(pages[0], 0, P, None, lo)
+            middle = pages[1:-1]
+        for run, n, stride in page_runs(middle):
             if n == 1:
-                f.block(first, 0, P, None)
+                f.block(run, 0, P, None)
                 continue
             for b in ol.range(n):
-                f.block(KVCache(first.k + b * stride, first.k_scale + b * stride, first.vt + b * stride,
-                                first.v_scale + b * stride, first.cap, first.d), 0, P, None)
-        mask = ol.load(self.last_mask) if self.last_mask is not None else None
-        self._pending = (f, f.scores(self.pages[-1], 0, self.last_n, mask))
+                f.block(KVCache(run.k + b * stride, run.k_scale + b * stride, run.vt + b * stride,
+                                run.v_scale + b * stride, run.cap, run.d), 0, P, None)
+        if mask is None and self.last_mask is not None:
+            mask = ol.load(self.last_mask)
+        self._pending = (f, f.scores(pages[-1], 0, self.last_n, mask, lo if len(pages) == 1 else 0))
         return self
 
     def finish(self) -> Tile:
@@ -192,7 +232,7 @@ class PagedAttention:
 
 
 def paged_attention(q: Tile, pages: list[KVCache], *, last_n: int | None = None,
-                    last_mask: Tensor | None = None) -> Tile:
+                    last_mask: Tensor | None = None, window: int | None = None) -> Tile:
     """softmax(q K^T / sqrt(d)) V for q (g, d) over a sequence's KV pages, P = pages[0].cap tokens each.
 
     Every page but the last is full. The last holds `last_n` tokens (a compile-time count), or is
@@ -200,5 +240,9 @@ def paged_attention(q: Tile, pages: list[KVCache], *, last_n: int | None = None,
     at a run-time offset: the position is known only on the card). Runs of pages equally far
     apart in DRAM are one hardware loop, so a sequence laid out in consecutive pages costs one
     loop body whatever its length; a page list in any order still works, one block per page.
-    `PagedAttention` is the same in two halves, for interleaving."""
-    return PagedAttention(q, pages, last_n=last_n, last_mask=last_mask).start().finish()
+    `PagedAttention` is the same in two halves, for interleaving.
+
+    `window=W` is sliding-window attention: only the last W positions (the current one
+    included) are attended; pages wholly before them are not read and the keys before the
+    window in its first page are masked. With a run-time position W must be whole pages."""
+    return PagedAttention(q, pages, last_n=last_n, last_mask=last_mask, window=window).start().finish()

@@ -87,3 +87,97 @@ def topk(logits, k: int) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(logits, np.float64)
     idx = np.lexsort((np.arange(x.size), -x))[:k]
     return x[idx], idx
+
+
+def softplus(x) -> np.ndarray:
+    """PyTorch's softplus (beta 1, threshold 20): x above 20, else log(1 + exp(x))."""
+    x = np.asarray(x, np.float64)
+    return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
+
+
+def sigmoid(x) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
+
+
+def l2norm(x, eps: float = 1e-6) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return x / np.sqrt((x * x).sum(-1, keepdims=True) + eps)
+
+
+def gated_deltanet(q, k, v, z, a, b, a_log, dt_bias, norm_w, state=None, eps: float = 1e-6):
+    """Tokens t of a Gated DeltaNet layer, the gated delta rule as Qwen3-Next states it: q, k
+    (T, Hk, dk); v, z (T, Hv, dv); a, b (T, Hv). The state is (Hv, dk, dv), PyTorch's layout.
+    Returns (y (T, Hv, dv) after the gated RMSNorm, the final state)."""
+    q, k, v, z, a, b = (np.asarray(t, np.float64) for t in (q, k, v, z, a, b))
+    T, hk, dk = q.shape
+    hv, dv = v.shape[1:]
+    S = np.zeros((hv, dk, dv)) if state is None else np.array(state, np.float64)
+    ys = []
+    for t in range(T):
+        qt = l2norm(q[t]) / np.sqrt(dk)
+        kt = l2norm(k[t])
+        decay = np.exp(-np.exp(np.asarray(a_log, np.float64)) * softplus(a[t] + np.asarray(dt_bias, np.float64)))
+        beta = sigmoid(b[t])
+        o = np.zeros((hv, dv))
+        for h in range(hv):
+            kh, qh = kt[h * hk // hv], qt[h * hk // hv]
+            S[h] *= decay[h]
+            delta = (v[t, h] - kh @ S[h]) * beta[h]
+            S[h] += np.outer(kh, delta)
+            o[h] = qh @ S[h]
+        ys.append(rmsnorm(o, norm_w, eps) * silu(z[t]))
+    return np.stack(ys), S
+
+
+def gelu_tanh(x) -> np.ndarray:
+    """PyTorch's gelu(approximate="tanh")."""
+    x = np.asarray(x, np.float64)
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def geglu_mlp(x, wg, wu, wd) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    g, u = x @ np.asarray(wg, np.float64).T, x @ np.asarray(wu, np.float64).T
+    return (gelu_tanh(g) * u) @ np.asarray(wd, np.float64).T
+
+
+def softcap(x, cap: float) -> np.ndarray:
+    return cap * np.tanh(np.asarray(x, np.float64) / cap)
+
+
+def mamba2(x, dt, b, c, a_log, dt_bias, d, z=None, state=None):
+    """Tokens of a Mamba2 SSM, mamba_ssm's selective_state_update per step: x (T, H, P), dt (T, H),
+    b and c (T, G, N). The state is (H, P, N). Returns (y (T, H, P), the final state)."""
+    x, dt, b, c = (np.asarray(t, np.float64) for t in (x, dt, b, c))
+    T, H, P = x.shape
+    G, N = b.shape[1:]
+    S = np.zeros((H, P, N)) if state is None else np.array(state, np.float64)
+    A = -np.exp(np.asarray(a_log, np.float64))
+    ys = []
+    for t in range(T):
+        dtt = softplus(dt[t] + np.asarray(dt_bias, np.float64))
+        y = np.zeros((H, P))
+        for h in range(H):
+            g = h * G // H
+            S[h] = S[h] * np.exp(dtt[h] * A[h]) + dtt[h] * np.outer(x[t, h], b[t, g])
+            y[h] = S[h] @ c[t, g] + np.asarray(d, np.float64)[h] * x[t, h]
+        if z is not None:
+            y = y * silu(np.asarray(z, np.float64)[t])
+        ys.append(y)
+    return np.stack(ys), S
+
+
+def gated_linear_attention(q, k, v, log_decay, state=None):
+    """Tokens of GLA's recurrence (flash-linear-attention's fused_recurrent_gla, scale dk^-0.5):
+    q, k (T, H, dk), v (T, H, dv), log_decay (T, H, dk) per key dimension or (T, H) per head
+    (RetNet's log gamma). The state is (H, dk, dv). Returns (o (T, H, dv), the final state)."""
+    q, k, v, g = (np.asarray(t, np.float64) for t in (q, k, v, log_decay))
+    T, H, dk = q.shape
+    S = np.zeros((H, dk, v.shape[2])) if state is None else np.array(state, np.float64)
+    os = []
+    for t in range(T):
+        decay = np.exp(g[t])
+        decay = decay[:, :, None] if decay.ndim == 2 else decay[:, None, None]
+        S = S * decay + k[t][:, :, None] * v[t][:, None, :]
+        os.append(np.einsum("hk,hkv->hv", q[t] * dk ** -0.5, S))
+    return np.stack(os), S

@@ -83,6 +83,7 @@ class Builder:
         self.devvars: list[DevVar] = []
         self.savings = Savings()
         self.chain: tuple[DevVar, DevVar] | None = None     # halt_chain(addr, length): the final HALT chains
+        self.stream_area = None       # the STREAM descriptor slots (recurrence.py), claimed at the first stream
         self.closed = False
         self._tokens = itertools.count(1)
 

@@ -31,6 +31,10 @@ def _index(i, n: int, what: str):
 
 
 def _slice(s: slice, n: int, what: str) -> tuple[int, int]:
+    if not isinstance(s, slice):
+        one = f"{s}:{s + 1}" if isinstance(s, int) else f"{s}:{s} + 1"
+        raise CompileError(f"a {what} index must be a slice: t[:, {s}] is not a layout; use t[:, {one}] "
+                           "for one column (a (rows, 1) view)")
     if s.step not in (None, 1):
         raise CompileError(f"{what} slices cannot have a step")
     lo, hi, _ = s.indices(n)

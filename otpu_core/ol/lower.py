@@ -34,6 +34,8 @@ REG_FIELDS = {
     "MM": {"sa": "ra", "ssa": "rb", "out": "rc"}, "QACT": {"src": "ra"},
     "QST": {"src": "ra", "dst": "rb", "sdst": "rc"}, "VOP": {"dst": "ra", "a": "rb", "b": "rc", "imm": "rd"},
     "RLD": {"addr": "ra"}, "WAITW": {"addr": "ra", "dst": "rb", "ref": "rc"},
+    "DSTEP": {"state": "ra", "qk": "rb", "v": "rc"},
+    "STREAM": {"src": "ra", "dst": "ra", "vec": "rb", "x": "rc", "k": "rd"},
 }
 ARG_REGS = tuple(range(15, 7, -1))          # run-time combination k -> R(15 - k)
 FRESH_ZERO = frozenset(range(1, 8))         # R1..R7 are zero when a run starts; R8..R15 hold ARG words

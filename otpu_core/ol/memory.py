@@ -53,6 +53,13 @@ class TmemAllocator:
         self.peak = max(self.peak, end)
         return start
 
+    def reserve(self, lo: int, words: int) -> None:
+        """Take [lo, lo + words) for the rest of the program (it must be free)."""
+        if any(s < lo + words and lo < self.ends[s] for s in self.starts) or lo + words > self.capacity:
+            raise CompileError(f"internal: TMEM words {lo}..{lo + words - 1} are not free to reserve")
+        bisect.insort(self.starts, lo)
+        self.ends[lo] = lo + words
+
     def free(self, start: int) -> None:
         i = bisect.bisect_left(self.starts, start)
         if i == len(self.starts) or self.starts[i] != start:
