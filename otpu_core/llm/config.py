@@ -73,7 +73,7 @@ class ModelConfig:
     @property
     def qk_eps(self) -> float:
         """The q/k norms' epsilon over head_dim values (padded heads: scaled so the mean is the real one's)."""
-        return self.norm_eps * self.rope_dim / self.head_dim
+        return self.norm_eps * self.rope_dim / self.head_dim if self.real_head_dim else self.norm_eps
 
     def layer_tensors(self, layer: int = 0) -> list[str]:
         return [k for k in KIND_TENSORS[self.kinds[layer]] if self.qk_norm or k not in QK_NORM_TENSORS]

@@ -6,9 +6,12 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
 
 - `step_kernel(plan, spec)`: one run over `spec.groups` (row groups: `n` consecutive positions of
   one sequence slot, all in the bucket its page list ends with). Embeddings are gathered on the
-  card from the int8 table; the layers run as one hardware loop over identical layer blocks;
-  each row appends its K and V^T to its page, then every row attends causally over its own
-  prefix (so a run of R rows leaves the same bits as R runs of one row); optionally the last
+  card from the int8 table; the layers run in the model's order as runs of one kind
+  (`plan.runs`), each run one hardware loop over its kind's identical blocks (a lone layer
+  inline), so a one-kind model is one loop; in an attention layer each row appends its K and
+  V^T to its page, then every row attends causally over its own prefix; in a convolution layer
+  (LFM2) each group's rows run the short convolution over its slot's ring (kernels/conv.py).
+  Either way a run of R rows leaves the same bits as R runs of one row. Optionally the last
   row of each group writes its logits. Prefill is this with R rows and no logits.
 - `generate_kernel(plan, spec)`: a hardware loop of tokens (count = min(tokens left, room in the
   bucket), computed on the card) around a 0/1 loop gated by `alive`: the step for one row, the
@@ -31,6 +34,7 @@ from pathlib import Path
 
 from .. import ol
 from ..kernels.attention import PagedAttention
+from ..kernels.conv import RingRows, short_conv
 from ..kernels.embedding import embed
 from ..kernels.mlp import swiglu_mlp
 from ..kernels.norm import rmsnorm, rmsnorm_quantized
@@ -110,6 +114,11 @@ class _Rows:
         hd = cfg.head_dim
         for p in self.pos:
             p.prepare(hd, 4 * (hd // plan.D), 1, 4, 4 * P, 2 * hd)
+        self.ring = []                  # per group: its convolution ring rows (before any layer loop)
+        if plan.conv is not None:
+            taps = cfg.conv_taps
+            self.ring = [RingRows(w, taps, 4 * cfg.d,
+                                  RingRows.span(taps, grp.n)) for w, grp in zip(pos_words, groups)]
 
     @property
     def R(self) -> int: return len(self.of)
@@ -174,6 +183,7 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
         gate = ol.load(Ly.gate)
         c, s = cos * gate[0:1] + gate[1:2], sin * gate[0:1]
     qn, kn = (ol.load(Ly.qn), ol.load(Ly.kn)) if cfg.qk_norm else (None, None)
+    qk_eps = cfg.qk_eps
     pending = None
     for r, (g, j) in enumerate(rows.of):
         # Row r appends its K and V^T, then attends; its mask hides every later slot of the page, so
@@ -181,7 +191,7 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
         grp = rows.groups[g]
         qr, kr = _row(q, r).reshape(H, hd), _row(k, r).reshape(KV, hd)
         if qn is not None:
-            qr, kr = rmsnorm(qr, qn, eps), rmsnorm(kr, kn, eps)
+            qr, kr = rmsnorm(qr, qn, qk_eps), rmsnorm(kr, kn, qk_eps)
         qr, kr = rope(qr, _row(c, r), _row(s, r)), rope(kr, _row(c, r), _row(s, r))
         vr = _row(v, r)
         slots = [rows.token_slot(Ly.page(grp.pages[-1], kh), g, j) for kh in range(KV)]
@@ -207,13 +217,31 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
     return ol.dot(q, Ly.wo)
 
 
+def _conv(plan: ImagePlan, Ly, h: Tile, rows: _Rows) -> Tile:
+    """One convolution layer's mixer for every row: in_proj to B, C, x; per group the short
+    convolution of B*x over its slot's ring; C times it; out_proj."""
+    d = plan.cfg.d
+    bcx = ol.dot(rmsnorm_quantized(h, ol.load(Ly.ln1), plan.cfg.norm_eps, Ly.cin), Ly.cin)
+    y = rows.tile(d)
+    r = 0
+    for g, grp in enumerate(rows.groups):
+        u = [_row(bcx, r + j)[0:d] * _row(bcx, r + j)[2 * d:3 * d] for j in range(grp.n)]
+        for j, c in enumerate(short_conv(u, Ly.taps, Ly.ring_of(grp.slot), rows.ring[g])):
+            _row(y, r + j).set(_row(bcx, r + j)[d:2 * d] * c)
+        r += grp.n
+    del bcx
+    return ol.dot(y, Ly.cout)
+
+
 def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
     cfg = plan.cfg
-    cos, sin = rows.table_rows(plan.cos), rows.table_rows(plan.sin)
-    for li in ol.range(cfg.layers):
-        Ly = plan.layer.at(li)
-        h += _attention(plan, Ly, h, rows, cos, sin)
-        h += swiglu_mlp(rmsnorm_quantized(h, ol.load(Ly.ln2), cfg.norm_eps, Ly.wg), Ly.wg, Ly.wu, Ly.wd, plan.f_chunk)
+    cos, sin = (rows.table_rows(plan.cos), rows.table_rows(plan.sin)) if plan.layer is not None else (None, None)
+    for kind, first, count in plan.runs:
+        for li in (ol.range(count) if count > 1 else (0,)):
+            Ly = plan.block(kind).at(li if first == 0 else ol.Affine.of(li) + first)
+            h += _conv(plan, Ly, h, rows) if kind == "conv" else _attention(plan, Ly, h, rows, cos, sin)
+            h += swiglu_mlp(rmsnorm_quantized(h, ol.load(Ly.ln2), cfg.norm_eps, Ly.wg), Ly.wg, Ly.wu, Ly.wd,
+                            plan.f_chunk)
     return h
 
 
