@@ -20,7 +20,7 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
   V^T dim-major [head_dim, page] int8 with one fp32 scale per token. A sequence owns a list of
   page numbers (the same page number in every layer and head), so whoever schedules
   sequences owns the pages. A convolution block (LFM2): norms, the taps [taps, d] fp32, in_proj
-  (B, C, x rows), out_proj, the MLP, then per sequence slot its ring of `taps` fp32 rows
+  (B, C, x rows), out_proj, the MLP, then per sequence slot its ring of fp32 rows
   (kernels/conv.py). After the blocks: the final norm, the LM head and the embedding table (`embed_kind`:
   fp32 rows gathered by one LD when the table is at most 64 MiB, else int8 rows gathered through
   the MXU: the head itself when it is tied and int8);
@@ -39,6 +39,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from .. import formats, isa, ol
+from ..kernels.conv import ring_rows
 from ..ol import Affine, KVCache, QTensor, Tensor
 from ..target import Config
 from .config import ModelConfig
@@ -144,7 +145,7 @@ class ConvLayerPlan:
     wg: QTensor
     wu: QTensor
     wd: QTensor
-    ring: Tensor                # slot 0's ring [taps, d] fp32
+    ring: Tensor                # slot 0's ring [ring_rows(taps), d] fp32
     stride: int
     slot_stride: int
 
@@ -341,8 +342,8 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         tw = Tensor(lc.take(4 * taps * d), (taps, d))
         cin, cout = _weight(lc, 3 * d, d, wf, D), _weight(lc, d, d, wf, D)
         wg, wu, wd = mlp(lc)
-        slot_stride = -(-4 * taps * d // ALIGN) * ALIGN
-        ring = Tensor(lc.take(slot_stride * opts.slots), (taps, d))
+        slot_stride = -(-4 * ring_rows(taps) * d // ALIGN) * ALIGN
+        ring = Tensor(lc.take(slot_stride * opts.slots), (ring_rows(taps), d))
         stride = -(-(lc.at - at) // BLOCK_ALIGN) * BLOCK_ALIGN
         conv = ConvLayerPlan(ln1, ln2, tw, cin, cout, wg, wu, wd, ring, stride, slot_stride)
         at += n_conv * stride

@@ -117,8 +117,7 @@ class _Rows:
         self.ring = []                  # per group: its convolution ring rows (before any layer loop)
         if plan.conv is not None:
             taps = cfg.conv_taps
-            self.ring = [RingRows(w, taps, 4 * cfg.d,
-                                  RingRows.span(taps, grp.n)) for w, grp in zip(pos_words, groups)]
+            self.ring = [RingRows(w, taps, 4 * cfg.d) for w in pos_words]
 
     @property
     def R(self) -> int: return len(self.of)
