@@ -33,7 +33,7 @@ def _golden(session):
     conv = convert.convert(session.model.ckpt, session.opts.fmt, tgt)
     plan = plan_image(session.model.config, tgt.config(), image_options(session.opts, session.model, tgt, conv.f_chunk))
     numerics = CardNumerics(conv.D, plan.opts.page, FORMATS[session.opts.fmt].layer_wf >= 3)
-    return Golden(session.model.config, CardWeights(conv, plan.embed_kind), numerics, positions=plan.opts.ctx)
+    return Golden(plan.cfg, CardWeights(conv, plan.embed_kind), numerics, positions=plan.opts.ctx)
 
 
 def teacher_forced(session, ex) -> dict:
