@@ -53,8 +53,23 @@ class RingRows:
         self.taps, self.row_bytes = taps, row_bytes
         f = pos * (1.0 / taps) + (0.5 / taps - 0.5)
         f = (f + MAGIC) - MAGIC                      # floor(p0 / taps)
-        self.m0 = ol.rld(pos - f * float(taps), scale=row_bytes)
+        self.m0f = pos - f * float(taps)             # p0 mod taps, fp32
+        self._m0 = None                              # its register, taken at first use (registers are few)
         self.valid = {o: ol.minimum(ol.maximum(pos + float(o + 1), 0.0), 1.0) for o in range(-(taps - 1), 0)}
+
+    @property
+    def m0(self):
+        if self._m0 is None:
+            self._m0 = ol.rld(self.m0f, scale=self.row_bytes)
+        return self._m0
+
+    def moved(self, block: Tile, rows_per_block: int) -> "RingRows":
+        """The same rows in the ring `block` (a (1,) fp32 tile) blocks further on, a block being
+        `rows_per_block` ring rows long: one register for both (an address takes one device value)."""
+        out = object.__new__(RingRows)
+        out.taps, out.row_bytes, out.m0f, out.valid = self.taps, self.row_bytes, self.m0f, self.valid
+        out._m0 = ol.rld(self.m0f + block * float(rows_per_block), scale=self.row_bytes)
+        return out
 
     def row(self, ring: Tensor, r: int) -> Tensor:
         """Row m0 + r of the ring (r counted from its middle row)."""

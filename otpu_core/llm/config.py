@@ -235,8 +235,8 @@ def _hf_layer_kinds(cfg: dict, fam: Family, layers: int, where: str) -> tuple[st
         return ()
     names = dict(fam.layer_types)
     types = cfg.get("layer_types")
-    if types is None and "full_attn_idxs" in cfg:
-        idx = set(cfg["full_attn_idxs"])
+    if types is None:                  # as transformers: the older attention list, else attention throughout
+        idx = set(cfg.get("full_attn_idxs") or range(layers))
         types = ["full_attention" if i in idx else "conv" for i in range(layers)]
     if not isinstance(types, list):
         raise ModelError(f"{where}: missing key 'layer_types'")

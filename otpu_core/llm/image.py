@@ -19,7 +19,7 @@ from .. import isa
 from ..kernels.attention import mask_table
 from .convert import Converted
 from .errors import ModelError
-from .layout import KMAX, ImagePlan
+from .layout import KMAX, ImagePlan, conv_runs
 
 ZERO_CHUNK = 16 << 20
 
@@ -49,6 +49,7 @@ def write_tables(backend, plan: ImagePlan) -> None:
     backend.write(plan.sin.base.const, sin.astype(np.float32))
     backend.write(plan.mask.base.const, mask_table(plan.opts.page))
     backend.write(plan.tri.base.const, np.tril(np.ones((KMAX, KMAX), np.float32)))
+
     words = []
     for slot in plan.prog_slots:
         words += [plan.halt_slot, slot, 1, 0]
@@ -84,6 +85,8 @@ def write_model(backend, plan: ImagePlan, conv: Converted, seq_wc: bool = False,
                 backend.write(Ly.qn.base.const, T[f"qn.{l}"])
                 backend.write(Ly.kn.base.const, T[f"kn.{l}"])
             backend.write(Ly.gate.base.const, np.array([1.0, 0.0] if cfg.uses_rope(l) else [0.0, 1.0], np.float32))
+            if Ly.convs_after is not None:
+                backend.write(Ly.convs_after.base.const, np.array([conv_runs(cfg)[1][block][1]], np.float32))
             for k in ("wq", "wk", "wv", "wo"):
                 _packed(backend, getattr(Ly, k), T[f"{k}.{l}"], f"{k}.{l}")
             _zeros(backend, Ly.kv.k.const, plan.opts.pages * plan.layer.page_stride)

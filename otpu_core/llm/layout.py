@@ -12,10 +12,10 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
 - the tables: RoPE cos and sin for every position (llama 3 scaling already applied), the
   additive attention mask rows, the lower-triangular ones of the sampler's cumulative sums;
 - the layer blocks, one array per layer kind (families.KINDS), all blocks of a kind one size
-  and 4 KiB aligned so a loop over consecutive layers of that kind steps one address register
-  (`runs`: the layer order as (kind, first block, count)). An attention block: norms, the rope
+  and 4 KiB aligned so a loop over layers of that kind steps one address register. An attention block: norms, the rope
   gate (1, 0) or (0, 1), the quantised projections (W_down as F-chunk column parts), then the
-  KV pool: `pages` pages of `page` tokens, each page holding
+  KV pool (in a model with convolution layers too, the count of those that follow the layer,
+  an fp32 word the program RLDs, sits after the gate); `pages` pages of `page` tokens, each page holding
   per KV head K token-major [page, head_dim] int8 with fp32 scales per (token, D-block) and
   V^T dim-major [head_dim, page] int8 with one fp32 scale per token. A sequence owns a list of
   page numbers (the same page number in every layer and head), so whoever schedules
@@ -36,6 +36,7 @@ are 0), and convert.py scales the q/k norm weights so the norms and the attentio
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from .. import formats, isa, ol
@@ -123,11 +124,14 @@ class LayerPlan:
     stride: int                 # bytes between layer blocks
     page_stride: int            # bytes between pages
     head_stride: int            # bytes between KV heads of one page
+    convs_after: Tensor | None = None   # two-kind models: the count of convolution layers after this one (fp32)
 
     def at(self, l) -> "LayerPlan":
         delta = Affine.of(l) * self.stride
-        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
-                                            for f in dataclasses.fields(self)[:13]})
+        moved = {f.name: ol.shift(getattr(self, f.name), delta) for f in dataclasses.fields(self)[:13]}
+        if self.convs_after is not None:
+            moved["convs_after"] = ol.shift(self.convs_after, delta)
+        return dataclasses.replace(self, **moved)
 
     def page(self, p, g: int) -> KVCache:
         """Page p (affine: a loop over a run of pages) of KV head g."""
@@ -149,8 +153,9 @@ class ConvLayerPlan:
     stride: int
     slot_stride: int
 
-    def at(self, l) -> "ConvLayerPlan":
-        delta = Affine.of(l) * self.stride
+    def at(self, l, base=0) -> "ConvLayerPlan":
+        """Block l (affine), moved by `base` bytes more (a device value: a run's first block)."""
+        delta = Affine.of(l) * self.stride + base
         return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
                                             for f in dataclasses.fields(self)[:9]})
 
@@ -166,17 +171,20 @@ def card_config(cfg: ModelConfig, D: int) -> ModelConfig:
     return cfg.with_(head_dim=padded, real_head_dim=cfg.head_dim)
 
 
-def layer_runs(cfg: ModelConfig) -> tuple[tuple[str, int, int], ...]:
-    """The layer order as runs of one kind: (kind, its first block, count)."""
-    runs: list[list] = []
-    seen: dict[str, int] = {}
+def conv_runs(cfg: ModelConfig) -> tuple[int, list[tuple[int, int]]]:
+    """A mixed model's order as (convolution layers before the first attention layer, and per
+    attention layer the (first block, count) of the convolution layers that follow it)."""
+    lead, after, conv = 0, [], 0
     for kind in cfg.kinds:
-        if runs and runs[-1][0] == kind:
-            runs[-1][2] += 1
+        if kind == "attention":
+            after.append([conv, 0])
+        elif after:
+            after[-1][1] += 1
+            conv += 1
         else:
-            runs.append([kind, seen.get(kind, 0), 1])
-        seen[kind] = seen.get(kind, 0) + 1
-    return tuple(tuple(r) for r in runs)
+            lead += 1
+            conv += 1
+    return lead, [tuple(a) for a in after]
 
 
 class _Cursor:
@@ -215,7 +223,10 @@ class ImagePlan:
     end: int = 0
     embed_kind: str = "head"          # embed_kind(): "f32", "head" or "int8"
     conv: ConvLayerPlan | None = None     # the convolution blocks
-    runs: tuple = ()                      # layer_runs(cfg)
+    lead_convs: int = 0                   # mixed models: convolution layers before the first attention layer
+
+    @property
+    def mixed(self) -> bool: return self.layer is not None and self.conv is not None
 
     def io(self, slot: int) -> dict[str, Tensor]: return self.slot_io[slot]
 
@@ -308,6 +319,7 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     sin = Tensor(cur.take(4 * opts.ctx * cfg.head_dim // 2), (opts.ctx, cfg.head_dim // 2))
     mask = Tensor(cur.take(4 * P * P), (P, P))
     tri = Tensor(cur.take(4 * KMAX * KMAX), (KMAX, KMAX))
+    n_attn, n_conv = len(cfg.kind_layers("attention")), len(cfg.kind_layers("conv"))
 
     layers_at = -(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN
     d, q, kv, hd = cfg.d, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.head_dim
@@ -318,12 +330,12 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         return wg, wu, _parts(lc, d, cfg.ffn, fc, wf, D)
 
     at, layer, conv = layers_at, None, None
-    n_attn, n_conv = len(cfg.kind_layers("attention")), len(cfg.kind_layers("conv"))
     if n_attn:
         lc = _Cursor(at)
         ln1, ln2 = Tensor(lc.take(4 * d), (d,)), Tensor(lc.take(4 * d), (d,))
         qn, kn = Tensor(lc.take(4 * hd), (hd,)), Tensor(lc.take(4 * hd), (hd,))
         gate = Tensor(lc.take(8), (2,))
+        after = Tensor(lc.take(4), (1,)) if n_conv else None
         wq, wk, wv = _weight(lc, q, d, wf, D), _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
         wo = _weight(lc, d, q, wf, D)
         wg, wu, wd = mlp(lc)
@@ -334,7 +346,8 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         page_stride = head_stride * cfg.kv_heads
         lc.at = kv0.k.const + page_stride * opts.pages
         stride = -(-(lc.at - at) // BLOCK_ALIGN) * BLOCK_ALIGN
-        layer = LayerPlan(ln1, ln2, qn, kn, gate, wq, wk, wv, wo, wg, wu, wd, kv0, stride, page_stride, head_stride)
+        layer = LayerPlan(ln1, ln2, qn, kn, gate, wq, wk, wv, wo, wg, wu, wd, kv0, stride, page_stride, head_stride,
+                          after)
         at += n_attn * stride
     if n_conv:
         lc, taps = _Cursor(at), cfg.conv_taps
@@ -344,7 +357,8 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         wg, wu, wd = mlp(lc)
         slot_stride = -(-4 * ring_rows(taps) * d // ALIGN) * ALIGN
         ring = Tensor(lc.take(slot_stride * opts.slots), (ring_rows(taps), d))
-        stride = -(-(lc.at - at) // BLOCK_ALIGN) * BLOCK_ALIGN
+        unit = math.lcm(BLOCK_ALIGN, 4 * d)           # whole ring rows: a block's ring is m0's register moved
+        stride = -(-(lc.at - at) // unit) * unit
         conv = ConvLayerPlan(ln1, ln2, tw, cin, cout, wg, wu, wd, ring, stride, slot_stride)
         at += n_conv * stride
 
@@ -368,4 +382,4 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
                          f"DRAM; the card has {tcfg.DRAM_BYTES / 2**20:.0f} MiB",
                          hint="use fewer KV pages (--ctx) or a 4-bit --format")
     return ImagePlan(cfg, opts, D, fmt, layer, final_norm, head, embed, cos, sin, mask, tri, logits, mailbox, chain,
-                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind, conv, layer_runs(cfg))
+                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind, conv, conv_runs(cfg)[0])

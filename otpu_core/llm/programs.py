@@ -6,9 +6,8 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
 
 - `step_kernel(plan, spec)`: one run over `spec.groups` (row groups: `n` consecutive positions of
   one sequence slot, all in the bucket its page list ends with). Embeddings are gathered on the
-  card from the int8 table; the layers run in the model's order as runs of one kind
-  (`plan.runs`), each run one hardware loop over its kind's identical blocks (a lone layer
-  inline), so a one-kind model is one loop; in an attention layer each row appends its K and
+  card from the int8 table; a one-kind model's layers run as one hardware loop over identical
+  blocks, a two-kind model's as nested loops over each kind's blocks (`_layers`); in an attention layer each row appends its K and
   V^T to its page, then every row attends causally over its own prefix; in a convolution layer
   (LFM2) each group's rows run the short convolution over its slot's ring (kernels/conv.py).
   Either way a run of R rows leaves the same bits as R runs of one row. Optionally the last
@@ -27,6 +26,7 @@ keyed by the model layer's source too, so a program is traced once per shape and
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -36,6 +36,7 @@ from .. import ol
 from ..kernels.attention import PagedAttention
 from ..kernels.conv import RingRows, short_conv
 from ..kernels.embedding import embed
+from ..kernels.mlp import UNROLL as MLP_UNROLL
 from ..kernels.mlp import swiglu_mlp
 from ..kernels.norm import rmsnorm, rmsnorm_quantized
 from ..kernels.rope import rope
@@ -216,31 +217,75 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
     return ol.dot(q, Ly.wo)
 
 
-def _conv(plan: ImagePlan, Ly, h: Tile, rows: _Rows) -> Tile:
+def _conv(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = None) -> Tile:
     """One convolution layer's mixer for every row: in_proj to B, C, x; per group the short
-    convolution of B*x over its slot's ring; C times it; out_proj."""
+    convolution of B*x over its slot's ring; C times it; out_proj. `block`: the layer's block
+    number as a (1,) tile, when `Ly` is addressed by it (its ring is then reached from block 0's)."""
     d = plan.cfg.d
     bcx = ol.dot(rmsnorm_quantized(h, ol.load(Ly.ln1), plan.cfg.norm_eps, Ly.cin), Ly.cin)
     y = rows.tile(d)
     r = 0
     for g, grp in enumerate(rows.groups):
         u = [_row(bcx, r + j)[0:d] * _row(bcx, r + j)[2 * d:3 * d] for j in range(grp.n)]
-        for j, c in enumerate(short_conv(u, Ly.taps, Ly.ring_of(grp.slot), rows.ring[g])):
+        if block is None:
+            ring, at = Ly.ring_of(grp.slot), rows.ring[g]
+        else:
+            ring, at = plan.conv.ring_of(grp.slot), rows.ring[g].moved(block, plan.conv.stride // (4 * d))
+        for j, c in enumerate(short_conv(u, Ly.taps, ring, at)):
             _row(y, r + j).set(_row(bcx, r + j)[d:2 * d] * c)
         r += grp.n
     del bcx
     return ol.dot(y, Ly.cout)
 
 
+def _mlp(plan: ImagePlan, Ly, h: Tile, split: bool) -> Tile:
+    """The SwiGLU MLP; `split`: as unrolled groups of at most UNROLL chunks (no hardware loop, for
+    a body already at the loop depth limit)."""
+    fc = plan.f_chunk
+    chunks = plan.cfg.ffn // fc
+    if not split or chunks <= MLP_UNROLL:
+        return swiglu_mlp(rmsnorm_quantized(h, ol.load(Ly.ln2), plan.cfg.norm_eps, Ly.wg), Ly.wg, Ly.wu, Ly.wd, fc)
+    x = rmsnorm_quantized(h, ol.load(Ly.ln2), plan.cfg.norm_eps, Ly.wg)
+    y = None
+    for c0 in range(0, chunks, MLP_UNROLL):
+        n = min(MLP_UNROLL, chunks - c0)
+        down = dataclasses.replace(Ly.wd.part(c0), part_stride=Ly.wd.part_stride)
+        part = swiglu_mlp(x, Ly.wg.rows(c0 * fc, n * fc), Ly.wu.rows(c0 * fc, n * fc), down, fc)
+        y = part if y is None else y + part
+    return y
+
+
 def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
+    """One kind: one hardware loop over its blocks. Two kinds (LFM2): the convolution layers
+    before the first attention layer, then a loop over the attention layers, each followed by
+    a loop over its run of convolution layers (the count RLD'd from the attention block, the
+    block from a counter on the card: a loop of run-time count cannot step addresses), so each kind's body is traced once whatever the order; a body inside the inner loop
+    keeps its MLP unrolled (loops nest at most four deep, and the generate loop uses two)."""
     cfg = plan.cfg
     cos, sin = (rows.table_rows(plan.cos), rows.table_rows(plan.sin)) if plan.layer is not None else (None, None)
-    for kind, first, count in plan.runs:
-        for li in (ol.range(count) if count > 1 else (0,)):
-            Ly = plan.block(kind).at(li if first == 0 else ol.Affine.of(li) + first)
+
+    def conv_layer(Ly, split=False, block=None):
+        nonlocal h
+        h += _conv(plan, Ly, h, rows, block)
+        h += _mlp(plan, Ly, h, split)
+
+    if not plan.mixed:
+        kind = cfg.kinds[0]
+        for li in ol.range(cfg.layers):
+            Ly = plan.block(kind).at(li)
             h += _conv(plan, Ly, h, rows) if kind == "conv" else _attention(plan, Ly, h, rows, cos, sin)
-            h += swiglu_mlp(rmsnorm_quantized(h, ol.load(Ly.ln2), cfg.norm_eps, Ly.wg), Ly.wg, Ly.wu, Ly.wd,
-                            plan.f_chunk)
+            h += _mlp(plan, Ly, h, False)
+        return h
+    for li in (ol.range(plan.lead_convs) if plan.lead_convs > 1 else range(plan.lead_convs)):
+        conv_layer(plan.conv.at(li))
+    block = ol.full((1,), float(plan.lead_convs))          # the next convolution block, counted on the card
+    for a in ol.range(len(cfg.kind_layers("attention"))):
+        Ly = plan.layer.at(a)
+        h += _attention(plan, Ly, h, rows, cos, sin)
+        h += _mlp(plan, Ly, h, False)
+        for _ in ol.range(ol.rld(ol.load(Ly.convs_after))):
+            conv_layer(plan.conv.at(0, ol.rld(block, scale=plan.conv.stride)), split=True, block=block)
+            block += 1.0
     return h
 
 
