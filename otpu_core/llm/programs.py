@@ -222,20 +222,23 @@ def _conv(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = None) 
     convolution of B*x over its slot's ring; C times it; out_proj. `block`: the layer's block
     number as a (1,) tile, when `Ly` is addressed by it (its ring is then reached from block 0's)."""
     d = plan.cfg.d
-    bcx = ol.dot(rmsnorm_quantized(h, ol.load(Ly.ln1), plan.cfg.norm_eps, Ly.cin), Ly.cin)
-    y = rows.tile(d)
+    xn = rmsnorm_quantized(h, ol.load(Ly.ln1), plan.cfg.norm_eps, Ly.cin)
+    # in_proj's three row blocks as three MMs (each output the bits of the one wide MM): B and x die
+    # as soon as B*x exists, which keeps TMEM for wide models' prefill rows
+    u = ol.dot(xn, Ly.cin.rows(0, d)) * ol.dot(xn, Ly.cin.rows(2 * d, d))
+    c = ol.dot(xn, Ly.cin.rows(d, d))
+    del xn
     r = 0
     for g, grp in enumerate(rows.groups):
-        u = [_row(bcx, r + j)[0:d] * _row(bcx, r + j)[2 * d:3 * d] for j in range(grp.n)]
         if block is None:
             ring, at = Ly.ring_of(grp.slot), rows.ring[g]
         else:
             ring, at = plan.conv.ring_of(grp.slot), rows.ring[g].moved(block, plan.conv.stride // (4 * d))
-        for j, c in enumerate(short_conv(u, Ly.taps, ring, at)):
-            _row(y, r + j).set(_row(bcx, r + j)[d:2 * d] * c)
+        for j, conv in enumerate(short_conv([_row(u, r + j) for j in range(grp.n)], Ly.taps, ring, at)):
+            _row(c, r + j).set(_row(c, r + j) * conv)
         r += grp.n
-    del bcx
-    return ol.dot(y, Ly.cout)
+    del u
+    return ol.dot(c, Ly.cout)
 
 
 def _mlp(plan: ImagePlan, Ly, h: Tile, split: bool) -> Tile:
