@@ -5,7 +5,7 @@ quantised projections, W_down's parts; a convolution block's taps as [taps, d] a
 zeroed) and zeroes its KV pool (stale bits in a scale would turn into NaN
 when the attention multiplies padding by zero), the final norm, LM head and embedding table,
 the tables (RoPE cos/sin in fp32 from the float64 angles, attention mask rows, the sampler's
-triangle of ones), the chain table and the HALT program, and clears every slot's I/O area. It
+triangle of ones, a two-kind model's layer order), the chain table and the HALT program, and clears every slot's I/O area. It
 works through any Backend (`write(addr, data)`), so the same bytes reach the golden simulator's
 DRAM and a card's.
 """
@@ -49,6 +49,9 @@ def write_tables(backend, plan: ImagePlan) -> None:
     backend.write(plan.sin.base.const, sin.astype(np.float32))
     backend.write(plan.mask.base.const, mask_table(plan.opts.page))
     backend.write(plan.tri.base.const, np.tril(np.ones((KMAX, KMAX), np.float32)))
+    if plan.mixed:                    # the layer order: each attention block's count of convolution layers after it
+        for a, (_, n) in enumerate(conv_runs(plan.cfg)[1]):
+            backend.write(plan.layer.at(a).convs_after.base.const, np.array([n], np.float32))
 
     words = []
     for slot in plan.prog_slots:
@@ -85,8 +88,6 @@ def write_model(backend, plan: ImagePlan, conv: Converted, seq_wc: bool = False,
                 backend.write(Ly.qn.base.const, T[f"qn.{l}"])
                 backend.write(Ly.kn.base.const, T[f"kn.{l}"])
             backend.write(Ly.gate.base.const, np.array([1.0, 0.0] if cfg.uses_rope(l) else [0.0, 1.0], np.float32))
-            if Ly.convs_after is not None:
-                backend.write(Ly.convs_after.base.const, np.array([conv_runs(cfg)[1][block][1]], np.float32))
             for k in ("wq", "wk", "wv", "wo"):
                 _packed(backend, getattr(Ly, k), T[f"{k}.{l}"], f"{k}.{l}")
             _zeros(backend, Ly.kv.k.const, plan.opts.pages * plan.layer.page_stride)
