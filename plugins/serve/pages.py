@@ -54,7 +54,9 @@ class PagePool:
     def match(self, tokens: list[int]) -> list[int]:
         """The cached pages that hold a prefix of `tokens`, leaving at least the last token to feed."""
         out, P = [], self.page
-        while self.sharing and (len(out) + 1) * P <= len(tokens) - 1:
+        if not self.sharing:
+            return out
+        while (len(out) + 1) * P <= len(tokens) - 1:
             p = self._by_prefix.get(tuple(tokens[:(len(out) + 1) * P]))
             if p is None:
                 break
