@@ -4,16 +4,18 @@
    the step program at position 512, random int8 weights, weight cache warm; timing model on and
    off; wall and CPU seconds, native kernels unless OTPU_NATIVE=0) against a numpy float32
    forward of the same shapes. openTPU's simulator: about 3 s; goal: under 1 s.
-2. card: the timing model's tok/s of Qwen3-0.6B on ypcb-00338 at 133.33 MHz, int8 and 4-bit
-   (int8 head), decode at position 544 and a 512-token prefill in runs of 4 rows, against the
-   card's measured 21.6 / 31.3 decode and 92.1 / 103.4 prefill tok/s (models.md 4a). Goal: within 15%.
+2. card: the timing model's tok/s on ypcb-00338 at 133.33 MHz (as shipped and as build B) of
+   Qwen3-0.6B, LFM2.5-230M and LFM2-2.6B shapes, int8 and 4-bit (int8 head), decode at position
+   544 and a 512-token prefill in runs of 4 rows, against the card's measured decode / prefill
+   tok/s (models.md 4a: Qwen3 21.6 / 92.1 int8, 31.3 / 103.4 4-bit; LFM2.5 59.0 / 295.6,
+   85.8 / 335.4; LFM2-2.6B 6.05 / 21.4, 10.96 / 20.6). Goal: within 15%.
 3. host: the host's CPU time per generated token on the card path (the generate loop on the
    simulated card: the main thread only polls the state block and reads ids; the simulated card
    runs on its own thread) against the 0.17-0.30 ms the real card's host measured.
 4. convert: conversion of a Qwen3-0.6B-shaped safetensors file (bf16, random) to int8 in a child
    process: seconds against reading every tensor, and peak RSS against the card-format size + 1 GiB.
 
-Run: python benchmarks/bench_llm.py [--only sim,card,host,convert] [--keep DIR]
+Run: python benchmarks/bench_llm.py [--only sim,card,host,convert] [--models Qwen3-0.6B,...] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -36,7 +38,20 @@ from otpu_core.target import load
 
 QWEN3_0_6B = ModelConfig("qwen3", vocab=151936, d=1024, layers=28, heads=16, kv_heads=8, head_dim=128, ffn=3072,
                          tied=True, context=40960, name="qwen3-0.6b-shaped")
-MEASURED = {"int8": (21.6, 92.1), "fp4": (31.3, 103.4)}      # decode, prefill device tok/s on the card
+# LFM2 shapes: layer orders assumed (the 14- and 30-layer `layer_types` are not in models.md): attention at
+# every other layer from 2 in the 230M, 8 of 30 in the 2.6B; the 2.6B's MLP is its block_ff_dim 10752
+# unadjusted (2.57B parameters, the 2.66 GB a token its measured 16.1 GB/s at 6.05 tok/s implies)
+LFM2_5_230M = ModelConfig("lfm2", vocab=65536, d=1024, layers=14, heads=16, kv_heads=8, head_dim=64, ffn=2560,
+                          tied=True, context=32768, conv_taps=3, name="lfm2.5-230m-shaped",
+                          layer_kinds=tuple("attention" if i in (2, 4, 6, 8, 10, 12) else "conv" for i in range(14)))
+LFM2_2_6B = ModelConfig("lfm2", vocab=65536, d=2048, layers=30, heads=32, kv_heads=8, head_dim=64, ffn=10752,
+                        tied=True, context=32768, conv_taps=3, name="lfm2-2.6b-shaped",
+                        layer_kinds=tuple("attention" if i in (2, 6, 10, 14, 18, 21, 24, 27) else "conv"
+                                          for i in range(30)))
+# model -> format -> (decode, prefill) device tok/s measured on the card (models.md 4a)
+MEASURED = {"Qwen3-0.6B": (QWEN3_0_6B, {"int8": (21.6, 92.1), "fp4": (31.3, 103.4)}),
+            "LFM2.5-230M": (LFM2_5_230M, {"int8": (59.0, 295.6), "fp4": (85.8, 335.4)}),
+            "LFM2-2.6B": (LFM2_2_6B, {"int8": (6.05, 21.4), "fp4": (10.96, 20.6)})}
 T = "ypcb-00338"
 
 
@@ -54,31 +69,35 @@ def _random_rows(q, rng) -> tuple[np.ndarray, np.ndarray]:
     return rows, scales
 
 
+def _random_weight(be, q, rng) -> None:
+    rows, scales = _random_rows(q, rng)
+    be.write(q.data.const, rows)
+    be.write(q.scale.const, scales)
+
+
 def random_image(be, plan, rng) -> None:
     """Every weight of the plan random (as the format allows), norms 1, tables as the model's."""
     cfg = plan.cfg
     ones_d, ones_h = np.ones(cfg.d, np.float32), np.ones(cfg.head_dim, np.float32)
-    for l in range(cfg.layers):
-        Ly = plan.layer.at(l)
-        for t in (Ly.ln1, Ly.ln2):
-            be.write(t.base.const, ones_d)
-        for t in (Ly.qn, Ly.kn):
-            be.write(t.base.const, ones_h)
-        be.write(Ly.gate.base.const, np.array([1, 0], np.float32))
-        for k in ("wq", "wk", "wv", "wo", "wg", "wu"):
-            q = getattr(Ly, k)
-            rows, scales = _random_rows(q, rng)
-            be.write(q.data.const, rows)
-            be.write(q.scale.const, scales)
-        for c in range(cfg.ffn // plan.f_chunk):
-            q = Ly.wd.part(c)
-            rows, scales = _random_rows(q, rng)
-            be.write(q.data.const, rows)
-            be.write(q.scale.const, scales)
+    for kind in ("attention", "conv"):
+        for l in range(len(cfg.kind_layers(kind))):
+            Ly = plan.block(kind).at(l)
+            for t in (Ly.ln1, Ly.ln2):
+                be.write(t.base.const, ones_d)
+            if kind == "attention":
+                for t in (Ly.qn, Ly.kn):
+                    be.write(t.base.const, ones_h)
+                be.write(Ly.gate.base.const, np.array([1, 0], np.float32))
+            else:
+                be.write(Ly.taps.base.const, rng.standard_normal(Ly.taps.shape).astype(np.float32))
+            for k in ("wq", "wk", "wv", "wo") if kind == "attention" else ("cin", "cout"):
+                _random_weight(be, getattr(Ly, k), rng)
+            for k in ("wg", "wu"):
+                _random_weight(be, getattr(Ly, k), rng)
+            for c in range(cfg.ffn // plan.f_chunk):
+                _random_weight(be, Ly.wd.part(c), rng)
     be.write(plan.final_norm.base.const, ones_d)
-    rows, scales = _random_rows(plan.head, rng)
-    be.write(plan.head.data.const, rows)
-    be.write(plan.head.scale.const, scales)
+    _random_weight(be, plan.head, rng)
     image.write_tables(be, plan)
     be.write(plan.io(0)["ids"].base.const, rng.integers(0, cfg.vocab, plan.opts.ctx).astype(np.float32))
 
@@ -155,10 +174,10 @@ def bench_sim(rng) -> None:
           f"{t_sim / t_np:.1f}x wall, {cpu / cpu_np:.1f}x CPU (timing off)")
 
 
-def _modelled(t, fmt: str, rng) -> tuple[float, float, dict]:
+def _modelled(cfg: ModelConfig, t, fmt: str, rng) -> tuple[float, float, dict]:
     """(decode tok/s at 544, 512-token prefill tok/s, the decode step's unit utilisation)."""
     hz = t.core_hz
-    plan = layout.plan(QWEN3_0_6B, t.config(), layout.ImageOptions(fmt=fmt, pages=3, ctx=768))
+    plan = layout.plan(cfg, t.config(), layout.ImageOptions(fmt=fmt, pages=3, ctx=768))
     be = IsaBackend(t, timing=True)
     random_image(be, plan, rng)
     c0 = be.counters()
@@ -170,7 +189,7 @@ def _modelled(t, fmt: str, rng) -> tuple[float, float, dict]:
     return hz / dec, 512 / prefill_s, util
 
 
-def bench_card(rng) -> None:
+def bench_card(rng, models=tuple(MEASURED)) -> None:
     """The target as shipped, then as the measured card is: build B has MM PAIR (the target file says
     PAIR = false), and its V^T appends cost about 3 cycles per byte (1.05-1.37% of a decode token's
     cycles on the card; the target's VT_APPEND_CYCLES is 8)."""
@@ -178,13 +197,15 @@ def bench_card(rng) -> None:
     base = load(T)
     card = dataclasses.replace(base, name="build B", arch=base.arch.replace(PAIR=True),
                                uarch=dataclasses.replace(base.uarch, VT_APPEND_CYCLES=3))
-    for fmt, t in (("int8", base), ("fp4", base), ("int8", card), ("fp4", card)):
-        dec, pre, util = _modelled(t, fmt, rng)
-        m_dec, m_pre = MEASURED[fmt]
-        busy = " ".join(f"{k[:3]} {100 * v:.0f}%" for k, v in util.items())
-        print(f"card: Qwen3-0.6B {fmt:4s} on {t.name:10s} decode {dec:5.1f} tok/s, measured {m_dec} (ratio "
-              f"{dec / m_dec:.2f}; {busy}); prefill {pre:5.1f} tok/s, measured {m_pre} (ratio {pre / m_pre:.2f}); "
-              "goal within 15%")
+    for name in models:
+        cfg, measured = MEASURED[name]
+        for fmt, t in (("int8", base), ("fp4", base), ("int8", card), ("fp4", card)):
+            dec, pre, util = _modelled(cfg, t, fmt, rng)
+            m_dec, m_pre = measured[fmt]
+            busy = " ".join(f"{k[:3]} {100 * v:.0f}%" for k, v in util.items())
+            print(f"card: {name} {fmt:4s} on {t.name:10s} decode {dec:6.2f} tok/s, measured {m_dec} (ratio "
+                  f"{dec / m_dec:.2f}; {busy}); prefill {pre:6.1f} tok/s, measured {m_pre} (ratio {pre / m_pre:.2f}); "
+                  "goal within 15%", flush=True)
 
 
 def bench_host(rng) -> None:
@@ -281,6 +302,7 @@ def bench_convert(rng, keep: str | None) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="sim,card,host,convert")
+    ap.add_argument("--models", default=",".join(MEASURED), help=f"card part: some of {', '.join(MEASURED)}")
     ap.add_argument("--keep", help="directory for the 0.6B-shaped safetensors (kept between runs)")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
@@ -290,7 +312,7 @@ def main() -> None:
     if "host" in parts:
         bench_host(rng)
     if "card" in parts:
-        bench_card(rng)
+        bench_card(rng, a.models.split(","))
     if "sim" in parts:
         bench_sim(rng)
     if "convert" in parts:

@@ -15,6 +15,7 @@ from . import ol
 from .kernels import (GdnWeights, append_kv, argmax, attention, embed, gated_deltanet_step, geglu_mlp, greedy_head,
                       linear, matmul, paged_attention, rmsnorm, rmsnorm_quantized, rope, softcap_rows, softmax,
                       swiglu_mlp, topk)
+from .kernels import conv
 from .target import load as load_target
 from .kernels.decoder import DecoderShape, check_layers, decoder_step, plan_layer
 from .ol.runtime import Image
@@ -212,6 +213,24 @@ def _embed(t):
     return img, ol.compile_kernel(kernel, t, head=hq, out=out), {"tok": 17}
 
 
+def _short_conv(t):
+    """Two rows at position 7 over a ring holding the history (kernels/conv.py: the ring row from the
+    position word on the card, the stores of each row's copies)."""
+    rng = _rng("short_conv")
+    taps, d = 3, 32
+    img = Image(t)
+    u, w = rng.standard_normal((2, d)).astype(np.float32), rng.standard_normal((taps, d)).astype(np.float32)
+    ring = rng.standard_normal((conv.ring_rows(taps), d)).astype(np.float32)
+    ut, wt, rt = img.tensor(u), img.tensor(w), img.tensor(ring)
+    pos, out = img.tensor(np.array([7.0], np.float32)), img.tensor(shape=(2, d))
+
+    def kernel(u, w, ring, pos, out):
+        rows = conv.RingRows(ol.load(pos), taps, 4 * d)
+        for j, y in enumerate(conv.short_conv([ol.load(u[0]), ol.load(u[1])], w, ring, rows)):
+            ol.store(out[j], y)
+    return img, ol.compile_kernel(kernel, t, u=ut, w=wt, ring=rt, pos=pos, out=out), {}
+
+
 DECODER = DecoderShape(layers=2, d=64, heads=2, kv_heads=1, head_dim=32, ffn=64, vocab=64, cap=32, f_chunk=32,
                        head_chunk=64, attn_block=32)
 
@@ -240,7 +259,7 @@ def kernel_cases(target: str = "nangate45-small") -> list[KernelCase]:
     cases += [KernelCase(name, fn, target) for name, fn in (
         ("rmsnorm", _rmsnorm), ("rmsnorm_quantized", _rmsnorm_quantized), ("softmax", _softmax), ("rope", _rope),
         ("attention", _attention), ("sampling argmax topk", _sampling), ("greedy_head", _greedy_head),
-        ("embed", _embed))]
+        ("embed", _embed), ("short_conv", _short_conv))]
     cases += [KernelCase(f"swiglu_mlp {fmt}", _mlp(fmt), target) for fmt in ("int8", "fp4x6")]
     cases.append(KernelCase("decoder_step", _decoder, target))
     cases += [KernelCase("sliding_window attention", _sliding_window, target),

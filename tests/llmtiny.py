@@ -49,6 +49,9 @@ def config(family: str = "qwen3", D: int = 32, **kw) -> ModelConfig:
                 name=f"tiny-{family}")
     if family == "smollm3":          # SmolLM3's pattern (every 4th layer without RoPE), as llama.cpp assumes it
         base["layers"], base["nope_layers"] = 4, (3,)
+    if family == "lfm2":             # `c A c A c`; heads half a block wide, so the card zero-pads them
+        base.update(layers=5, layer_kinds=("conv", "attention", "conv", "attention", "conv"), conv_taps=3,
+                    head_dim=D // 2, heads=4, kv_heads=2, tied=True)
     base.update(kw)
     return ModelConfig(family, **base)
 

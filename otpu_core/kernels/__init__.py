@@ -18,6 +18,8 @@
 - sampling: `argmax` and `topk` over a vocabulary in chunks, `greedy_head` (argmax straight from
   the LM head's MMs)
 - embedding: `embed` (a row of the tied int8 LM head gathered on the card through the MXU)
+- conv: `conv.short_conv` (the causal depthwise convolution over time of LFM2's convolution
+  layers, L taps, its state a ring in DRAM addressed from the run-time position)
 """
 from .activations import gelu_tanh, softcap, softcap_rows
 from .attention import append_kv, attention, paged_attention

@@ -22,6 +22,7 @@ import numpy as np
 
 from .config import ModelConfig
 from .errors import ModelError
+from .families import GLOBAL_TENSORS, KIND_TENSORS
 
 HASH_CHUNK = 16 << 20
 
@@ -56,6 +57,17 @@ class Checkpoint:
 
     @property
     def display(self) -> str: return str(self.path)
+
+
+def file_names(config: ModelConfig, gguf: bool) -> dict[str, str]:
+    """Canonical name (layer tensors as `wq.3`) -> the tensor's name in a GGUF or Hugging Face file."""
+    fam = config.spec
+    name = fam.gguf_name if gguf else fam.hf_name
+    out = {canon: name(canon) for canon in GLOBAL_TENSORS}
+    for i in range(config.layers):
+        for canon in KIND_TENSORS[config.kinds[i]]:
+            out[f"{canon}.{i}"] = name(canon).format(i=i)
+    return out
 
 
 def check_shapes(config: ModelConfig, shapes: dict[str, tuple[int, ...]], names: dict[str, str], where: str) -> None:

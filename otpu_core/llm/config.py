@@ -3,7 +3,11 @@
 The config is everything the references and the card program need besides the weights: sizes,
 RMSNorm epsilon, RoPE base and per-frequency scaling (Llama 3's, given as divisors of the base
 frequencies exactly as llama.cpp's `rope_freqs` tensor holds them), which layers skip RoPE,
-whether the LM head is the embedding, and the special token ids. `tensor_shapes()` says what
+whether the LM head is the embedding, the special token ids, the kind of every layer
+(`layer_kinds`, families.KINDS; empty: attention throughout) and the short convolution's taps.
+`real_head_dim` is set only on the card's view of a model whose heads were zero-padded to the
+block size (`layout.card_config`): RoPE then turns the real dims only and the q/k norms divide
+by the real width. `tensor_shapes()` says what
 every tensor of such a model must look like, so a checkpoint whose tensors disagree with its
 config is refused by name.
 """
@@ -17,7 +21,7 @@ import numpy as np
 
 from . import families
 from .errors import ModelError
-from .families import GLOBAL_TENSORS, LAYER_TENSORS, QK_NORM_TENSORS, Family
+from .families import GLOBAL_TENSORS, KIND_TENSORS, KINDS, QK_NORM_TENSORS, Family
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,9 @@ class ModelConfig:
     eos_ids: tuple[int, ...] = ()
     pad_id: int | None = None
     name: str = "model"
+    layer_kinds: tuple[str, ...] = ()                # per layer (families.KINDS); () = attention throughout
+    conv_taps: int = 0                               # short convolution length (LFM2's L_cache)
+    real_head_dim: int = 0                           # card view of zero-padded heads: the model's head_dim
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -53,8 +60,23 @@ class ModelConfig:
 
     def uses_rope(self, layer: int) -> bool: return layer not in self.nope_layers
 
-    def layer_tensors(self) -> list[str]:
-        return [k for k in LAYER_TENSORS if self.qk_norm or k not in QK_NORM_TENSORS]
+    @property
+    def kinds(self) -> tuple[str, ...]: return self.layer_kinds or ("attention",) * self.layers
+
+    def kind_layers(self, kind: str) -> list[int]:
+        """The layers of one kind, in order (a layer's index among them is its block number)."""
+        return [i for i, k in enumerate(self.kinds) if k == kind]
+
+    @property
+    def rope_dim(self) -> int: return self.real_head_dim or self.head_dim
+
+    @property
+    def qk_eps(self) -> float:
+        """The q/k norms' epsilon over head_dim values (padded heads: scaled so the mean is the real one's)."""
+        return self.norm_eps * self.rope_dim / self.head_dim if self.real_head_dim else self.norm_eps
+
+    def layer_tensors(self, layer: int = 0) -> list[str]:
+        return [k for k in KIND_TENSORS[self.kinds[layer]] if self.qk_norm or k not in QK_NORM_TENSORS]
 
     def global_tensors(self) -> list[str]:
         return [k for k in GLOBAL_TENSORS if not (self.tied and k == "head")]
@@ -63,19 +85,23 @@ class ModelConfig:
         """Canonical name (layer tensors as `wq.3`) -> Hugging Face shape [out, in] or (n,)."""
         s, q, kv = self, self.heads * self.head_dim, self.kv_heads * self.head_dim
         per = {"ln1": (s.d,), "wq": (q, s.d), "wk": (kv, s.d), "wv": (kv, s.d), "wo": (s.d, q), "qn": (s.head_dim,),
-               "kn": (s.head_dim,), "ln2": (s.d,), "wg": (s.ffn, s.d), "wu": (s.ffn, s.d), "wd": (s.d, s.ffn)}
+               "kn": (s.head_dim,), "ln2": (s.d,), "wg": (s.ffn, s.d), "wu": (s.ffn, s.d), "wd": (s.d, s.ffn),
+               "cin": (3 * s.d, s.d), "conv": (s.d, s.conv_taps), "cout": (s.d, s.d)}
         out = {"embed": (s.vocab, s.d), "final_norm": (s.d,), "head": (s.vocab, s.d)}
         out = {k: v for k, v in out.items() if k in self.global_tensors()}
         for i in range(s.layers):
-            for k in self.layer_tensors():
+            for k in self.layer_tensors(i):
                 out[f"{k}.{i}"] = per[k]
         return out
 
     def inv_freq(self) -> np.ndarray:
-        """float64 [head_dim/2] RoPE frequencies: theta^(-2i/d), divided by the scaling factors."""
-        half = self.head_dim // 2
-        f = 1.0 / self.rope_theta ** (np.arange(half, dtype=np.float64) * 2.0 / self.head_dim)
-        return f / np.asarray(self.rope_factors, np.float64) if self.rope_factors is not None else f
+        """float64 [head_dim/2] RoPE frequencies: theta^(-2i/d), divided by the scaling factors. Padded
+        heads: the real frequencies first, then zeros (the padding's pairs stay unturned)."""
+        half, real = self.head_dim // 2, self.rope_dim
+        f = 1.0 / self.rope_theta ** (np.arange(real // 2, dtype=np.float64) * 2.0 / real)
+        if self.rope_factors is not None:
+            f = f / np.asarray(self.rope_factors, np.float64)
+        return np.concatenate([f, np.zeros(half - real // 2)])
 
     def rope_tables(self, positions: int) -> tuple[np.ndarray, np.ndarray]:
         """cos, sin float64 [positions, head_dim/2] (rotate-half layout)."""
@@ -95,12 +121,20 @@ class ModelConfig:
             raise ModelError(f"{where}: head_dim {self.head_dim} is odd; RoPE rotates pairs")
         if not self.norm_eps > 0 or not self.rope_theta > 0:
             raise ModelError(f"{where}: norm epsilon {self.norm_eps} and RoPE theta {self.rope_theta} must be positive")
-        if self.rope_factors is not None and len(self.rope_factors) != self.head_dim // 2:
-            raise ModelError(f"{where}: {len(self.rope_factors)} RoPE frequency factors for head_dim {self.head_dim} "
-                             f"(need {self.head_dim // 2})")
+        if self.rope_factors is not None and len(self.rope_factors) != self.rope_dim // 2:
+            raise ModelError(f"{where}: {len(self.rope_factors)} RoPE frequency factors for head_dim {self.rope_dim} "
+                             f"(need {self.rope_dim // 2})")
         for e in self.eos_ids:
             if not 0 <= e < self.vocab:
                 raise ModelError(f"{where}: end-of-sequence id {e} is outside the vocabulary of {self.vocab}")
+        if self.layer_kinds:
+            if len(self.layer_kinds) != self.layers:
+                raise ModelError(f"{where}: {len(self.layer_kinds)} layer types for {self.layers} layers")
+            bad = [k for k in self.layer_kinds if k not in KINDS]
+            if bad:
+                raise ModelError(f"{where}: layer kind '{bad[0]}' is not supported", hint=f"kinds: {', '.join(KINDS)}")
+        if "conv" in self.kinds and not (isinstance(self.conv_taps, int) and self.conv_taps >= 2):
+            raise ModelError(f"{where}: short convolution length {self.conv_taps!r}; it must be an integer >= 2")
         return self
 
     def with_(self, **kw) -> "ModelConfig": return replace(self, **kw)
@@ -179,15 +213,52 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
         step = int(cfg.get("no_rope_layer_interval", fam.nope_every))
         nope = tuple(i for i in range(layers) if (i + 1) % step == 0)
     eos = _ids((generation or {}).get("eos_token_id", cfg.get("eos_token_id")))
+    kinds, taps, ffn = _hf_layer_kinds(cfg, fam, layers, where), 0, _hf_ffn(cfg, where)
+    if "conv" in kinds:
+        if cfg.get("conv_bias", False):
+            raise ModelError(f"{where}: conv_bias = true; this layer runs bias-free convolutions")
+        taps = int(_need(cfg, "conv_L_cache", where))
     return ModelConfig(
         family=fam.name, vocab=int(_need(cfg, "vocab_size", where)), d=d, layers=layers, heads=heads,
         kv_heads=int(cfg.get("num_key_value_heads") or heads), head_dim=head_dim,
-        ffn=int(_need(cfg, "intermediate_size", where)), norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        ffn=ffn, norm_eps=float(cfg.get("rms_norm_eps", cfg.get("norm_eps", 1e-6))), layer_kinds=kinds, conv_taps=taps,
         rope_theta=theta, rope_factors=factors, nope_layers=nope,
         tied=bool(cfg.get("tie_word_embeddings", False)), context=int(cfg.get("max_position_embeddings", 4096)),
         bos_id=cfg.get("bos_token_id") if isinstance(cfg.get("bos_token_id"), int) else None, eos_ids=eos,
         pad_id=cfg.get("pad_token_id") if isinstance(cfg.get("pad_token_id"), int) else None, name=name,
     ).check(where)
+
+
+def _hf_layer_kinds(cfg: dict, fam: Family, layers: int, where: str) -> tuple[str, ...]:
+    """Per-layer kinds from `layer_types` (or LFM2's older `full_attn_idxs`); () for one-kind families."""
+    if not fam.layer_types:
+        return ()
+    names = dict(fam.layer_types)
+    types = cfg.get("layer_types")
+    if types is None:                  # as transformers: the older attention list, else attention throughout
+        idx = set(cfg.get("full_attn_idxs") or range(layers))
+        types = ["full_attention" if i in idx else "conv" for i in range(layers)]
+    if not isinstance(types, list):
+        raise ModelError(f"{where}: missing key 'layer_types'")
+    if len(types) != layers:
+        raise ModelError(f"{where}: layer_types has {len(types)} entries for {layers} layers")
+    for i, t in enumerate(types):
+        if t not in names:
+            raise ModelError(f"{where}: layer_types[{i}] = {t!r} is not supported", hint=f"supported: {', '.join(names)}")
+    return tuple(names[t] for t in types)
+
+
+def _hf_ffn(cfg: dict, where: str) -> int:
+    """The MLP width; LFM2's `block_auto_adjust_ff_dim` shrinks `block_ff_dim` as llama.cpp's converter does
+    (2/3, times the multiplier, rounded up to `block_multiple_of`)."""
+    ffn = int(cfg["block_ff_dim"] if "block_ff_dim" in cfg else _need(cfg, "intermediate_size", where))
+    if cfg.get("block_auto_adjust_ff_dim"):
+        ffn = int(2 * ffn / 3)
+        if cfg.get("block_ffn_dim_multiplier") is not None:
+            ffn = int(float(cfg["block_ffn_dim_multiplier"]) * ffn)
+        m = int(cfg.get("block_multiple_of", 256))
+        ffn = m * ((ffn + m - 1) // m)
+    return ffn
 
 
 # -- GGUF metadata -------------------------------------------------------------------------------------
@@ -227,11 +298,26 @@ def from_gguf(meta: dict[str, Any], where: str, tied: bool, rope_factors: tuple[
     if step:
         nope = tuple(i for i in range(layers) if (i + 1) % step == 0)
     kv = get("attention.head_count_kv", heads)
+    kinds, taps = (), 0
+    if isinstance(kv, (list, tuple)):             # per layer; LFM2 writes 0 for its convolution layers
+        if len(kv) != layers:
+            raise ModelError(f"{where}: {arch}.attention.head_count_kv has {len(kv)} entries for {layers} layers")
+        counts = {int(x) for x in kv if int(x)}
+        if len(counts) != 1:
+            raise ModelError(f"{where}: {arch}.attention.head_count_kv {list(kv)}: the attention layers must share "
+                             "one KV head count")
+        if 0 in [int(x) for x in kv]:
+            if not fam.layer_types:
+                raise ModelError(f"{where}: {arch}.attention.head_count_kv has layers without attention, which a "
+                                 f"{fam.name} model does not have")
+            kinds = tuple("attention" if int(x) else "conv" for x in kv)
+            taps = int(get("shortconv.l_cache"))
+        kv = counts.pop()
     eos = meta.get("tokenizer.ggml.eos_token_id")
     extra_eos = meta.get("tokenizer.ggml.eot_token_id")
     return ModelConfig(
         family=fam.name, vocab=int(get("vocab_size", vocab)), d=d, layers=layers, heads=heads,
-        kv_heads=int(kv if not isinstance(kv, (list, tuple)) else kv[0]), head_dim=head_dim,
+        kv_heads=int(kv), head_dim=head_dim, layer_kinds=kinds, conv_taps=taps,
         ffn=int(get("feed_forward_length")), norm_eps=float(get("attention.layer_norm_rms_epsilon")),
         rope_theta=float(get("rope.freq_base", 10000.0)), rope_factors=rope_factors, nope_layers=nope, tied=tied,
         context=int(get("context_length", 4096)), bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),

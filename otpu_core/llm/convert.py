@@ -3,7 +3,10 @@
 `convert(ckpt, fmt, target)` quantises every matrix with `formats.quantize` (the format
 definitions of docs/formats.md) in the card format's layer and head formats, splits W_down into
 its F-chunk column parts (each part quantised on its own, as the MLP kernel reads it), keeps the
-norms as fp32, and makes the embedding table the card gathers from (`layout.embed_kind`: fp32
+norms (and a convolution's taps) as fp32, zero-pads heads narrower than the block to it
+(`layout.card_config`; `pad_heads` places each half of a head's dims at the start of a half of
+the padded head and scales the q/k norms, or q itself without them, so scores keep the real
+width's 1/sqrt(head_dim)), and makes the embedding table the card gathers from (`layout.embed_kind`: fp32
 rows for a small table, else int8 rows, the head itself when it is tied and int8). Tensors are read one at a time and large ones quantised in row chunks,
 and each result is appended to the cache file as soon as it exists, so memory stays near one
 source tensor.
@@ -31,7 +34,8 @@ from .. import formats, isa
 from ..target import Target
 from .checkpoint import Checkpoint, models_cache
 from .errors import ModelError
-from .layout import CardFormat, card_format, embed_kind, f_chunk_for
+from .families import NORM_TENSORS
+from .layout import CardFormat, card_config, card_format, embed_kind, f_chunk_for
 
 CONVERT_VERSION = 2
 ROW_CHUNK = 8192                   # rows quantised at once (bounds the float64 temporaries)
@@ -63,8 +67,8 @@ def _plan_tensors(ckpt: Checkpoint, fmt: CardFormat) -> list[tuple[str, str, int
     cfg = ckpt.config
     out = []
     for i in range(cfg.layers):
-        for k in cfg.layer_tensors():
-            wf = None if k in ("ln1", "ln2", "qn", "kn") else fmt.layer_wf
+        for k in cfg.layer_tensors(i):
+            wf = None if k in NORM_TENSORS else fmt.layer_wf
             out.append((f"{k}.{i}", f"{k}.{i}", wf))
     out.append(("final_norm", "final_norm", None))
     out.append(("head", "head", fmt.head_wf))
@@ -72,6 +76,28 @@ def _plan_tensors(ckpt: Checkpoint, fmt: CardFormat) -> list[tuple[str, str, int
     if kind != "head":
         out.append(("embed", "embed", isa.WF_INT8 if kind == "int8" else None))
     return out
+
+
+def pad_heads(kind: str, w: np.ndarray, cfg) -> np.ndarray:
+    """A head tensor of the model (real head_dim r) in the card's padded heads (cfg.head_dim P)."""
+    r, P = cfg.real_head_dim, cfg.head_dim
+    at = np.concatenate([np.arange(r // 2), P // 2 + np.arange(r - r // 2)])
+
+    def rows(a: np.ndarray, heads: int) -> np.ndarray:
+        out = np.zeros((heads, P) + a.shape[1:], np.float64)
+        out[:, at] = a.reshape((heads, r) + a.shape[1:])
+        return out.reshape((heads * P,) + a.shape[1:])
+    if kind == "wq":
+        out = rows(w, cfg.heads)
+        return out if cfg.qk_norm else out * np.sqrt(P / r)
+    if kind in ("wk", "wv"):
+        return rows(w, cfg.kv_heads)
+    if kind == "wo":
+        return rows(w.T, cfg.heads).T
+    return rows(w, 1) * (np.sqrt(r / P) if kind == "kn" else 1.0)       # qn, kn
+
+
+HEAD_TENSORS = ("wq", "wk", "wv", "wo", "qn", "kn")
 
 
 def cache_key(ckpt: Checkpoint, fmt: CardFormat, target: Target, f_chunk: int) -> str:
@@ -101,6 +127,7 @@ def convert(ckpt: Checkpoint, fmt_name: str, target: Target, progress: Progress 
         return load(final, fmt, D)
     t0 = time.perf_counter()
     todo = _plan_tensors(ckpt, fmt)
+    card = card_config(ckpt.config, D)
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}."))
     index: dict = {"key": key, "format": fmt.name, "D": D, "f_chunk": f_chunk, "model": ckpt.config.name,
@@ -111,6 +138,8 @@ def convert(ckpt: Checkpoint, fmt_name: str, target: Target, progress: Progress 
                 if progress is not None:
                     progress(n, len(todo), name)
                 w = ckpt.get(src)
+                if card.real_head_dim and src.split(".")[0] in HEAD_TENSORS:
+                    w = pad_heads(src.split(".")[0], w, card).astype(np.float32)
                 if not np.isfinite(w).all():
                     bad = np.argwhere(~np.isfinite(w))[0]
                     raise ModelError(f"{ckpt.path}: tensor '{src}' holds {w[tuple(bad)]} at {list(bad)}; "

@@ -185,6 +185,11 @@ class Engine:
         self.program_cache = program_cache
         self._free_slots = list(range(opts.slots))
 
+    @property
+    def prefix_reuse(self) -> bool:
+        """Whether KV pages alone resume a sequence (not with convolution layers: their state is the slot's ring)."""
+        return self.plan.conv is None
+
     # -- programs ---------------------------------------------------------------------------------------
     def program(self, spec) -> Prepared:
         prog = self._programs.get(spec)

@@ -1,4 +1,4 @@
-"""Model families as data: what differs between Qwen3, Llama and SmolLM3 decoders, and tensor names.
+"""Model families as data: what differs between Qwen3, Llama, SmolLM3 and LFM2 decoders, and tensor names.
 
 A family is a row of facts, not code: the architecture names a Hugging Face `config.json` or a
 GGUF file uses for it, whether it has per-head q/k RMSNorm, whether llama.cpp's converter
@@ -7,8 +7,17 @@ skips RoPE (SmolLM3's NoPE layers) and its sampling defaults. Every other part o
 layer (loaders, references, the card program) reads these fields and never tests a family's
 name, so a new dense family of this shape is one more entry in `FAMILIES`.
 
+Layer kinds: a layer is one of `KINDS` (its mixer: "attention", the GQA block; "conv", LFM2's
+gated short convolution), each with the canonical tensors `KIND_TENSORS` lists; every kind ends
+in the same SwiGLU MLP. A family whose config names the kind of each layer (LFM2's
+`layer_types`) maps those names through `layer_types`; the others are attention throughout.
+A new kind (Gated DeltaNet, sliding attention) is a `KINDS` entry, its tensors and its mixer
+in the references and the card program.
+
 Tensor names: `LAYER_TENSORS` and `GLOBAL_TENSORS` map the layer's canonical names (`wq`,
-`ln1`, ...) to the Hugging Face and llama.cpp (GGUF) names; shapes are Hugging Face's [out, in].
+`ln1`, ...) to the Hugging Face and llama.cpp (GGUF) names; a family's `hf_names` /
+`gguf_names` override them (LFM2 calls o_proj `out_proj` and the final norm
+`embedding_norm`); shapes are Hugging Face's [out, in].
 """
 from __future__ import annotations
 
@@ -27,6 +36,15 @@ class Family:
     gguf_permuted_qk: bool           # llama.cpp stored q/k rows permuted for interleaved-pair RoPE
     nope_every: int = 0              # default: every n-th layer (1-based) has no RoPE (SmolLM3: 4)
     sampling: Sampling = Sampling()  # recommended: what otpu-chat uses unless told otherwise (seed aside)
+    layer_types: tuple[tuple[str, str], ...] = ()   # config.json layer_types value -> kind
+    hf_names: tuple[tuple[str, str], ...] = ()      # canonical -> Hugging Face name template (overrides)
+    gguf_names: tuple[tuple[str, str], ...] = ()    # canonical -> GGUF name template (overrides)
+
+    def hf_name(self, canon: str) -> str:
+        return dict(self.hf_names).get(canon) or {**LAYER_TENSORS, **GLOBAL_TENSORS}[canon][0]
+
+    def gguf_name(self, canon: str) -> str:
+        return dict(self.gguf_names).get(canon) or {**LAYER_TENSORS, **GLOBAL_TENSORS}[canon][1]
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
@@ -36,6 +54,16 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            sampling=Sampling(0.6, 40, 0.9, 1.0)),
     Family("smollm3", ("SmolLM3ForCausalLM",), ("smollm3",), qk_norm=False, gguf_permuted_qk=True, nope_every=4,
            sampling=Sampling(0.6, 40, 0.95, 1.0)),
+    Family("lfm2", ("Lfm2ForCausalLM",), ("lfm2",), qk_norm=True, gguf_permuted_qk=False,
+           sampling=Sampling(0.3, 50, 1.0, 1.05),
+           layer_types=(("full_attention", "attention"), ("conv", "conv")),
+           hf_names=(("ln1", "model.layers.{i}.operator_norm.weight"), ("ln2", "model.layers.{i}.ffn_norm.weight"),
+                     ("wo", "model.layers.{i}.self_attn.out_proj.weight"),
+                     ("qn", "model.layers.{i}.self_attn.q_layernorm.weight"),
+                     ("kn", "model.layers.{i}.self_attn.k_layernorm.weight"),
+                     ("wg", "model.layers.{i}.feed_forward.w1.weight"), ("wu", "model.layers.{i}.feed_forward.w3.weight"),
+                     ("wd", "model.layers.{i}.feed_forward.w2.weight"), ("final_norm", "model.embedding_norm.weight")),
+           gguf_names=(("final_norm", "token_embd_norm.weight"),)),
 )}
 
 # canonical layer tensor -> (Hugging Face name, GGUF name); {i} is the layer index
@@ -51,13 +79,23 @@ LAYER_TENSORS: dict[str, tuple[str, str]] = {
     "wg": ("model.layers.{i}.mlp.gate_proj.weight", "blk.{i}.ffn_gate.weight"),
     "wu": ("model.layers.{i}.mlp.up_proj.weight", "blk.{i}.ffn_up.weight"),
     "wd": ("model.layers.{i}.mlp.down_proj.weight", "blk.{i}.ffn_down.weight"),
+    "cin": ("model.layers.{i}.conv.in_proj.weight", "blk.{i}.shortconv.in_proj.weight"),
+    "conv": ("model.layers.{i}.conv.conv.weight", "blk.{i}.shortconv.conv.weight"),
+    "cout": ("model.layers.{i}.conv.out_proj.weight", "blk.{i}.shortconv.out_proj.weight"),
 }
+MLP_TENSORS = ("ln2", "wg", "wu", "wd")
+KIND_TENSORS: dict[str, tuple[str, ...]] = {
+    "attention": ("ln1", "wq", "wk", "wv", "wo", "qn", "kn") + MLP_TENSORS,
+    "conv": ("ln1", "cin", "conv", "cout") + MLP_TENSORS,     # in_proj rows: B, C, x (d each); conv: [d, taps]
+}
+KINDS = tuple(KIND_TENSORS)
 GLOBAL_TENSORS: dict[str, tuple[str, str]] = {
     "embed": ("model.embed_tokens.weight", "token_embd.weight"),
     "final_norm": ("model.norm.weight", "output_norm.weight"),
     "head": ("lm_head.weight", "output.weight"),
 }
 QK_NORM_TENSORS = ("qn", "kn")
+NORM_TENSORS = ("ln1", "ln2", "qn", "kn", "conv")     # kept fp32 on the card (the conv taps too)
 # tensors whose presence means a computation this layer does not do (refused, never ignored)
 REFUSED_SUFFIXES = (".bias",)
 

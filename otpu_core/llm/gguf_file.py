@@ -18,7 +18,7 @@ from ..errors import UsageError
 from ..gguf_source import GgufModel
 from . import config as config_mod
 from . import families
-from .checkpoint import Checkpoint, TokenizerSource, check_shapes
+from .checkpoint import Checkpoint, TokenizerSource, check_shapes, file_names
 from .errors import ModelError
 
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q6_K")
@@ -47,18 +47,6 @@ def open_gguf(path: Path) -> Checkpoint:
     fam = families.for_gguf(arch, str(path)) if arch else None
     if fam is None:
         raise ModelError(f"{path}: missing key 'general.architecture'")
-    names: dict[str, str] = {}
-    for canon, (_, gname) in families.GLOBAL_TENSORS.items():
-        names[canon] = gname
-    n_layers = int(meta.get(f"{arch}.block_count", 0))
-    for i in range(n_layers):
-        for canon, (_, gname) in families.LAYER_TENSORS.items():
-            names[f"{canon}.{i}"] = gname.format(i=i)
-    for canon, gname in names.items():
-        t = tensors.get(gname)
-        if t is not None and t.ggml_type not in SUPPORTED_TYPES:
-            raise ModelError(f"{path}: tensor '{gname}' is stored as {t.ggml_type}, which this loader does "
-                             "not dequantise", hint=f"supported: {', '.join(SUPPORTED_TYPES)}")
     for gname in tensors:
         if gname.endswith(families.REFUSED_SUFFIXES):
             raise ModelError(f"{path}: tensor '{gname}': biases are not part of a {fam.name} decoder this layer runs")
@@ -68,6 +56,12 @@ def open_gguf(path: Path) -> Checkpoint:
     cfg = config_mod.from_gguf(meta, str(path), tied="output.weight" not in tensors, rope_factors=factors,
                                vocab=len(tokens) if tokens is not None else None,
                                name=str(meta.get("general.name") or path.stem))
+    names = file_names(cfg, gguf=True)
+    for gname in names.values():
+        t = tensors.get(gname)
+        if t is not None and t.ggml_type not in SUPPORTED_TYPES:
+            raise ModelError(f"{path}: tensor '{gname}' is stored as {t.ggml_type}, which this loader does "
+                             "not dequantise", hint=f"supported: {', '.join(SUPPORTED_TYPES)}")
     shapes = {canon: tensors[g].shape for canon, g in names.items()
               if g in tensors}
     check_shapes(cfg, shapes, names, str(path))

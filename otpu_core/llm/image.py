@@ -1,10 +1,11 @@
 """Writing a converted model into card DRAM at the places its `ImagePlan` gives.
 
-`write_model(backend, plan, conv)` writes every layer block (norms, the rope gate, the quantised
-projections, W_down's parts) and zeroes its KV pool (stale bits in a scale would turn into NaN
+`write_model(backend, plan, conv)` writes every layer block of its kind (norms, the rope gate, the
+quantised projections, W_down's parts; a convolution block's taps as [taps, d] and its rings
+zeroed) and zeroes its KV pool (stale bits in a scale would turn into NaN
 when the attention multiplies padding by zero), the final norm, LM head and embedding table,
 the tables (RoPE cos/sin in fp32 from the float64 angles, attention mask rows, the sampler's
-triangle of ones), the chain table and the HALT program, and clears every slot's I/O area. It
+triangle of ones, a two-kind model's layer order), the chain table and the HALT program, and clears every slot's I/O area. It
 works through any Backend (`write(addr, data)`), so the same bytes reach the golden simulator's
 DRAM and a card's.
 """
@@ -18,7 +19,7 @@ from .. import isa
 from ..kernels.attention import mask_table
 from .convert import Converted
 from .errors import ModelError
-from .layout import KMAX, ImagePlan
+from .layout import KMAX, ImagePlan, conv_runs
 
 ZERO_CHUNK = 16 << 20
 
@@ -48,6 +49,10 @@ def write_tables(backend, plan: ImagePlan) -> None:
     backend.write(plan.sin.base.const, sin.astype(np.float32))
     backend.write(plan.mask.base.const, mask_table(plan.opts.page))
     backend.write(plan.tri.base.const, np.tril(np.ones((KMAX, KMAX), np.float32)))
+    if plan.mixed:                    # the layer order: each attention block's count of convolution layers after it
+        for a, (_, n) in enumerate(conv_runs(plan.cfg)[1]):
+            backend.write(plan.layer.at(a).convs_after.base.const, np.array([n], np.float32))
+
     words = []
     for slot in plan.prog_slots:
         words += [plan.halt_slot, slot, 1, 0]
@@ -67,22 +72,31 @@ def write_model(backend, plan: ImagePlan, conv: Converted, seq_wc: bool = False,
                 progress: Callable[[int, int, str], None] | None = None) -> None:
     cfg, T = plan.cfg, conv.tensors
     total = cfg.layers + 2
-    for l in range(cfg.layers):
+    for l, kind in enumerate(cfg.kinds):
         if progress is not None:
             progress(l, total, f"layer {l}")
-        Ly = plan.layer.at(l)
+        block = cfg.kind_layers(kind).index(l)
+        if kind == "conv":
+            Ly = plan.conv.at(block)
+            backend.write(Ly.taps.base.const, np.ascontiguousarray(np.asarray(T[f"conv.{l}"], np.float32).T))
+            for k in ("cin", "cout"):
+                _packed(backend, getattr(Ly, k), T[f"{k}.{l}"], f"{k}.{l}")
+            _zeros(backend, Ly.ring.base.const, plan.conv.slot_stride * plan.opts.slots)
+        else:
+            Ly = plan.layer.at(block)
+            if cfg.qk_norm:
+                backend.write(Ly.qn.base.const, T[f"qn.{l}"])
+                backend.write(Ly.kn.base.const, T[f"kn.{l}"])
+            backend.write(Ly.gate.base.const, np.array([1.0, 0.0] if cfg.uses_rope(l) else [0.0, 1.0], np.float32))
+            for k in ("wq", "wk", "wv", "wo"):
+                _packed(backend, getattr(Ly, k), T[f"{k}.{l}"], f"{k}.{l}")
+            _zeros(backend, Ly.kv.k.const, plan.opts.pages * plan.layer.page_stride)
         backend.write(Ly.ln1.base.const, T[f"ln1.{l}"])
         backend.write(Ly.ln2.base.const, T[f"ln2.{l}"])
-        if cfg.qk_norm:
-            backend.write(Ly.qn.base.const, T[f"qn.{l}"])
-            backend.write(Ly.kn.base.const, T[f"kn.{l}"])
-        backend.write(Ly.gate.base.const, np.array([1.0, 0.0] if cfg.uses_rope(l) else [0.0, 1.0], np.float32))
-        for k in ("wq", "wk", "wv", "wo", "wg", "wu"):
+        for k in ("wg", "wu"):
             _packed(backend, getattr(Ly, k), T[f"{k}.{l}"], f"{k}.{l}")
-        parts = T[f"wd.{l}"]
-        for c, part in enumerate(parts):
+        for c, part in enumerate(T[f"wd.{l}"]):
             _packed(backend, Ly.wd.part(c), part, f"wd.{l}")
-        _zeros(backend, Ly.kv.k.const, plan.opts.pages * plan.layer.page_stride)
     if progress is not None:
         progress(cfg.layers, total, "head")
     backend.write(plan.final_norm.base.const, T["final_norm"])

@@ -11,24 +11,36 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
   host-read steps, the chain mailbox (one word per bucket) and the chain table;
 - the tables: RoPE cos and sin for every position (llama 3 scaling already applied), the
   additive attention mask rows, the lower-triangular ones of the sampler's cumulative sums;
-- the layer blocks, all one size and 4 KiB aligned so the layer loop steps one address
-  register: norms, the rope gate (1, 0) or (0, 1), the quantised projections (W_down as
-  F-chunk column parts), then the KV pool: `pages` pages of `page` tokens, each page holding
+- the layer blocks, one array per layer kind (families.KINDS), all blocks of a kind one size
+  and 4 KiB aligned so a loop over layers of that kind steps one address register. An attention block: norms, the rope
+  gate (1, 0) or (0, 1), the quantised projections (W_down as F-chunk column parts), then the
+  KV pool (in a model with convolution layers too, the count of those that follow the layer,
+  an fp32 word the program RLDs, sits after the gate); `pages` pages of `page` tokens, each page holding
   per KV head K token-major [page, head_dim] int8 with fp32 scales per (token, D-block) and
   V^T dim-major [head_dim, page] int8 with one fp32 scale per token. A sequence owns a list of
   page numbers (the same page number in every layer and head), so whoever schedules
-  sequences owns the pages; the final norm, the LM head and the embedding table (`embed_kind`:
+  sequences owns the pages. A convolution block (LFM2): norms, the taps [taps, d] fp32, in_proj
+  (B, C, x rows), out_proj, the MLP, then per sequence slot its ring of fp32 rows
+  (kernels/conv.py). After the blocks: the final norm, the LM head and the embedding table (`embed_kind`:
   fp32 rows gathered by one LD when the table is at most 64 MiB, else int8 rows gathered through
   the MXU: the head itself when it is tied and int8);
 - the program slots the generate loop chains through (a one-instruction HALT and two bucket
   programs, double-buffered).
+
+Heads narrower than the block size D (LFM2's 64 on a D=128 card) are zero-padded to a whole
+block (`card_config`): each half of a head's real dims starts a half of the padded head, so
+rotate-half RoPE over the padded width turns the real pairs (the tables' padding frequencies
+are 0), and convert.py scales the q/k norm weights so the norms and the attention's
+1/sqrt(head_dim) come out as the real width's.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from .. import formats, isa, ol
+from ..kernels.conv import ring_rows
 from ..ol import Affine, KVCache, QTensor, Tensor
 from ..target import Config
 from .config import ModelConfig
@@ -112,15 +124,67 @@ class LayerPlan:
     stride: int                 # bytes between layer blocks
     page_stride: int            # bytes between pages
     head_stride: int            # bytes between KV heads of one page
+    convs_after: Tensor | None = None   # two-kind models: the count of convolution layers after this one (fp32)
 
     def at(self, l) -> "LayerPlan":
         delta = Affine.of(l) * self.stride
-        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
-                                            for f in dataclasses.fields(self)[:13]})
+        moved = {f.name: ol.shift(getattr(self, f.name), delta) for f in dataclasses.fields(self)[:13]}
+        if self.convs_after is not None:
+            moved["convs_after"] = ol.shift(self.convs_after, delta)
+        return dataclasses.replace(self, **moved)
 
     def page(self, p, g: int) -> KVCache:
         """Page p (affine: a loop over a run of pages) of KV head g."""
         return ol.shift(self.kv, Affine.of(p) * self.page_stride + g * self.head_stride)
+
+
+@dataclass(eq=False)
+class ConvLayerPlan:
+    """Block 0 of the convolution layers (kernels/conv.py) and the strides to any block and slot's ring."""
+    ln1: Tensor
+    ln2: Tensor
+    taps: Tensor                # [taps, d] fp32: tap k multiplies position p - (taps-1) + k
+    cin: QTensor                # [3d, d]: rows B, C, x
+    cout: QTensor
+    wg: QTensor
+    wu: QTensor
+    wd: QTensor
+    ring: Tensor                # slot 0's ring [ring_rows(taps), d] fp32
+    stride: int
+    slot_stride: int
+
+    def at(self, l, base=0) -> "ConvLayerPlan":
+        """Block l (affine), moved by `base` bytes more (a device value: a run's first block)."""
+        delta = Affine.of(l) * self.stride + base
+        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
+                                            for f in dataclasses.fields(self)[:9]})
+
+    def ring_of(self, slot: int) -> Tensor:
+        return ol.shift(self.ring, slot * self.slot_stride)
+
+
+def card_config(cfg: ModelConfig, D: int) -> ModelConfig:
+    """The model as the card runs it: heads narrower than a multiple of D zero-padded to one."""
+    padded = -(-cfg.head_dim // D) * D
+    if padded == cfg.head_dim or cfg.real_head_dim:
+        return cfg
+    return cfg.with_(head_dim=padded, real_head_dim=cfg.head_dim)
+
+
+def conv_runs(cfg: ModelConfig) -> tuple[int, list[tuple[int, int]]]:
+    """A mixed model's order as (convolution layers before the first attention layer, and per
+    attention layer the (first block, count) of the convolution layers that follow it)."""
+    lead, after, conv = 0, [], 0
+    for kind in cfg.kinds:
+        if kind == "attention":
+            after.append([conv, 0])
+        elif after:
+            after[-1][1] += 1
+            conv += 1
+        else:
+            lead += 1
+            conv += 1
+    return lead, [tuple(a) for a in after]
 
 
 class _Cursor:
@@ -136,11 +200,11 @@ class _Cursor:
 
 @dataclass(eq=False)
 class ImagePlan:
-    cfg: ModelConfig
+    cfg: ModelConfig                 # the card's view (card_config: heads padded to D)
     opts: ImageOptions
     D: int
     fmt: CardFormat
-    layer: LayerPlan
+    layer: LayerPlan | None          # the attention blocks
     final_norm: Tensor
     head: QTensor
     embed: QTensor | Tensor      # int8 rows (a QTensor: the head itself when shared) or fp32 rows (a Tensor)
@@ -158,13 +222,22 @@ class ImagePlan:
     layers_at: int = 0
     end: int = 0
     embed_kind: str = "head"          # embed_kind(): "f32", "head" or "int8"
+    conv: ConvLayerPlan | None = None     # the convolution blocks
+    lead_convs: int = 0                   # mixed models: convolution layers before the first attention layer
+
+    @property
+    def mixed(self) -> bool: return self.layer is not None and self.conv is not None
 
     def io(self, slot: int) -> dict[str, Tensor]: return self.slot_io[slot]
 
-    @property
-    def f_chunk(self) -> int: return self.layer.wd.K
+    def block(self, kind: str):
+        return {"attention": self.layer, "conv": self.conv}[kind]
 
-    def kv_bytes(self) -> int: return self.cfg.layers * self.opts.pages * self.layer.page_stride
+    @property
+    def f_chunk(self) -> int: return (self.layer or self.conv).wd.K
+
+    def kv_bytes(self) -> int:
+        return len(self.cfg.kind_layers("attention")) * self.opts.pages * self.layer.page_stride if self.layer else 0
 
 
 def _weight(cur: _Cursor, n: int, k: int, wf: int, D: int) -> QTensor:
@@ -225,6 +298,7 @@ def check_fits(cfg: ModelConfig, tcfg: Config, opts: ImageOptions) -> None:
 
 
 def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) -> ImagePlan:
+    cfg = card_config(cfg, tcfg.D)
     check_fits(cfg, tcfg, opts)
     fmt = card_format(opts.fmt)
     D, P, V = tcfg.D, opts.page, cfg.vocab
@@ -245,28 +319,50 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     sin = Tensor(cur.take(4 * opts.ctx * cfg.head_dim // 2), (opts.ctx, cfg.head_dim // 2))
     mask = Tensor(cur.take(4 * P * P), (P, P))
     tri = Tensor(cur.take(4 * KMAX * KMAX), (KMAX, KMAX))
+    n_attn, n_conv = len(cfg.kind_layers("attention")), len(cfg.kind_layers("conv"))
 
     layers_at = -(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN
-    lc = _Cursor(layers_at)
     d, q, kv, hd = cfg.d, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.head_dim
-    wf = fmt.layer_wf
-    ln1, ln2 = Tensor(lc.take(4 * d), (d,)), Tensor(lc.take(4 * d), (d,))
-    qn, kn = Tensor(lc.take(4 * hd), (hd,)), Tensor(lc.take(4 * hd), (hd,))
-    gate = Tensor(lc.take(8), (2,))
-    wq, wk, wv = _weight(lc, q, d, wf, D), _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
-    wo = _weight(lc, d, q, wf, D)
-    wg, wu = _weight(lc, cfg.ffn, d, wf, D), _weight(lc, cfg.ffn, d, wf, D)
-    wd = _parts(lc, d, cfg.ffn, f_chunk_for(cfg.ffn, D, opts.f_chunk), wf, D)
-    kb_h = hd // D
-    kv0 = KVCache(lc.take(P * hd), lc.take(4 * P * kb_h), lc.take(hd * P), lc.take(4 * P), P, hd)
-    head_stride = kv0.v_scale.const + 4 * P - kv0.k.const
-    head_stride = -(-head_stride // ALIGN) * ALIGN
-    page_stride = head_stride * cfg.kv_heads
-    lc.at = kv0.k.const + page_stride * opts.pages
-    stride = -(-(lc.at - layers_at) // BLOCK_ALIGN) * BLOCK_ALIGN
-    layer = LayerPlan(ln1, ln2, qn, kn, gate, wq, wk, wv, wo, wg, wu, wd, kv0, stride, page_stride, head_stride)
+    wf, fc = fmt.layer_wf, f_chunk_for(cfg.ffn, D, opts.f_chunk)
 
-    gc = _Cursor(layers_at + cfg.layers * stride)
+    def mlp(lc: _Cursor) -> tuple[QTensor, QTensor, QTensor]:
+        wg, wu = _weight(lc, cfg.ffn, d, wf, D), _weight(lc, cfg.ffn, d, wf, D)
+        return wg, wu, _parts(lc, d, cfg.ffn, fc, wf, D)
+
+    at, layer, conv = layers_at, None, None
+    if n_attn:
+        lc = _Cursor(at)
+        ln1, ln2 = Tensor(lc.take(4 * d), (d,)), Tensor(lc.take(4 * d), (d,))
+        qn, kn = Tensor(lc.take(4 * hd), (hd,)), Tensor(lc.take(4 * hd), (hd,))
+        gate = Tensor(lc.take(8), (2,))
+        after = Tensor(lc.take(4), (1,)) if n_conv else None
+        wq, wk, wv = _weight(lc, q, d, wf, D), _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
+        wo = _weight(lc, d, q, wf, D)
+        wg, wu, wd = mlp(lc)
+        kb_h = hd // D
+        kv0 = KVCache(lc.take(P * hd), lc.take(4 * P * kb_h), lc.take(hd * P), lc.take(4 * P), P, hd)
+        head_stride = kv0.v_scale.const + 4 * P - kv0.k.const
+        head_stride = -(-head_stride // ALIGN) * ALIGN
+        page_stride = head_stride * cfg.kv_heads
+        lc.at = kv0.k.const + page_stride * opts.pages
+        stride = -(-(lc.at - at) // BLOCK_ALIGN) * BLOCK_ALIGN
+        layer = LayerPlan(ln1, ln2, qn, kn, gate, wq, wk, wv, wo, wg, wu, wd, kv0, stride, page_stride, head_stride,
+                          after)
+        at += n_attn * stride
+    if n_conv:
+        lc, taps = _Cursor(at), cfg.conv_taps
+        ln1, ln2 = Tensor(lc.take(4 * d), (d,)), Tensor(lc.take(4 * d), (d,))
+        tw = Tensor(lc.take(4 * taps * d), (taps, d))
+        cin, cout = _weight(lc, 3 * d, d, wf, D), _weight(lc, d, d, wf, D)
+        wg, wu, wd = mlp(lc)
+        slot_stride = -(-4 * ring_rows(taps) * d // ALIGN) * ALIGN
+        ring = Tensor(lc.take(slot_stride * opts.slots), (ring_rows(taps), d))
+        unit = math.lcm(BLOCK_ALIGN, 4 * d)           # whole ring rows: a block's ring is m0's register moved
+        stride = -(-(lc.at - at) // unit) * unit
+        conv = ConvLayerPlan(ln1, ln2, tw, cin, cout, wg, wu, wd, ring, stride, slot_stride)
+        at += n_conv * stride
+
+    gc = _Cursor(at)
     final_norm = Tensor(gc.take(4 * d), (d,))
     head = _weight(gc, V, d, fmt.head_wf, D)
     ekind = embed_kind(cfg, fmt)
@@ -286,4 +382,4 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
                          f"DRAM; the card has {tcfg.DRAM_BYTES / 2**20:.0f} MiB",
                          hint="use fewer KV pages (--ctx) or a 4-bit --format")
     return ImagePlan(cfg, opts, D, fmt, layer, final_norm, head, embed, cos, sin, mask, tri, logits, mailbox, chain,
-                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind)
+                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind, conv, conv_runs(cfg)[0])

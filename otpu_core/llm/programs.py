@@ -6,9 +6,11 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
 
 - `step_kernel(plan, spec)`: one run over `spec.groups` (row groups: `n` consecutive positions of
   one sequence slot, all in the bucket its page list ends with). Embeddings are gathered on the
-  card from the int8 table; the layers run as one hardware loop over identical layer blocks;
-  each row appends its K and V^T to its page, then every row attends causally over its own
-  prefix (so a run of R rows leaves the same bits as R runs of one row); optionally the last
+  card from the int8 table; a one-kind model's layers run as one hardware loop over identical
+  blocks, a two-kind model's as nested loops over each kind's blocks (`_layers`); in an attention layer each row appends its K and
+  V^T to its page, then every row attends causally over its own prefix; in a convolution layer
+  (LFM2) each group's rows run the short convolution over its slot's ring (kernels/conv.py).
+  Either way a run of R rows leaves the same bits as R runs of one row. Optionally the last
   row of each group writes its logits. Prefill is this with R rows and no logits.
 - `generate_kernel(plan, spec)`: a hardware loop of tokens (count = min(tokens left, room in the
   bucket), computed on the card) around a 0/1 loop gated by `alive`: the step for one row, the
@@ -24,6 +26,7 @@ keyed by the model layer's source too, so a program is traced once per shape and
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,7 +34,9 @@ from pathlib import Path
 
 from .. import ol
 from ..kernels.attention import PagedAttention
+from ..kernels.conv import RingRows, short_conv
 from ..kernels.embedding import embed
+from ..kernels.mlp import UNROLL as MLP_UNROLL
 from ..kernels.mlp import swiglu_mlp
 from ..kernels.norm import rmsnorm, rmsnorm_quantized
 from ..kernels.rope import rope
@@ -110,6 +115,10 @@ class _Rows:
         hd = cfg.head_dim
         for p in self.pos:
             p.prepare(hd, 4 * (hd // plan.D), 1, 4, 4 * P, 2 * hd)
+        self.ring = []                  # per group: its convolution ring rows (before any layer loop)
+        if plan.conv is not None:
+            taps = cfg.conv_taps
+            self.ring = [RingRows(w, taps, 4 * cfg.d) for w in pos_words]
 
     @property
     def R(self) -> int: return len(self.of)
@@ -174,6 +183,7 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
         gate = ol.load(Ly.gate)
         c, s = cos * gate[0:1] + gate[1:2], sin * gate[0:1]
     qn, kn = (ol.load(Ly.qn), ol.load(Ly.kn)) if cfg.qk_norm else (None, None)
+    qk_eps = cfg.qk_eps
     pending = None
     for r, (g, j) in enumerate(rows.of):
         # Row r appends its K and V^T, then attends; its mask hides every later slot of the page, so
@@ -181,7 +191,7 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
         grp = rows.groups[g]
         qr, kr = _row(q, r).reshape(H, hd), _row(k, r).reshape(KV, hd)
         if qn is not None:
-            qr, kr = rmsnorm(qr, qn, eps), rmsnorm(kr, kn, eps)
+            qr, kr = rmsnorm(qr, qn, qk_eps), rmsnorm(kr, kn, qk_eps)
         qr, kr = rope(qr, _row(c, r), _row(s, r)), rope(kr, _row(c, r), _row(s, r))
         vr = _row(v, r)
         slots = [rows.token_slot(Ly.page(grp.pages[-1], kh), g, j) for kh in range(KV)]
@@ -207,13 +217,78 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
     return ol.dot(q, Ly.wo)
 
 
+def _conv(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = None) -> Tile:
+    """One convolution layer's mixer for every row: in_proj to B, C, x; per group the short
+    convolution of B*x over its slot's ring; C times it; out_proj. `block`: the layer's block
+    number as a (1,) tile, when `Ly` is addressed by it (its ring is then reached from block 0's)."""
+    d = plan.cfg.d
+    xn = rmsnorm_quantized(h, ol.load(Ly.ln1), plan.cfg.norm_eps, Ly.cin)
+    # in_proj's three row blocks as three MMs (each output the bits of the one wide MM): B and x die
+    # as soon as B*x exists, which keeps TMEM for wide models' prefill rows
+    u = ol.dot(xn, Ly.cin.rows(0, d)) * ol.dot(xn, Ly.cin.rows(2 * d, d))
+    c = ol.dot(xn, Ly.cin.rows(d, d))
+    del xn
+    r = 0
+    for g, grp in enumerate(rows.groups):
+        if block is None:
+            ring, at = Ly.ring_of(grp.slot), rows.ring[g]
+        else:
+            ring, at = plan.conv.ring_of(grp.slot), rows.ring[g].moved(block, plan.conv.stride // (4 * d))
+        for j, conv in enumerate(short_conv([_row(u, r + j) for j in range(grp.n)], Ly.taps, ring, at)):
+            _row(c, r + j).set(_row(c, r + j) * conv)
+        r += grp.n
+    del u
+    return ol.dot(c, Ly.cout)
+
+
+def _mlp(plan: ImagePlan, Ly, h: Tile, split: bool) -> Tile:
+    """The SwiGLU MLP; `split`: as unrolled groups of at most UNROLL chunks (no hardware loop, for
+    a body already at the loop depth limit)."""
+    fc = plan.f_chunk
+    chunks = plan.cfg.ffn // fc
+    if not split or chunks <= MLP_UNROLL:
+        return swiglu_mlp(rmsnorm_quantized(h, ol.load(Ly.ln2), plan.cfg.norm_eps, Ly.wg), Ly.wg, Ly.wu, Ly.wd, fc)
+    x = rmsnorm_quantized(h, ol.load(Ly.ln2), plan.cfg.norm_eps, Ly.wg)
+    y = None
+    for c0 in range(0, chunks, MLP_UNROLL):
+        n = min(MLP_UNROLL, chunks - c0)
+        down = dataclasses.replace(Ly.wd.part(c0), part_stride=Ly.wd.part_stride)
+        part = swiglu_mlp(x, Ly.wg.rows(c0 * fc, n * fc), Ly.wu.rows(c0 * fc, n * fc), down, fc)
+        y = part if y is None else y + part
+    return y
+
+
 def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
+    """One kind: one hardware loop over its blocks. Two kinds (LFM2): the convolution layers
+    before the first attention layer, then a loop over the attention layers, each followed by
+    a loop over its run of convolution layers (the count RLD'd from the attention block, the
+    block from a counter on the card: a loop of run-time count cannot step addresses), so each kind's body is traced once whatever the order; a body inside the inner loop
+    keeps its MLP unrolled (loops nest at most four deep, and the generate loop uses two)."""
     cfg = plan.cfg
-    cos, sin = rows.table_rows(plan.cos), rows.table_rows(plan.sin)
-    for li in ol.range(cfg.layers):
-        Ly = plan.layer.at(li)
+    cos, sin = (rows.table_rows(plan.cos), rows.table_rows(plan.sin)) if plan.layer is not None else (None, None)
+
+    def conv_layer(Ly, split=False, block=None):
+        nonlocal h
+        h += _conv(plan, Ly, h, rows, block)
+        h += _mlp(plan, Ly, h, split)
+
+    if not plan.mixed:
+        kind = cfg.kinds[0]
+        for li in ol.range(cfg.layers):
+            Ly = plan.block(kind).at(li)
+            h += _conv(plan, Ly, h, rows) if kind == "conv" else _attention(plan, Ly, h, rows, cos, sin)
+            h += _mlp(plan, Ly, h, False)
+        return h
+    for li in (ol.range(plan.lead_convs) if plan.lead_convs > 1 else range(plan.lead_convs)):
+        conv_layer(plan.conv.at(li))
+    block = ol.full((1,), float(plan.lead_convs))          # the next convolution block, counted on the card
+    for a in ol.range(len(cfg.kind_layers("attention"))):
+        Ly = plan.layer.at(a)
         h += _attention(plan, Ly, h, rows, cos, sin)
-        h += swiglu_mlp(rmsnorm_quantized(h, ol.load(Ly.ln2), cfg.norm_eps, Ly.wg), Ly.wg, Ly.wu, Ly.wd, plan.f_chunk)
+        h += _mlp(plan, Ly, h, False)
+        for _ in ol.range(ol.rld(ol.load(Ly.convs_after))):
+            conv_layer(plan.conv.at(0, ol.rld(block, scale=plan.conv.stride)), split=True, block=block)
+            block += 1.0
     return h
 
 

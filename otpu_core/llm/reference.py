@@ -2,7 +2,9 @@
 
 - fp32 golden (`Golden(cfg, SourceWeights(ckpt))`): the model as its checkpoint defines it:
   unquantised weights, RMSNorm, RoPE (with the family's theta, Llama 3 scaling, NoPE layers),
-  q/k norms, grouped-query softmax attention, SwiGLU, tied or untied head.
+  q/k norms, grouped-query softmax attention, SwiGLU, tied or untied head; LFM2's convolution
+  layers: in_proj to B, C, x, the causal depthwise convolution of B*x over the last taps
+  positions (zeros before the first), C times it, out_proj.
 - quantised golden (`Golden(cfg, CardWeights(conv), CardNumerics(...))`): the same forward with
   the card's quantisation points applied exactly and nothing else: the weights the MXU
   multiplies (formats.py's dequantisation of the converted tensors), the embedding row the card reads,
@@ -100,6 +102,7 @@ class Golden:
         self.k = np.zeros((c.layers, n, c.kv_heads, c.head_dim))      # keys as stored (card: dequantised)
         self.v = np.zeros((c.layers, n, c.kv_heads, c.head_dim))      # values (fp) or V codes (card)
         self.vs = np.zeros((c.layers, n, c.kv_heads))                 # card: V scale per (token, head)
+        self.bx = np.zeros((c.layers, max(c.conv_taps - 1, 0), c.d))   # conv layers: B*x of the last taps-1 tokens
         self.n = 0
 
     # -- the card's quantisation points ----------------------------------------------------------
@@ -156,6 +159,32 @@ class Golden:
             m = m_new
         return acc / l[:, None]
 
+    # -- the layer kinds' mixers -------------------------------------------------------------------
+    def _attention(self, li: int, xn: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
+        cfg, w = self.cfg, self.w
+        q = (xn @ w.get(f"wq.{li}").T).reshape(cfg.heads, cfg.head_dim)
+        k = (xn @ w.get(f"wk.{li}").T).reshape(cfg.kv_heads, cfg.head_dim)
+        v = (xn @ w.get(f"wv.{li}").T).reshape(cfg.kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q = R.rmsnorm(q, w.get(f"qn.{li}"), cfg.qk_eps)
+            k = R.rmsnorm(k, w.get(f"kn.{li}"), cfg.qk_eps)
+        if cfg.uses_rope(li):
+            q, k = R.rope(q, c, s), R.rope(k, c, s)
+        self._store_kv(li, k, v)
+        att = self._attend(li, q).reshape(-1)
+        return self._act(att) @ w.get(f"wo.{li}").T
+
+    def _conv(self, li: int, xn: np.ndarray) -> np.ndarray:
+        """LFM2's gated short convolution of one token; its B*x joins the layer's history."""
+        d, w = self.cfg.d, self.w
+        bcx = xn @ w.get(f"cin.{li}").T
+        b, cgate, x = bcx[:d], bcx[d:2 * d], bcx[2 * d:]
+        bx = b * x
+        window = np.vstack([self.bx[li], bx[None, :]])                  # [taps, d], oldest first
+        conv = np.einsum("td,dt->d", window, w.get(f"conv.{li}"))
+        self.bx[li] = window[1:]
+        return self._act(cgate * conv) @ w.get(f"cout.{li}").T
+
     # -- the forward pass --------------------------------------------------------------------------
     def step(self, tok: int) -> np.ndarray:
         """Feed one token at the next position; its logits (float64 [vocab])."""
@@ -164,19 +193,9 @@ class Golden:
             raise ValueError(f"position {pos} past the {self.cos.shape[0]} RoPE positions of this reference")
         h = w.embed(tok).astype(np.float64)
         c, s = self.cos[pos], self.sin[pos]
-        for li in range(cfg.layers):
+        for li, kind in enumerate(cfg.kinds):
             xn = self._act(R.rmsnorm(h, w.get(f"ln1.{li}"), cfg.norm_eps))
-            q = (xn @ w.get(f"wq.{li}").T).reshape(cfg.heads, cfg.head_dim)
-            k = (xn @ w.get(f"wk.{li}").T).reshape(cfg.kv_heads, cfg.head_dim)
-            v = (xn @ w.get(f"wv.{li}").T).reshape(cfg.kv_heads, cfg.head_dim)
-            if cfg.qk_norm:
-                q = R.rmsnorm(q, w.get(f"qn.{li}"), cfg.norm_eps)
-                k = R.rmsnorm(k, w.get(f"kn.{li}"), cfg.norm_eps)
-            if cfg.uses_rope(li):
-                q, k = R.rope(q, c, s), R.rope(k, c, s)
-            self._store_kv(li, k, v)
-            att = self._attend(li, q).reshape(-1)
-            h = h + self._act(att) @ w.get(f"wo.{li}").T
+            h = h + (self._conv(li, xn) if kind == "conv" else self._attention(li, xn, c, s))
             xn = self._act(R.rmsnorm(h, w.get(f"ln2.{li}"), cfg.norm_eps))
             hh = R.silu(xn @ w.get(f"wg.{li}").T) * (xn @ w.get(f"wu.{li}").T)
             y = np.zeros(cfg.d)

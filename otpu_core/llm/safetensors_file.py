@@ -18,7 +18,7 @@ import numpy as np
 
 from . import config as config_mod
 from . import families
-from .checkpoint import Checkpoint, TokenizerSource, check_shapes
+from .checkpoint import Checkpoint, TokenizerSource, check_shapes, file_names
 from .errors import ModelError
 
 DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
@@ -102,12 +102,7 @@ def open_hf_dir(d: Path) -> Checkpoint:
     gen = _json(d / "generation_config.json", required=False)
     cfg = config_mod.from_hf(cfg_json, str(d / "config.json"), gen, name=d.name)
     files = _Files(_shard_files(d))
-    names: dict[str, str] = {}
-    for canon, (hname, _) in families.GLOBAL_TENSORS.items():
-        names[canon] = hname
-    for i in range(cfg.layers):
-        for canon, (hname, _) in families.LAYER_TENSORS.items():
-            names[f"{canon}.{i}"] = hname.format(i=i)
+    names = file_names(cfg, gguf=False)
     for name in files.shards:
         if name.endswith(families.REFUSED_SUFFIXES):
             raise ModelError(f"{files.shards[name]}: tensor '{name}': biases are not part of a {cfg.family} "
@@ -120,7 +115,10 @@ def open_hf_dir(d: Path) -> Checkpoint:
         if info["dtype"] not in DTYPES:
             raise ModelError(f"{files.shards[hname]}: tensor '{hname}' is stored as {info['dtype']}",
                              hint=f"supported: {', '.join(DTYPES)}")
-        shapes[canon], types[canon] = tuple(info["shape"]), info["dtype"]
+        shape = tuple(info["shape"])
+        if canon.startswith("conv.") and len(shape) == 3 and shape[1] == 1:
+            shape = (shape[0], shape[2])         # nn.Conv1d's depthwise [d, 1, taps] is the [d, taps] of GGUF
+        shapes[canon], types[canon] = shape, info["dtype"]
     if cfg.tied and "head" in shapes:
         cfg = cfg.with_(tied=False)      # a file with its own lm_head uses it, whatever the flag says
     check_shapes(cfg, shapes, names, str(d))
@@ -139,5 +137,9 @@ def open_hf_dir(d: Path) -> Checkpoint:
             special[key] = v
     tok_json = d / "tokenizer.json"
     weight_files = list(dict.fromkeys(files.shards.values())) + [d / "config.json"]
-    return Checkpoint(d, "safetensors", cfg, weight_files, lambda canon: files.read(names[canon]), types,
+    def read(canon: str) -> np.ndarray:
+        w = files.read(names[canon])
+        return w.reshape(shapes[canon]) if canon in shapes else w
+
+    return Checkpoint(d, "safetensors", cfg, weight_files, read, types,
                       TokenizerSource(json_path=tok_json if tok_json.exists() else None), template, special)

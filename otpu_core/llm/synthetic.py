@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from . import families
+from .checkpoint import file_names
 from .config import ModelConfig
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
@@ -65,12 +66,9 @@ def random_weights(cfg: ModelConfig, seed: int = 0, gain: float = 1.5) -> dict[s
     return out
 
 
-def _hf_names(cfg: ModelConfig) -> dict[str, str]:
-    names = {k: hf for k, (hf, _) in families.GLOBAL_TENSORS.items() if k in cfg.global_tensors()}
-    for i in range(cfg.layers):
-        for k in cfg.layer_tensors():
-            names[f"{k}.{i}"] = families.LAYER_TENSORS[k][0].format(i=i)
-    return names
+def _file_names(cfg: ModelConfig, gguf: bool) -> dict[str, str]:
+    names = file_names(cfg, gguf)
+    return {k: names[k] for k in cfg.tensor_shapes()}
 
 
 def hf_config(cfg: ModelConfig, rope_scaling: dict | None = None) -> dict:
@@ -85,6 +83,12 @@ def hf_config(cfg: ModelConfig, rope_scaling: dict | None = None) -> dict:
         out["rope_scaling"] = rope_scaling
     if cfg.family == "smollm3":
         out["no_rope_layers"] = [0 if i in cfg.nope_layers else 1 for i in range(cfg.layers)]
+    fam = families.by_name(cfg.family)
+    if fam.layer_types:               # LFM2: its own key names
+        kind_name = {kind: name for name, kind in fam.layer_types}
+        out["layer_types"] = [kind_name[k] for k in cfg.kinds]
+        out["norm_eps"] = out.pop("rms_norm_eps")
+        out.update(conv_L_cache=cfg.conv_taps, conv_bias=False, block_auto_adjust_ff_dim=False, block_ff_dim=cfg.ffn)
     return out
 
 
@@ -115,14 +119,19 @@ def write_hf(d: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=None,
              dtype: str = "F32", rope_scaling: dict | None = None) -> Path:
     d = Path(d)
     d.mkdir(parents=True, exist_ok=True)
-    names = _hf_names(cfg)
-    _safetensors(d / "model.safetensors", {names[k]: weights[k] for k in names}, dtype)
+    names = _file_names(cfg, gguf=False)
+    _safetensors(d / "model.safetensors", {names[k]: _hf_shaped(k, weights[k]) for k in names}, dtype)
     (d / "config.json").write_text(json.dumps(hf_config(cfg, rope_scaling), indent=1))
     if tk is not None:
         tk.save(str(d / "tokenizer.json"))
         (d / "tokenizer_config.json").write_text(json.dumps(
             {"chat_template": template, "eos_token": "<|im_end|>", "bos_token": None, "pad_token": "<|endoftext|>"}))
     return d
+
+
+def _hf_shaped(canon: str, a: np.ndarray) -> np.ndarray:
+    """Hugging Face keeps the depthwise conv as nn.Conv1d's [d, 1, taps]."""
+    return a[:, None, :] if canon.startswith("conv.") else a
 
 
 def _permute(w: np.ndarray, heads: int) -> np.ndarray:
@@ -144,7 +153,11 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
     w.add_block_count(cfg.layers)
     w.add_feed_forward_length(cfg.ffn)
     w.add_head_count(cfg.heads)
-    w.add_head_count_kv(cfg.kv_heads)
+    if "conv" in cfg.kinds:           # llama.cpp's LFM2 layout: KV heads per layer, 0 for a convolution layer
+        w.add_head_count_kv([cfg.kv_heads if k == "attention" else 0 for k in cfg.kinds])
+        w.add_shortconv_l_cache(cfg.conv_taps)
+    else:
+        w.add_head_count_kv(cfg.kv_heads)
     w.add_key_length(cfg.head_dim)
     w.add_value_length(cfg.head_dim)
     w.add_rope_freq_base(cfg.rope_theta)
@@ -169,10 +182,7 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
         if template:
             w.add_chat_template(template)
     types = types or {}
-    gguf_names = {k: g for k, (_, g) in families.GLOBAL_TENSORS.items()}
-    for i in range(cfg.layers):
-        for k in cfg.layer_tensors():
-            gguf_names[f"{k}.{i}"] = families.LAYER_TENSORS[k][1].format(i=i)
+    gguf_names = _file_names(cfg, gguf=True)
     for name in cfg.tensor_shapes():
         a = np.ascontiguousarray(weights[name], np.float32)
         kind = name.split(".")[0]

@@ -56,8 +56,10 @@ class RunVar(Var):
 
 @dataclass(eq=False, repr=False)
 class DevVar(Var):
-    """A value the program itself computes into register `reg` (by RLD); only 1*var may appear."""
+    """A value the program itself computes into register `reg` (by RLD); only 1*var may appear.
+    `align`: a number its value is always a multiple of (the RLD's scale)."""
     reg: int = 0
+    align: int = 1
 
 
 Term = Union[Loop, RunVar, DevVar]

@@ -189,7 +189,8 @@ def _pair_aligned(w: QTensor) -> bool:
     """MM PAIR reads scale words in pairs: the scale address and stride must be 8-aligned."""
     if w.scale is None:
         return True
-    return w.srs % 8 == 0 and w.scale.const % 8 == 0 and all(c % 8 == 0 for c in w.scale.terms.values())
+    return w.srs % 8 == 0 and w.scale.const % 8 == 0 and \
+        all(c * getattr(v, "align", 1) % 8 == 0 for v, c in w.scale.terms.items())
 
 
 def _check_held(a: Stationary) -> None:
@@ -393,7 +394,7 @@ def rld(word: Tile, *, raw: bool = False, scale: int = 1) -> DevVar:
     if word.rows * word.cols != 1:
         raise CompileError(f"rld reads one word, not a tile of shape {word.shape}")
     b = current()
-    v = DevVar(f"dev{len(b.devvars)}")
+    v = DevVar(f"dev{len(b.devvars)}", align=(int(scale) if scale > 0 else -int(scale)) or 1)
     b.devvars.append(v)
     node = Node("RLD", {"addr": word.base}, {"raw": raw, "scale": int(scale), "var": v},
                 [Access(TMEM, word.base, 1)], [])

@@ -34,7 +34,7 @@ def quantised_golden(model, fmt: str, tgt, ctx: int | None, ring: bool = False, 
     opts = sequence_options(model.config, tgt.config(), fmt, ctx, conv.f_chunk, ring=ring)
     plan = plan_image(model.config, tgt.config(), opts)
     numerics = CardNumerics(conv.D, plan.opts.page, FORMATS[fmt].layer_wf >= 3)
-    return Golden(model.config, CardWeights(conv, plan.embed_kind), numerics, positions=plan.opts.ctx)
+    return Golden(plan.cfg, CardWeights(conv, plan.embed_kind), numerics, positions=plan.opts.ctx)
 
 
 def _golden(session):

@@ -111,7 +111,7 @@ class Session:
                 from otpu_core.llm.reference import CardNumerics, CardWeights, Golden
                 plan = plan_image(model.config, tgt.config(), image_options(opts, model, tgt, conv.f_chunk))
                 numerics = CardNumerics(conv.D, plan.opts.page, FORMATS[opts.fmt].layer_wf >= 3)
-                engine = HostEngine(Golden(model.config, CardWeights(conv, plan.embed_kind), numerics,
+                engine = HostEngine(Golden(plan.cfg, CardWeights(conv, plan.embed_kind), numerics,
                                            positions=limit), limit)
                 device = "host (quantised golden)"
             else:

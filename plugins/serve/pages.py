@@ -7,7 +7,9 @@ A page whose positions all hold prompt tokens is registered under those tokens (
 prefix up to the page's end, since a page's K and V depend on every earlier token); a later
 prompt starting with the same tokens reuses the page instead of prefilling it again. A cached
 page is shared read-only: every sequence writes only positions past its reused prefix. Pages
-nobody references stay cached until the pool needs them (least recently used first).
+nobody references stay cached until the pool needs them (least recently used first). A model
+with state outside the KV pages (LFM2's convolution rings, one per sequence slot) cannot resume
+from pages alone: its pool is made with `sharing=False` and never matches a prefix.
 """
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ class Lease:
 
 
 class PagePool:
-    def __init__(self, store: KVStore, page: int):
-        self.store, self.page = store, page
+    def __init__(self, store: KVStore, page: int, sharing: bool = True):
+        self.store, self.page, self.sharing = store, page, sharing
         self._by_prefix: dict[tuple[int, ...], int] = {}       # prefix tokens -> page
         self._prefix_of: dict[int, tuple[int, ...]] = {}
         self._refs: dict[int, int] = {}                          # cached page -> sequences using it
@@ -52,6 +54,8 @@ class PagePool:
     def match(self, tokens: list[int]) -> list[int]:
         """The cached pages that hold a prefix of `tokens`, leaving at least the last token to feed."""
         out, P = [], self.page
+        if not self.sharing:
+            return out
         while (len(out) + 1) * P <= len(tokens) - 1:
             p = self._by_prefix.get(tuple(tokens[:(len(out) + 1) * P]))
             if p is None:

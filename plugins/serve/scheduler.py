@@ -94,7 +94,7 @@ class CardWorker(threading.Thread):
     def __init__(self, sched: "Scheduler", card, max_batch: int):
         super().__init__(name=f"otpu-serve {card.device}", daemon=True)
         self.sched, self.card, self.engine = sched, card, card.engine
-        self.pool = PagePool(self.engine.kv, self.engine.opts.page)
+        self.pool = PagePool(self.engine.kv, self.engine.opts.page, sharing=self.engine.prefix_reuse)
         self.max_batch = min(max_batch, self.engine.opts.slots)
         # sequences per step program: at most the image's logits rows, narrowed on the first step that does not compile
         self.group = min(self.max_batch, self.engine.plan.logits.rows)

@@ -1,0 +1,310 @@
+"""LFM2 (convolution and attention layers in the config's order) from real files to the card.
+
+Loaders: tiny random models written as GGUF (llama.cpp's `lfm2` layout: per-layer KV head
+counts with 0 for a convolution layer, `shortconv.l_cache`, `token_embd_norm` as the final norm)
+and as a Hugging Face directory (`Lfm2ForCausalLM`, `layer_types`, nn.Conv1d's [d, 1, taps])
+read back tensor for tensor, and bad input refused by file, key and value. References: the fp32
+golden (token by token) against a whole-sequence float64 formula written here (causal mask,
+the convolution as a sum of shifted sequences), and the card's zero-padded heads against the
+unpadded model. Card: 32 greedy tokens from the generate loop, bit for bit the logits of
+host-driven one-row steps on a second card (KV pages and conv rings byte-equal too) and token
+for token the quantised golden's own greedy run; the fp32 golden's cosine, max-abs and top-1
+reported. Tiny models on sim-small (D=32; heads of 16 padded to 32).
+"""
+import json
+
+import numpy as np
+import pytest
+
+import llmtiny
+from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program cache per module)
+from otpu_core.board import IsaBackend
+from otpu_core.kernels import conv as conv_kernel
+from otpu_core.kernels import reference as R
+from otpu_core.llm import checkpoint, convert, engine, layout, reference, synthetic
+from otpu_core.llm.errors import ModelError
+from otpu_core.llm.sampling import Sampling
+from otpu_core.target import load as load_target
+
+T = "sim-small"
+GREEDY = Sampling(temperature=0)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lfm2")
+    cfg = llmtiny.config("lfm2", D=32)
+    gguf, w = llmtiny.write(d, cfg, "gguf")
+    hf_cfg = llmtiny.config("lfm2", D=32, head_dim=32, name="tiny-lfm2-hf")     # heads a whole block: no padding
+    hf, hw = llmtiny.write(d, hf_cfg, "hf", dtype="BF16")
+    return {"gguf": (gguf, cfg, w), "hf": (hf, hf_cfg, hw), "dir": d}
+
+
+def make(path, fmt="int8", target=T, rows=4, slots=1):
+    t = load_target(target)
+    ck = checkpoint.open_checkpoint(path)
+    conv = convert.convert(ck, fmt, t)
+    opts = layout.ImageOptions(fmt=fmt, page=32, ctx=128, pages=4 * slots, ring=True, rows=rows, slots=slots)
+    be = IsaBackend(t, timing=False)
+    return engine.Engine(conv, ck.config, be, t, opts), ck, conv, be
+
+
+def quant_golden(eng, ck, conv):
+    numerics = reference.CardNumerics(eng.plan.D, eng.opts.page, eng.opts.fmt in ("int8x", "fp4x6"))
+    return reference.Golden(eng.plan.cfg, reference.CardWeights(conv, eng.plan.embed_kind), numerics,
+                            positions=eng.opts.ctx)
+
+
+def u32(x): return np.asarray(x, np.float32).view(np.uint32)
+
+
+def state_bytes(eng, be):
+    """Every layer's KV pages and the live rows of every convolution layer's ring (conv.live_rows)."""
+    p, cfg = eng.plan, eng.plan.cfg
+    out = [be.read(p.layer.at(i).kv.k.const, eng.opts.pages * p.layer.page_stride)
+           for i in range(len(cfg.kind_layers("attention")))]
+    rb, live = 4 * cfg.d, conv_kernel.live_rows(cfg.conv_taps)
+    for i in range(len(cfg.kind_layers("conv"))):
+        for slot in range(eng.opts.slots):
+            base = p.conv.at(i).ring_of(slot).base.const
+            out.append(be.read(base + live.start * rb, (live.stop - live.start) * rb))
+    return np.concatenate(out)
+
+
+# -- files ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["gguf", "hf"])
+def test_lfm2_files_read_back_as_written(models, kind):
+    path, cfg, w = models[kind]
+    ck = checkpoint.open_checkpoint(path)
+    c = ck.config
+    assert c.family == "lfm2" and c.kinds == ("conv", "attention", "conv", "attention", "conv") and c.conv_taps == 3
+    assert (c.d, c.heads, c.kv_heads, c.head_dim, c.ffn, c.tied) == (cfg.d, cfg.heads, cfg.kv_heads, cfg.head_dim,
+                                                                    cfg.ffn, True)
+    assert set(c.tensor_shapes()) == set(cfg.tensor_shapes()) and "cin.0" in c.tensor_shapes() and "wq.0" not in \
+        c.tensor_shapes()
+    tol = 2 ** -7 if kind == "hf" else 2 ** -10          # BF16 / F16 matrices (norms and taps F32 in GGUF)
+    for name in cfg.tensor_shapes():
+        got = ck.get(name)
+        assert got.shape == w[name].shape, name
+        assert np.abs(got - w[name]).max() <= tol * np.abs(w[name]).max(), name
+
+
+def _hf_dir(models, name, edit):
+    path, cfg, w = models["hf"]
+    d = synthetic.write_hf(models["dir"] / name, cfg, w, llmtiny.tokenizer())
+    js = json.loads((d / "config.json").read_text())
+    edit(js)
+    (d / "config.json").write_text(json.dumps(js))
+    return d
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda js: js["layer_types"].__setitem__(2, "sliding_attention"),
+     "layer_types[2] = 'sliding_attention' is not supported"),
+    (lambda js: js.__setitem__("layer_types", ["conv"] * 4), "layer_types has 4 entries for 5 layers"),
+    (lambda js: js.__setitem__("conv_bias", True), "conv_bias = true"),
+    (lambda js: js.pop("conv_L_cache"), "missing key 'conv_L_cache'"),
+    (lambda js: js.__setitem__("conv_L_cache", 4), "tensor 'model.layers.0.conv.conv.weight' has shape [64, 3] but "
+                                                   "the config needs [64, 4]"),
+])
+def test_bad_hf_configs_are_refused_by_key_and_value(models, edit, message):
+    d = _hf_dir(models, f"bad-{abs(hash(message))}", edit)
+    with pytest.raises(ModelError) as e:
+        checkpoint.open_checkpoint(d)
+    assert message in e.value.message and str(d) in e.value.message
+
+
+def test_bad_gguf_is_refused_by_tensor_name(models):
+    _, cfg, w = models["gguf"]
+    bad = synthetic.write_gguf(models["dir"] / "taps.gguf", cfg.with_(conv_taps=4), w, llmtiny.tokenizer())
+    with pytest.raises(ModelError) as e:
+        checkpoint.open_checkpoint(bad)
+    assert "tensor 'blk.0.shortconv.conv.weight' has shape [64, 3] but the config needs [64, 4]" in e.value.message
+
+
+# -- references ---------------------------------------------------------------------------------------------
+
+def _whole_sequence(cfg, W, tokens):
+    """float64 logits of every position at once: causal-masked attention, the convolution as shifted sums."""
+    n, d, hd = len(tokens), cfg.d, cfg.head_dim
+    cos, sin = cfg.rope_tables(n)
+
+    def norm(x, w, eps):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+    def rot(x):                                           # [n, heads, hd], rotate-half
+        a, b = x[..., :hd // 2], x[..., hd // 2:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return np.concatenate([a * c - b * s, b * c + a * s], -1)
+    h = W["embed"][tokens].astype(np.float64)
+    for i, kind in enumerate(cfg.kinds):
+        x = norm(h, W[f"ln1.{i}"], cfg.norm_eps)
+        if kind == "conv":
+            b, c, v = np.split(x @ W[f"cin.{i}"].T, 3, axis=1)
+            bx = np.vstack([np.zeros((cfg.conv_taps - 1, d)), b * v])
+            taps = W[f"conv.{i}"]                         # [d, taps]
+            h = h + (c * sum(bx[k:k + n] * taps[:, k] for k in range(cfg.conv_taps))) @ W[f"cout.{i}"].T
+        else:
+            q = rot(norm((x @ W[f"wq.{i}"].T).reshape(n, cfg.heads, hd), W[f"qn.{i}"], cfg.norm_eps))
+            k = rot(norm((x @ W[f"wk.{i}"].T).reshape(n, cfg.kv_heads, hd), W[f"kn.{i}"], cfg.norm_eps))
+            v = (x @ W[f"wv.{i}"].T).reshape(n, cfg.kv_heads, hd)
+            k, v = np.repeat(k, cfg.group, 1), np.repeat(v, cfg.group, 1)
+            s = np.einsum("thd,uhd->htu", q, k) / np.sqrt(hd) + np.triu(np.full((n, n), -np.inf), 1)
+            p = np.exp(s - s.max(-1, keepdims=True))
+            att = np.einsum("htu,uhd->thd", p / p.sum(-1, keepdims=True), v).reshape(n, -1)
+            h = h + att @ W[f"wo.{i}"].T
+        x = norm(h, W[f"ln2.{i}"], cfg.norm_eps)
+        g = x @ W[f"wg.{i}"].T
+        h = h + (g / (1 + np.exp(-g)) * (x @ W[f"wu.{i}"].T)) @ W[f"wd.{i}"].T
+    return norm(h, W["final_norm"], cfg.norm_eps) @ W["embed"].T
+
+
+def test_fp32_golden_equals_the_whole_sequence_formula(models):
+    path, _, _ = models["gguf"]
+    ck = checkpoint.open_checkpoint(path)
+    W = {n: ck.get(n).astype(np.float64) for n in ck.config.tensor_shapes()}
+    tokens = llmtiny.prompts(1, ck.config.vocab, length=12)[0]
+    got = reference.Golden(ck.config, reference.SourceWeights(ck), positions=64).forward(tokens)
+    ref = _whole_sequence(ck.config, W, tokens)
+    err, cos = R.max_abs(got, ref), R.cosine(got, ref)
+    assert err < 1e-9 and cos > 1 - 1e-12, (err, cos)
+
+
+def test_padded_heads_compute_the_unpadded_model(models):
+    """The card's heads (16 real dims padded to 32, norms rescaled) give the model's logits in float64."""
+    path, _, _ = models["gguf"]
+    ck = checkpoint.open_checkpoint(path)
+    card = layout.card_config(ck.config, 32)
+    assert (card.head_dim, card.real_head_dim) == (32, 16)
+    src = reference.SourceWeights(ck)
+
+    class Padded:
+        def get(self, name):
+            kind = name.split(".")[0]
+            w = src.get(name)
+            return convert.pad_heads(kind, w, card) if kind in convert.HEAD_TENSORS else w
+        embed, down_parts = src.embed, src.down_parts
+    tokens = llmtiny.prompts(1, ck.config.vocab, length=10)[0]
+    got = reference.Golden(card, Padded(), positions=64).forward(tokens)
+    ref = reference.Golden(ck.config, src, positions=64).forward(tokens)
+    err, cos = R.max_abs(got, ref), R.cosine(got, ref)
+    assert err < 1e-9 and cos > 1 - 1e-12, (err, cos)
+
+
+# -- the card -------------------------------------------------------------------------------------------------
+
+def _greedy(golden, prompt, n):
+    golden.reset()
+    logits = golden.forward(prompt)[-1]
+    out = []
+    for _ in range(n):
+        out.append(int(np.argmax(logits)))
+        logits = golden.step(out[-1])
+    return out
+
+
+def test_lfm2_gguf_32_greedy_tokens_on_the_card(models):
+    """20 prompt tokens (prefill runs of 4 rows), then 32 generated across the 32-token page: the
+    loop's logits bit for bit those of one-row host-driven steps on a second card, its tokens the
+    quantised golden's greedy run; the fp32 golden's distance reported."""
+    path, _, _ = models["gguf"]
+    prompt = llmtiny.prompts(1, 384, length=20)[0]
+    eng, ck, conv, be = make(path)
+    assert eng.plan.mixed and eng.plan.lead_convs == 1 and layout.conv_runs(eng.plan.cfg)[1] == [(1, 1), (2, 1)]
+    seq = eng.new_sequence()
+    eng.submit(seq, prompt)
+    turn = eng.generate(seq, GREEDY, 32, want_logits=True)
+    assert len(turn.tokens) == 32 and turn.decode.runs == 1 and len(seq.pages) == 2
+    steps, *_, be2 = make(path, rows=1)
+    s2 = steps.new_sequence()
+    steps.submit(s2, prompt)
+    for i in range(32):
+        lg = steps.logits(s2)
+        assert np.array_equal(u32(lg), u32(turn.logits[i])), f"logits of token {i}"
+        steps.submit(s2, turn.tokens[i:i + 1])
+    assert np.array_equal(state_bytes(steps, be2), state_bytes(eng, be)), "KV pages and conv rings"
+    quant = quant_golden(eng, ck, conv)
+    assert _greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
+    got = np.stack(turn.logits)
+    fed = prompt + turn.tokens[:-1]
+    for name, g, bound in (("quantised", quant, 0.99999), ("fp32", reference.Golden(ck.config, reference.SourceWeights(
+            ck), positions=eng.opts.ctx), 0.995)):
+        g.reset()
+        ref = g.forward(fed)[len(prompt) - 1:]
+        cos, err = min(R.cosine(a, b) for a, b in zip(got, ref)), R.max_abs(got, ref)
+        top1 = float(np.mean(np.argmax(got, 1) == np.argmax(ref, 1)))
+        print(f"lfm2 card vs {name} golden: min cosine {cos:.7f}, max-abs {err:.3g}, top-1 {top1:.3f}")
+        assert cos > bound, f"vs {name} golden: min cosine {cos:.7f}, max-abs {err:.4g}, top-1 {top1:.2f}"
+
+
+def test_lfm2_safetensors_two_sequences_in_one_step(models):
+    """The HF directory (unpadded heads): two slots batched in one step equal each alone, and the
+    logits match the quantised golden."""
+    path, _, _ = models["hf"]
+    pa, pb = llmtiny.prompts(2, 384, length=5)
+    eng, ck, conv, _ = make(path, slots=2)
+    assert eng.plan.cfg.real_head_dim == 0
+    a, b = eng.new_sequence(), eng.new_sequence()
+    eng.submit(a, pa), eng.submit(b, pb)
+    both = eng.logits([a, b])
+    one, *_ = make(path, slots=2)
+    for p, got in ((pa, both[0]), (pb, both[1])):
+        s = one.new_sequence()
+        one.submit(s, p)
+        assert np.array_equal(u32(one.logits(s)), u32(got))
+        one.release(s)
+        g = quant_golden(eng, ck, conv)
+        ref = g.forward(p)[-1]
+        assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
+
+
+def test_lfm2_on_a_seq_wc_target(models):
+    """nangate45-small schedules by the compiled WAITC tables, which the simulator checks against
+    the program's dependencies (the ring's run-time addresses included)."""
+    path, _, _ = models["gguf"]
+    t = load_target("nangate45-small")
+    ck = checkpoint.open_checkpoint(path)
+    conv = convert.convert(ck, "int8", t)
+    eng = engine.Engine(conv, ck.config, IsaBackend(t), t, layout.ImageOptions(fmt="int8", page=32, ctx=64, pages=2))
+    prompt = llmtiny.prompts(1, 384, length=6)[0]
+    seq = eng.new_sequence()
+    eng.submit(seq, prompt)
+    got = eng.logits(seq)
+    ref = quant_golden(eng, ck, conv).forward(prompt)[-1]
+    assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
+
+
+def _kl(p_logits, q_logits) -> np.ndarray:
+    """KL(p || q) per row, natural log, from logits."""
+    lp = p_logits - p_logits.max(1, keepdims=True)
+    lp = lp - np.log(np.exp(lp).sum(1, keepdims=True))
+    lq = q_logits - q_logits.max(1, keepdims=True)
+    lq = lq - np.log(np.exp(lq).sum(1, keepdims=True))
+    return (np.exp(lp) * (lp - lq)).sum(1)
+
+
+def test_card_formats_against_the_fp32_golden(models, capsys):
+    """int8, the public 4-bit E2M1 (int8 head) and the seed fp4x6 (int8x head) on the tiny LFM2, teacher-forced
+    over 48 tokens: KL divergence from the fp32 golden and top-1 agreement, through the quantised golden
+    (which the card matches: 6 steps per format checked here on the card too)."""
+    path, _, _ = models["gguf"]
+    ck = checkpoint.open_checkpoint(path)
+    tokens = llmtiny.prompts(1, ck.config.vocab, length=48, seed=3)[0]
+    fp = reference.Golden(ck.config, reference.SourceWeights(ck), positions=64).forward(tokens)
+    rows = {}
+    for fmt in ("int8", "fp4", "fp4x6"):
+        eng, _, conv, _ = make(path, fmt=fmt)
+        quant = quant_golden(eng, ck, conv)
+        q = quant.forward(tokens)
+        rows[fmt] = (float(_kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
+        seq = eng.new_sequence()
+        eng.submit(seq, tokens[:6])
+        got = eng.logits(seq)
+        assert R.cosine(got, q[5]) > 0.99999, (fmt, R.cosine(got, q[5]), R.max_abs(got, q[5]))
+    with capsys.disabled():
+        for fmt, (kl, top1) in rows.items():
+            print(f"\nlfm2 tiny {fmt:5s}: mean KL from fp32 {kl:.5f} nats, top-1 agreement {top1:.3f}")
+    assert rows["int8"][0] < min(rows["fp4"][0], rows["fp4x6"][0]), rows
+    assert rows["int8"][0] < 1e-3 and rows["int8"][1] >= 0.85, rows        # the random model's logits are flat:
+    assert max(r[0] for r in rows.values()) < 0.05, rows                    # top-1 is noisy, KL is the measure
