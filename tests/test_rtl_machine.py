@@ -108,3 +108,37 @@ def test_a_program_that_never_halts_is_reported(rtl_backend):
             be.run("loop body=1 count=0xFFFFFFF\nnop\nhalt")
     finally:
         be.max_cycles = keep
+
+
+def test_a_prefetched_mm_reads_the_weights_an_older_st_wrote(rtl_backend):
+    """A compute-bound MM's weights stream before it starts (otpu_mxu's prefetch). Here an ST
+    overwrites them while an earlier MM computes; DRAM is granted in dispatch order, so the
+    prefetch reads the ST's bytes, never the stale ones under them."""
+    be = rtl_backend
+    rng = np.random.default_rng(16)
+    reset_state(be)
+    x = rng.standard_normal(128).astype(np.float32)
+    stale, fresh = rng.integers(0, 256, (2, 1024), dtype=np.uint8)
+    be.write(0x1000, x)
+    be.write(0x10000, rng.integers(0, 256, 2048, dtype=np.uint8))
+    be.write(0x20000, stale)
+    be.write(0x8000, fresh)
+    prog = ("ld dram=0x1000 tmem=0 n=128\nld dram=0x8000 tmem=1000 n=256\nqact src=0 rows=2 kb=2 srs=64\n"
+            "mm sa=0x10000 out=2000 n=64 kb=2 rs=32 ors=64 m=2 wf=int4 unit\n"
+            "st dram=0x20000 tmem=1000 n=256\n"
+            "mm sa=0x20000 out=3000 n=32 kb=2 rs=32 ors=32 m=2 wf=int4 unit\n"
+            "st dram=0x30000 tmem=3000 n=64\nhalt")
+    r = compare_run(be, prog)
+    assert r.ok, r.message()
+    assert np.array_equal(be.read(0x20000, 1024), fresh)
+    # it was fetched ahead (between the ST's last write and its start): not fetched ahead, the
+    # second MM would end DRAM_LATENCY - 4 cycles later than the model has it
+    assert r.rtl_cycles <= r.model_cycles + 4, (r.rtl_cycles, r.model_cycles)
+    # the result depends on the weights: the stale ones would give another one
+    out = be.read(0x30000, 256).view(np.float32)
+    reset_state(be)
+    be.write(0x1000, x)
+    be.write(0x20000, stale)
+    be.run("ld dram=0x1000 tmem=0 n=128\nqact src=0 rows=2 kb=2 srs=64\n"
+           "mm sa=0x20000 out=3000 n=32 kb=2 rs=32 ors=32 m=2 wf=int4 unit\nst dram=0x30000 tmem=3000 n=64\nhalt")
+    assert not np.array_equal(be.read(0x30000, 256).view(np.float32), out)

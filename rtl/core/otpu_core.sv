@@ -23,7 +23,9 @@ module otpu_core
   parameter int COMPOSITE_COLS_PER_CYCLE = 2,
   parameter int DRAM_BYTES_PER_CYCLE = 32,
   parameter int VT_APPEND_CYCLES = 8,
-  parameter int DRAM_LOG2 = 24
+  parameter int DRAM_LOG2 = 24,
+  parameter int DRAM_LATENCY = 30,
+  parameter int DRAM_RATE_Q8 = 6554
 ) (
   input  logic             clk,
   input  logic             rst,
@@ -62,7 +64,7 @@ module otpu_core
   logic [NUNITS-1:0]             u_valid, u_take, u_release, u_done, u_error;
   logic [NUNITS-1:0][7:0][31:0]  u_words;
   logic [NUNITS-1:0][7:0]        u_error_code;
-  logic                          mxu_wr_ok;
+  logic                          mxu_wr_ok, mxu_queued;
   logic                          ticket_push;
   logic [2:0]                    ticket_unit;
   logic                          rld_rd;
@@ -81,7 +83,7 @@ module otpu_core
     .fetch_req, .dr_valid(q_valid[U_SEQ]), .dr_addr(q_addr[U_SEQ]), .dr_bytes(q_bytes[U_SEQ]),
     .dr_ready(q_ready[U_SEQ]), .dr_rvalid(r_valid && r_tag == U_SEQ), .dr_rdata(r_data),
     .fetch_done(q_pop[U_SEQ]), .ticket_push, .ticket_unit,
-    .u_valid, .u_words, .u_take, .u_release, .u_done, .u_error, .u_error_code, .mxu_wr_ok,
+    .u_valid, .mxu_queued, .u_words, .u_take, .u_release, .u_done, .u_error, .u_error_code, .mxu_wr_ok,
     .rld_rd, .rld_addr, .rld_gnt(t_rd_gnt[5]), .rld_data(t_rd_data[5][0]));
   assign q_write[U_SEQ] = 1'b0;
   assign q_wdata[U_SEQ] = '0;
@@ -180,8 +182,9 @@ module otpu_core
     .wr_en({t_wr_en[4], t_wr_en[0]}), .wr_addr({t_wr_addr[4], t_wr_addr[0]}), .wr_data({t_wr_data[4], t_wr_data[0]}));
 
   otpu_mxu #(.D(D), .MCOLS(MCOLS), .ROWS(ROWS), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB),
-             .FIFO_DEPTH(FIFO_DEPTH), .LATENCY(MXU_LATENCY)) u_mxu (
-    .clk, .rst, .in_valid(u_valid[U_MXU]), .in_w(u_words[U_MXU]), .take(u_take[U_MXU]),
+             .FIFO_DEPTH(FIFO_DEPTH), .LATENCY(MXU_LATENCY), .DRAM_LATENCY(DRAM_LATENCY),
+             .DRAM_RATE_Q8(DRAM_RATE_Q8)) u_mxu (
+    .clk, .rst, .in_valid(u_valid[U_MXU]), .in_w(u_words[U_MXU]), .in_queued(mxu_queued), .take(u_take[U_MXU]),
     .release_o(u_release[U_MXU]), .done(u_done[U_MXU]), .err(u_error[U_MXU]), .err_code(u_error_code[U_MXU]),
     .wr_ok(mxu_wr_ok),
     .req_valid(q_valid[U_MXU]), .req_addr(q_addr[U_MXU]), .req_bytes(q_bytes[U_MXU]), .req_ready(q_ready[U_MXU]),

@@ -22,12 +22,15 @@ module otpu_mxu
   parameter int ACT_BLOCKS = 16,
   parameter int BB = 32,
   parameter int FIFO_DEPTH = 64,
-  parameter int LATENCY = 7
+  parameter int LATENCY = 7,
+  parameter int DRAM_LATENCY = 30,
+  parameter int DRAM_RATE_Q8 = 6554
 ) (
   input  logic                   clk,
   input  logic                   rst,
   input  logic                   in_valid,
   input  logic [7:0][31:0]       in_w,
+  input  logic                   in_queued,        // in_w is a queued MM (it may not start yet)
   output logic                   take,
   output logic                   release_o,
   output logic                   done,
@@ -83,9 +86,29 @@ module otpu_mxu
   assign four = wf == WF_INT4 || wf == WF_E2M1 || wf == WF_FP4X6;
   assign seed = wf == WF_INT8X || wf == WF_FP4X6;
 
+  // an MM's shape from its words: chunks and side bytes per weight row, array cycles (4-bit: two
+  // a chunk, the half of an odd kb's last chunk that holds no block included) and DRAM bytes
+  function automatic logic mm_four(input logic [7:0][31:0] x);
+    logic [2:0] f;
+    f = {x[0][31], x[0][29:28]};
+    mm_four = f == WF_INT4 || f == WF_E2M1 || f == WF_FP4X6;
+  endfunction
+  function automatic logic [31:0] mm_nch(input logic [7:0][31:0] x);
+    mm_nch = mm_four(x) ? (32'(x[4][31:16]) + 1) / 2 : 32'(x[4][31:16]);
+  endfunction
+  function automatic logic [31:0] mm_sbytes(input logic [7:0][31:0] x);
+    mm_sbytes = x[0][24 + F_UNIT] ? 0 : ({x[0][31], x[0][29:28]} == WF_INT8X ? 4 + 32'(x[4][31:16]) : 4 * 32'(x[4][31:16]));
+  endfunction
+  function automatic logic [47:0] mm_cycles(input logic [7:0][31:0] x);
+    mm_cycles = 48'(x[4][15:0]) * 48'(mm_nch(x)) * (mm_four(x) ? 48'd2 : 48'd1);
+  endfunction
+  function automatic logic [47:0] mm_bytes(input logic [7:0][31:0] x);
+    mm_bytes = 48'(x[4][15:0]) * 48'(mm_nch(x) * D + mm_sbytes(x));
+  endfunction
+
   logic [31:0] nch, sbytes;                        // chunks and side bytes per weight row
-  assign nch = four ? (32'(kb) + 1) / 2 : 32'(kb);
-  assign sbytes = unit ? 0 : (wf == WF_INT8X ? 4 + 32'(kb) : 4 * 32'(kb));
+  assign nch = mm_nch(w);
+  assign sbytes = mm_sbytes(w);
 
   assign take = (state == S_IDLE || state == S_DONE) && in_valid;
   assign done = state == S_DONE;
@@ -99,13 +122,31 @@ module otpu_mxu
   logic           act_scale_mismatch;
 
   // -- DRAM requests: per weight row, its side beats then its chunks ---------------------------------------
+  // The requester works on its own copy of an MM (rw): the running one, or, once the running one's
+  // requests are all issued, the MM queued next if its array cycles exceed its transfer cycles
+  // (r_pf): its weights then stream while the running MM still computes, so the DRAM latency
+  // overlaps its compute as the timing model's max(compute, transfer + latency) has it. Its
+  // beats queue behind the running MM's in the FIFO. DRAM is granted in dispatch order and
+  // serves requests in order, so every older DRAM write (ST, QST, DSTEP) is in before a prefetched
+  // read. A transfer-bound MM (every int8 one) is not fetched ahead: the prefetch could only run
+  // it ahead of the model's transfer + latency.
+  logic [7:0][31:0] rw;
+  logic        r_pf;                               // rw is the queued MM, not taken yet
+  logic [31:0] r_sa, r_ssa, r_rs, r_srs, r_n, r_nch, r_sbytes;
+  assign r_sa = rw[1]; assign r_ssa = rw[2]; assign r_rs = rw[5]; assign r_srs = rw[7];
+  assign r_n = 32'(rw[4][15:0]);
+  assign r_nch = mm_nch(rw);
+  assign r_sbytes = mm_sbytes(rw);
+  logic        pf_load, pf_fit;
+  assign pf_fit = mm_cycles(in_w) != 0 &&
+                  64'(mm_cycles(in_w) - 1) * 64'(DRAM_RATE_Q8) >= 64'(mm_bytes(in_w)) * 256;
   logic [31:0] q_row, q_idx;                       // request position
   logic        q_side;                             // requesting side beats
   logic [FW-1:0] outstanding, f_count;
   logic [31:0] side_first, side_last;              // beat indices of the row's side data
   always_comb begin
-    side_first = (ssa + q_row * srs) / BB;
-    side_last = (ssa + q_row * srs + sbytes - 1) / BB;
+    side_first = (r_ssa + q_row * r_srs) / BB;
+    side_last = (r_ssa + q_row * r_srs + r_sbytes - 1) / BB;
   end
   // a row whose side data lies in the side beat fetched last (rows' scales share beats) reuses it
   // (and its first chunk is requested in that cycle: a reused side beat costs no request slot)
@@ -114,7 +155,8 @@ module otpu_mxu
   assign q_hit = q_side && q_cv && side_first == side_last && side_first == q_cbeat;
   assign q_side_now = q_side && !q_hit;
   logic req_more;
-  assign req_more = (state == S_PREP || state == S_RUN) && q_row < 32'(n);
+  assign req_more = (r_pf || state == S_PREP || state == S_RUN) && q_row < r_n;
+  assign pf_load = in_queued && !take && !r_pf && !pop_pend && q_row >= r_n && state != S_ERR && pf_fit;
   assign req_valid = req_more && 32'(outstanding) + 32'(f_count) < FIFO_DEPTH;
   always_comb begin
     if (q_side_now) begin
@@ -122,20 +164,29 @@ module otpu_mxu
       logic whole;
       req_addr = (side_first + q_idx) * BB;
       // a beat shared by the rows' side data is charged every row's bytes in it, once
-      whole = srs <= sbytes && !(q_cv && side_first + q_idx == q_cbeat);
-      lo = whole ? ssa : ssa + q_row * srs;
-      hi = whole ? ssa + (32'(n) - 1) * srs + sbytes : ssa + q_row * srs + sbytes;
+      whole = r_srs <= r_sbytes && !(q_cv && side_first + q_idx == q_cbeat);
+      lo = whole ? r_ssa : r_ssa + q_row * r_srs;
+      hi = whole ? r_ssa + (r_n - 1) * r_srs + r_sbytes : r_ssa + q_row * r_srs + r_sbytes;
       bs = req_addr > lo ? req_addr : lo;
       be = req_addr + BB < hi ? req_addr + BB : hi;
       req_bytes = 16'(be - bs);
     end else begin
-      req_addr = sa + q_row * rs + q_idx * D;
+      req_addr = r_sa + q_row * r_rs + q_idx * D;
       req_bytes = 16'(D);
     end
   end
   logic last_req;
-  assign last_req = !q_side_now && q_idx + 1 == nch && q_row + 1 == 32'(n);
-  assign dram_pop = req_valid && req_ready && last_req;
+  assign last_req = !q_side_now && q_idx + 1 == r_nch && q_row + 1 == r_n;
+  // a prefetched MM keeps the DRAM port until its transfer time after its start has passed, where
+  // the model ends its transfer: younger transfers queue behind it as the model serves them
+  logic        pf_run;                             // the running MM was fetched ahead
+  logic        pop_pend;                           // its requests are issued, its ticket waits
+  logic        xfer_ok;
+  logic signed [63:0] xfer_acc;                    // (cycles since take - 1) x rate
+  assign xfer_ok = pf_run && xfer_acc >= $signed(64'(mm_bytes(w)) * 256);
+  logic        req_last;
+  assign req_last = req_valid && req_ready && last_req;
+  assign dram_pop = (req_last && !r_pf && (!pf_run || xfer_ok)) || (pop_pend && !r_pf && xfer_ok);
 
   // -- response FIFO ---------------------------------------------------------------------------------------------
   logic [BB*8-1:0] fifo [FIFO_DEPTH];
@@ -148,6 +199,15 @@ module otpu_mxu
   logic [7:0]  sbuf [SBYTES];                      // side data of the row being consumed
   logic [31:0] c_side_first;
   logic        c_half;                             // 4-bit: second block of the chunk
+  logic        c_pad;                              // 4-bit, odd kb: the empty half of a row's last chunk
+  // a prefetched MM computes its first block no earlier than its transfer + latency - compute
+  // (+ HOLD_TAIL, the cycles from take to a block and from the last block to done that the
+  // model's MXU_LATENCY covers) after its start: its beats arrive early, and the MM ends when the
+  // model's max(compute, transfer + latency) says it does, never ahead of it
+  localparam int HOLD_TAIL = 1;
+  logic        held, hold_ok;
+  logic signed [63:0] hold_acc;                    // (cycles since take + compute - latency) x rate
+  assign hold_ok = !held || hold_acc >= $signed(64'(mm_bytes(w)) * 256);
   logic        blocks_go;                          // a block can be computed this cycle
   logic        oq_room;
   // the last side beat of a row and the row's first block go in one cycle when both have arrived
@@ -169,7 +229,8 @@ module otpu_mxu
       if (c_side && lo + i >= b0 && lo + i < b0 + BB) sview[i] = sdata[8 * (lo + i - b0) +: 8];
     end
   end
-  assign fast = state == S_RUN && c_row < 32'(n) && c_side && side_end && oq_room && (c_hit ? f_count >= 1 : f_count >= 2);
+  assign fast = state == S_RUN && c_row < 32'(n) && c_side && side_end && oq_room && hold_ok && !c_pad &&
+                (c_hit ? f_count >= 1 : f_count >= 2);
 
   // the row's decoded side data
   logic [31:0] ws [ACT_BLOCKS];                    // public: block scales
@@ -343,6 +404,12 @@ module otpu_mxu
       err <= 1'b0;
       err_code <= E_NONE;
       outstanding <= 0; f_count <= 0; f_head <= 0; f_tail <= 0;
+      rw <= '0;
+      r_pf <= 1'b0;
+      held <= 1'b0;
+      c_pad <= 1'b0;
+      pf_run <= 1'b0;
+      pop_pend <= 1'b0;
       oq_n <= 0;
       a_valid <= 1'b0;
       wb_pend <= 1'b0;
@@ -395,7 +462,8 @@ module otpu_mxu
             err_code <= E_SHAPE;
             state <= S_ERR;
           end
-          if (c_row >= 32'(n) && !a_valid && oq_n == 0 && !wb_pend) state <= S_FINISH;
+          if (c_row >= 32'(n) && !a_valid && oq_n == 0 && !wb_pend && !c_pad && !(pop_pend && !r_pf))
+            state <= S_FINISH;
         end
         S_FINISH: begin
           if (rmax && !rmax_done) begin
@@ -415,10 +483,10 @@ module otpu_mxu
           q_cbeat <= side_first + q_idx;
           if ((side_first + q_idx) == side_last) begin q_side <= 1'b0; q_idx <= 0; end
           else q_idx <= q_idx + 1;
-        end else if (q_idx + 1 == nch) begin
+        end else if (q_idx + 1 == r_nch) begin
           q_row <= q_row + 1;
           q_idx <= 0;
-          q_side <= sbytes != 0;
+          q_side <= r_sbytes != 0;
         end else begin
           q_side <= 1'b0;
           q_idx <= q_idx + 1;
@@ -435,7 +503,8 @@ module otpu_mxu
       f_head <= FW'((32'(f_head) + 32'(f_npop)) % FIFO_DEPTH);
 
       // consumer
-      if (state == S_RUN && f_count != 0 && c_row < 32'(n)) begin
+      if (c_pad) c_pad <= 1'b0;
+      if (state == S_RUN && f_count != 0 && c_row < 32'(n) && hold_ok) begin
         if (c_side) begin
           logic [31:0] lo;
           lo = ssa + c_row * srs;
@@ -448,7 +517,7 @@ module otpu_mxu
           if ((c_side_first + c_idx) * BB + BB >= lo + sbytes) begin c_side <= 1'b0; c_idx <= 0; end
           else c_idx <= c_idx + 1;
         end
-        if (fast || (!c_side && oq_room)) begin
+        if (fast || (!c_side && oq_room && !c_pad)) begin
           // a block: into stage A
           if (side_bad) begin
             err <= 1'b1;
@@ -465,6 +534,7 @@ module otpu_mxu
           a_row_scale <= row_scale;
           a_last <= c_blk + 1 == 32'(kb);
           if (c_blk + 1 == 32'(kb)) begin
+            c_pad <= four && kb[0];
             c_row <= c_row + 1;
             c_blk <= 0;
             c_half <= 1'b0;
@@ -531,13 +601,30 @@ module otpu_mxu
           end
       end
 
+      // the requester takes the MM queued next (pf_load) or, not fetched ahead, the one taken now
+      if (pf_load || (take && !r_pf)) begin
+        rw <= in_w;
+        q_row <= 0; q_idx <= 0; q_cv <= 1'b0;
+        q_side <= in_w[0][24 + F_UNIT] == 0;
+      end
+      r_pf <= pf_load || (r_pf && !take);
+      if (req_last && !dram_pop) pop_pend <= 1'b1;
+      else if (dram_pop) pop_pend <= 1'b0;
+      xfer_acc <= xfer_acc + DRAM_RATE_Q8;
+      if (held) begin
+        if (hold_ok) held <= 1'b0;
+        else hold_acc <= hold_acc + DRAM_RATE_Q8;
+      end
       if (take) begin
         w <= in_w;
         state <= S_CHECK;
-        q_row <= 0; q_idx <= 0; q_cv <= 1'b0; c_cv <= 1'b0;
-        c_row <= 0; c_idx <= 0; c_blk <= 0; c_half <= 1'b0;
-        q_side <= in_w[0][24 + F_UNIT] == 0;
+        c_cv <= 1'b0;
+        c_row <= 0; c_idx <= 0; c_blk <= 0; c_half <= 1'b0; c_pad <= 1'b0;
         c_side <= in_w[0][24 + F_UNIT] == 0;
+        held <= r_pf;
+        pf_run <= r_pf;
+        xfer_acc <= 0;
+        hold_acc <= (64'(mm_cycles(in_w)) - DRAM_LATENCY - HOLD_TAIL) * DRAM_RATE_Q8;
         c_side_first <= in_w[2] / BB;
         alpha_ok <= in_w[0][24 + F_ASCALE] == 0;
         alpha_pend <= 1'b0;
@@ -552,6 +639,6 @@ module otpu_mxu
     end
   end
   assign blk_pop = !four || c_half || c_blk + 1 == 32'(kb);
-  assign f_pop = state == S_RUN && f_count != 0 && c_row < 32'(n) && (c_side || (oq_room && blk_pop));
+  assign f_pop = state == S_RUN && f_count != 0 && c_row < 32'(n) && hold_ok && (c_side || (oq_room && blk_pop && !c_pad));
   assign f_npop = !f_pop ? 2'd0 : (c_hit ? (fast && blk_pop ? 2'd1 : 2'd0) : (c_side ? (fast && blk_pop ? 2'd2 : 2'd1) : 2'd1));
 endmodule

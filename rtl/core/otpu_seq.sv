@@ -51,6 +51,7 @@ module otpu_seq
   output logic [2:0]       ticket_unit,
   // unit queues
   output logic [NU-1:0]              u_valid,     // head may start
+  output logic                       mxu_queued,  // the MXU's queue holds an MM (its words in u_words)
   output logic [NU-1:0][7:0][31:0]   u_words,
   input  logic [NU-1:0]              u_take,
   input  logic [NU-1:0]              u_release,
@@ -306,6 +307,7 @@ module otpu_seq
       u_valid[u] = uq_n[u] != 0 && can_start[uq[u][0]];
       u_words[u] = slot_words[uq[u][0]];
     end
+    mxu_queued = uq_n[U_MXU] != 0;
     mxu_wr_ok = SEQ_WC != 0 || (slot_depw[u_slot[U_MXU]] & slot_valid & ~done_slots) == 0;
   end
 

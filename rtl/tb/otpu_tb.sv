@@ -50,7 +50,8 @@ module otpu_tb;
               .TMEM_WORDS(TMEM_WORDS), .IMEM_WORDS(IMEM_WORDS), .DSTEP(DSTEP), .SEQ_WC(SEQ_WC), .WIN(WIN),
               .FIFO_DEPTH(FIFO_DEPTH), .TMEM_IMPL(TMEM_IMPL), .MXU_LATENCY(MXU_LATENCY),
               .COMPOSITE_COLS_PER_CYCLE(COMPOSITE_COLS_PER_CYCLE), .DRAM_BYTES_PER_CYCLE(BB),
-              .VT_APPEND_CYCLES(VT_APPEND_CYCLES), .DRAM_LOG2(DRAM_LOG2)) u_core (
+              .VT_APPEND_CYCLES(VT_APPEND_CYCLES), .DRAM_LOG2(DRAM_LOG2), .DRAM_LATENCY(DRAM_LATENCY),
+              .DRAM_RATE_Q8(DRAM_RATE_Q8)) u_core (
     .clk, .rst, .start, .prog_addr, .prog_n, .args, .running, .halted, .error, .error_pc, .icount, .cycles,
     .tmem_deny, .m_valid, .m_write, .m_addr, .m_wdata, .m_wstrb, .m_bytes, .m_tag, .m_ready, .r_valid,
     .r_write, .r_tag, .r_data);
