@@ -762,6 +762,19 @@ class StreamDesc:
     @property
     def nwords(self) -> int: return STREAM_DESC_FIXED + len(self.ops)
 
+    def slots(self) -> set[int]:
+        """The column slots the descriptor reads (reference 3.8 step 3)."""
+        used = set()
+        if self.a_en and self.a_op == A_SLOT:
+            used.add(self.a_idx)
+        if self.u_mode in (U_FMMA, U_MUL) and self.g_src == G_SLOT:
+            used.add(self.g_idx)
+        if self.u_mode in (U_FMMA, U_ADD) and self.b_src == BS_SLOT:
+            used.add(self.b_idx)
+        if (self.q_en and not self.q_self) or self.out_p2:
+            used.add(self.q_idx)
+        return used
+
 
 # The stream engine's hardware-subset scalar programs (d_reg = 2), as (op, dst, a, b).
 D_DELTA, D_DELTA1, D_SCALE, D_DOT = 0, 1, 2, 3

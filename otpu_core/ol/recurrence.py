@@ -185,15 +185,7 @@ def _stream_operand(t, rows: int, cols: int, rs_field: int, what: str):
 
 def _desc_uses(desc: isa.StreamDesc) -> tuple[set, set, bool]:
     """(column slots, constants, whether X is read) a descriptor uses (reference 3.8 step 3)."""
-    slots = set()
-    if desc.a_en and desc.a_op == isa.A_SLOT:
-        slots.add(desc.a_idx)
-    if desc.u_mode in (isa.U_FMMA, isa.U_MUL) and desc.g_src == isa.G_SLOT:
-        slots.add(desc.g_idx)
-    if desc.u_mode in (isa.U_FMMA, isa.U_ADD) and desc.b_src == isa.BS_SLOT:
-        slots.add(desc.b_idx)
-    if (desc.q_en and not desc.q_self) or desc.out_p2:
-        slots.add(desc.q_idx)
+    slots = desc.slots()
     operands = [o[2] for o in desc.ops] + [o[3] for o in desc.ops if o[0] not in isa.SOP_UNARY]
     consts = {c - isa.OP_K0 for c in operands if isa.OP_K0 <= c < isa.OP_ZERO}
     consts |= {j for j in range(4) if (desc.rinit | desc.rsave) >> j & 1}

@@ -232,15 +232,7 @@ def stream(sl, ins: Instr, w: list[int]) -> dict:
     szero, src_t, dst_t, nodst = (ins.has(m) for m in (isa.F_SZERO, isa.F_SRC_T, isa.F_DST_T, isa.F_NODST))
     ops = desc.ops
     # -- what the program uses
-    slots = set()
-    if desc.a_en and desc.a_op == isa.A_SLOT:
-        slots.add(desc.a_idx)
-    if desc.u_mode in (isa.U_FMMA, isa.U_MUL) and desc.g_src == isa.G_SLOT:
-        slots.add(desc.g_idx)
-    if desc.u_mode in (isa.U_FMMA, isa.U_ADD) and desc.b_src == isa.BS_SLOT:
-        slots.add(desc.b_idx)
-    if desc.q_en and not desc.q_self or desc.out_p2:
-        slots.add(desc.q_idx)
+    slots = desc.slots()
     operands = [o[2] for o in ops] + [o[3] for o in ops if o[0] not in isa.SOP_UNARY]
     consts = {c - isa.OP_K0 for c in operands if isa.OP_K0 <= c < isa.OP_ZERO}
     consts |= {j for j in range(4) if desc.rinit >> j & 1}
