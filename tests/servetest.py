@@ -1,7 +1,7 @@
 """An otpu-serve running in a thread of the test process, on a loopback port, with simulated cards.
 
 `running(tmp, devs=..., **http)` starts it (its cards live in their own run directory) and stops
-it on leaving; `client(server)` is the official `openai` client pointed at it (no retries, so a
+it on leaving; `idle(server)` waits until it holds no request; `client(server)` is the official `openai` client pointed at it (no retries, so a
 429 reaches the test). Module fixtures share one program cache (see llmtiny.shared_cache).
 """
 from __future__ import annotations
@@ -48,6 +48,15 @@ def running(tmp, devs=("sim",), max_batch: int = 4, kv_pages: int | None = None,
 def client(server, key: str = "none", timeout: float = 300, **kw):
     import openai
     return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, timeout=timeout, **kw)
+
+
+def idle(server, timeout: float = 120) -> None:
+    """Wait until the server holds no request (a closed stream is reaped at the card's next step)."""
+    deadline = time.monotonic() + timeout
+    while metric(server, "otpu_serve_queue_waiting") or metric(server, "otpu_serve_requests_running"):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"otpu-serve still holds requests after {timeout} s")
+        time.sleep(0.05)
 
 
 def metric(server, name: str, **labels) -> float:

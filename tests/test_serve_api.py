@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures)
-from servetest import client, metric, running
+from servetest import client, idle, metric, running
 
 KEY = "test-key"
 PROMPTS = ["What does the assert statement do?", "How do I open a file?"]
@@ -174,6 +174,7 @@ def test_queue_full_is_429_and_a_lost_card_is_503(tmp_path, shared_cache):  # no
         assert metric(s, "otpu_serve_queue_waiting") == 1
         second.close()
         first.close()
+        idle(s)                                  # else a request still queued makes the next one a 429
         s.cards[0].board.t.card.faults = faults.parse("link_down")        # the PCIe link drops
         with pytest.raises(openai.InternalServerError) as e:
             oa.chat.completions.create(model="qwen3-pydoc", messages=msgs, max_tokens=3)
