@@ -328,3 +328,18 @@ def test_qwen35_on_a_seq_wc_target(models):
     got = eng.logits(seq)
     ref = quant_golden(eng, ck, conv).forward(prompt)[-1]
     assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
+
+
+def test_otpu_chat_runs_a_qwen35_file(models, capsys, monkeypatch):
+    """otpu-chat --model on the GGUF: greedy tokens on the simulated card, each step's logits held to
+    the quantised golden by --check."""
+    from otpu_chat import cli as chat_cli
+    from otpu_core.cli import run_app
+    monkeypatch.setenv("OTPU_TARGET", T)
+    path, _, _ = models["gguf"]
+    assert run_app(chat_cli.app, "otpu-chat", ["-p", "What is a list?", "--model", str(path), "-n", "6",
+                                               "--temperature", "0", "--json", "--check", "--dev", "sim:qwen35"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["ids"]) == doc["stats"]["tokens"] <= 6 and doc["stats"]["card"]["decode_tok_s"] > 0
+    chk = doc["check"]
+    assert chk["first_difference"] is None and chk["min_cosine"] > 0.9995 and chk["steps"] == len(doc["ids"])
