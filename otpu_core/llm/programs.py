@@ -264,38 +264,61 @@ def _conv(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = None) 
     return ol.dot(c, Ly.cout)
 
 
+GDN_CONV_PART = 2048              # channels one short_conv call takes (its taps and history rows live in TMEM)
+
+
 def _deltanet(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = None) -> Tile:
-    """One Gated DeltaNet layer's mixer for every row: in_proj_qkv, z, b, a; per group the SiLU
-    convolution of the q/k/v channels over its slot's ring, then per row one delta-rule step over
-    the slot's state in DRAM (the decay zeroed at position 0, so a new sequence starts from
-    nothing); the gated norms' rows into out_proj. `block` as in `_conv`."""
+    """One Gated DeltaNet layer's mixer for every row: in_proj_qkv and per group the SiLU convolution
+    of the q, k and v channels over its slot's ring (in parts of at most GDN_CONV_PART); z, b, a;
+    then per row one delta-rule step over the slot's state in DRAM (the decay zeroed at position
+    0, so a new sequence starts from nothing); the gated norms' rows into out_proj. `block` as in
+    `_conv`. The projection's rows die before z, b and a exist, which keeps TMEM for the heads."""
     cfg = plan.cfg
-    hk, hv, dk, dv = cfg.lin_k_heads, cfg.lin_v_heads, cfg.lin_k_dim, cfg.lin_v_dim
+    hk, hv, dk, dv, C = cfg.lin_k_heads, cfg.lin_v_heads, cfg.lin_k_dim, cfg.lin_v_dim, cfg.gdn_conv_dim
     kd = hk * dk
+    parts = [(0, C)] if C <= GDN_CONV_PART else [(c, min(c + GDN_CONV_PART, hi)) for lo, hi in (
+        (0, kd), (kd, 2 * kd), (2 * kd, C)) for c in range(lo, hi, GDN_CONV_PART)]
     xn = rmsnorm_quantized(h, ol.load(Ly.ln1), cfg.norm_eps, Ly.gqkv)
-    mixed, z, b, a = ol.dot(xn, Ly.gqkv), ol.dot(xn, Ly.gz), ol.dot(xn, Ly.gb), ol.dot(xn, Ly.ga)
+    convs = [[None] * len(parts) for _ in rows.groups]      # per group, per part: the rows' convolved channels
+    for p, (c0, c1) in enumerate(parts):
+        # each part's projection rows as their own MM (the bits of the one wide MM), dead once convolved
+        mixed = ol.dot(xn, Ly.gqkv if len(parts) == 1 else Ly.gqkv.rows(c0, c1 - c0))
+        r = 0
+        for g, grp in enumerate(rows.groups):
+            if block is None:
+                ring, at = Ly.ring_of(grp.slot), rows.ring[g]
+            else:
+                ring, at = plan.gdn.ring_of(grp.slot), rows.ring[g].moved(block, plan.gdn.stride // (4 * C))
+            convs[g][p] = short_conv([_row(mixed, r + j) for j in range(grp.n)], Ly.taps[:, c0:c1], ring[:, c0:c1],
+                                     at, activation="silu")
+            r += grp.n
+        del mixed
+    z, b, a = ol.dot(xn, Ly.gz), ol.dot(xn, Ly.gb), ol.dot(xn, Ly.ga)
     del xn
-    convs, r = [], 0              # every group's convolution first: the projection's rows die before the steps
-    for g, grp in enumerate(rows.groups):
-        if block is None:
-            ring, at = Ly.ring_of(grp.slot), rows.ring[g]
-        else:
-            ring, at = plan.gdn.ring_of(grp.slot), rows.ring[g].moved(block, plan.gdn.stride // (4 * cfg.gdn_conv_dim))
-        convs.append(short_conv([_row(mixed, r + j) for j in range(grp.n)], Ly.taps, ring, at, activation="silu"))
-        r += grp.n
-    del mixed
     w = GdnWeights(Ly.a_log, Ly.dt_bias, Ly.norm)
     y = rows.tile(hv * dv)
     r = 0
     for g, grp in enumerate(rows.groups):
         state = Ly.state_of(grp.slot)
-        for j, cv in enumerate(convs[g]):
-            out = gated_deltanet_step(cv[0:kd].reshape(hk, dk), cv[kd:2 * kd].reshape(hk, dk),
-                                      cv[2 * kd:].reshape(hv, dv), _row(z, r + j).reshape(hv, dv), _row(a, r + j),
-                                      _row(b, r + j), w, state, cfg.norm_eps,
-                                      keep=rows.ring[g].valid[-1] if j == 0 else None)
+        for j in range(grp.n):
+            if len(parts) == 3:   # q, k and v convolved apart
+                q, k, v = (convs[g][p][j] for p in range(3))
+            else:                 # one part, or more than one for q, k or v: the row's channels in one tile
+                cv = convs[g][0][j]
+                if len(parts) > 1:
+                    cv = ol.empty((C,))
+                    for p, (c0, c1) in enumerate(parts):
+                        cv[c0:c1].set(convs[g][p][j])
+                        convs[g][p][j] = None
+                q, k, v = cv[0:kd], cv[kd:2 * kd], cv[2 * kd:C]
+                del cv
+            out = gated_deltanet_step(q.reshape(hk, dk), k.reshape(hk, dk), v.reshape(hv, dv),
+                                      _row(z, r + j).reshape(hv, dv), _row(a, r + j), _row(b, r + j), w, state,
+                                      cfg.norm_eps, keep=rows.ring[g].valid[-1] if j == 0 else None)
             _row(y, r + j).set(out.reshape(hv * dv))
-            convs[g][j] = None
+            del q, k, v
+            for part in convs[g]:
+                part[j] = None
         r += grp.n
     del convs, z, a, b
     return ol.dot(y, Ly.gout)
