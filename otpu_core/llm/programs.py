@@ -365,8 +365,9 @@ def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
         return h
     other_kind = next(k for k in cfg.kinds if k != "attention")
     other, lead = plan.other, plan.lead_convs if plan.mixed else cfg.layers
-    # NOTE: a ring row's address is one device value (m0 and the block together, RingRows.moved), so a
-    # loop over these blocks counts them on the card rather than stepping an address register
+    # NOTE: a loop over these blocks counts them on the card rather than stepping an address register:
+    # the ring's m0 is rld'd at its first use, inside the loop, and a loop-stepped address cannot add a
+    # device value computed in its own loop (lowering sets the register before the first iteration)
     if lead == 1:
         other_layer(other.at(0))
     elif lead:
