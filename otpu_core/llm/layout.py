@@ -8,7 +8,8 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
   (fp32, one per position: prompt tokens written by the host, sampled tokens written by the
   card), the sampling uniforms, the seen-token mask of the repetition penalty, and the logits
   ring of the generate loop (2 pages of rows, when asked for); then the logits rows of
-  host-read steps, the chain mailbox (one word per bucket) and the chain table;
+  host-read steps (and with DeltaNet layers the rows a multi-row run parks its convolved
+  channels in), the chain mailbox (one word per bucket) and the chain table;
 - the tables: RoPE cos and sin for every position (llama 3 scaling already applied), the
   additive attention mask rows, the lower-triangular ones of the sampler's cumulative sums;
 - the layer blocks, one array per layer kind (families.KINDS), all blocks of a kind one size
@@ -264,6 +265,7 @@ class ImagePlan:
     conv: ConvLayerPlan | None = None     # the convolution blocks
     lead_convs: int = 0                   # mixed models: layers of the other kind before the first attention layer
     gdn: GdnLayerPlan | None = None       # the Gated DeltaNet blocks
+    gdn_rows: Tensor | None = None        # [rows, C] fp32: a multi-row run's convolved q/k/v channels
 
     @property
     def other(self):
@@ -366,6 +368,8 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
             io["ring"] = Tensor(cur.take(4 * 2 * P * V), (2 * P, V))
         slot_io.append(io)
     logits = Tensor(cur.take(4 * opts.rows * V), (opts.rows, V))
+    C = cfg.gdn_conv_dim if "deltanet" in cfg.kinds else 0
+    gdn_rows = Tensor(cur.take(4 * opts.rows * C), (opts.rows, C)) if C else None
     mailbox = Tensor(cur.take(4 * (opts.ctx // P + 2)), (opts.ctx // P + 2,))
     chain = Tensor(cur.take(4 * 8), (8,))            # per program slot: raw [HALT slot, slot, 1, 0]
     cos = Tensor(cur.take(4 * opts.ctx * cfg.head_dim // 2), (opts.ctx, cfg.head_dim // 2))
@@ -440,7 +444,8 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
                          f"DRAM; the card has {tcfg.DRAM_BYTES / 2**20:.0f} MiB",
                          hint="use fewer KV pages (--ctx) or a 4-bit --format")
     return ImagePlan(cfg, opts, D, fmt, layer, final_norm, head, embed, cos, sin, mask, tri, logits, mailbox, chain,
-                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind, conv, conv_runs(cfg)[0], gdn)
+                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind, conv, conv_runs(cfg)[0], gdn,
+                     gdn_rows)
 
 
 def _gdn_plan(lc: _Cursor, cfg: ModelConfig, opts: ImageOptions, wf: int, D: int, mlp) -> GdnLayerPlan:

@@ -272,12 +272,15 @@ def _deltanet(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = No
     of the q, k and v channels over its slot's ring (in parts of at most GDN_CONV_PART); z, b, a;
     then per row one delta-rule step over the slot's state in DRAM (the decay zeroed at position
     0, so a new sequence starts from nothing); the gated norms' rows into out_proj. `block` as in
-    `_conv`. The projection's rows die before z, b and a exist, which keeps TMEM for the heads."""
+    `_conv`. The projection's rows die before z, b and a exist, and a run of several rows parks
+    its convolved channels in DRAM (`gdn_rows`) until each row's step, which keeps TMEM for the
+    heads (the 0.8B's 4-row prefill)."""
     cfg = plan.cfg
     hk, hv, dk, dv, C = cfg.lin_k_heads, cfg.lin_v_heads, cfg.lin_k_dim, cfg.lin_v_dim, cfg.gdn_conv_dim
     kd = hk * dk
     parts = [(0, C)] if C <= GDN_CONV_PART else [(c, min(c + GDN_CONV_PART, hi)) for lo, hi in (
         (0, kd), (kd, 2 * kd), (2 * kd, C)) for c in range(lo, hi, GDN_CONV_PART)]
+    park = plan.gdn_rows if rows.R > 1 else None    # several rows: their convolved channels wait in DRAM
     xn = rmsnorm_quantized(h, ol.load(Ly.ln1), cfg.norm_eps, Ly.gqkv)
     convs = [[None] * len(parts) for _ in rows.groups]      # per group, per part: the rows' convolved channels
     for p, (c0, c1) in enumerate(parts):
@@ -289,8 +292,14 @@ def _deltanet(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = No
                 ring, at = Ly.ring_of(grp.slot), rows.ring[g]
             else:
                 ring, at = plan.gdn.ring_of(grp.slot), rows.ring[g].moved(block, plan.gdn.stride // (4 * C))
-            convs[g][p] = short_conv([_row(mixed, r + j) for j in range(grp.n)], Ly.taps[:, c0:c1], ring[:, c0:c1],
-                                     at, activation="silu")
+            out = short_conv([_row(mixed, r + j) for j in range(grp.n)], Ly.taps[:, c0:c1], ring[:, c0:c1], at,
+                             activation="silu")
+            if park is None:
+                convs[g][p] = out
+            else:
+                for j, o in enumerate(out):
+                    ol.store(park[r + j, c0:c1], o)
+                del out, o
             r += grp.n
         del mixed
     z, b, a = ol.dot(xn, Ly.gz), ol.dot(xn, Ly.gb), ol.dot(xn, Ly.ga)
@@ -301,7 +310,11 @@ def _deltanet(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = No
     for g, grp in enumerate(rows.groups):
         state = Ly.state_of(grp.slot)
         for j in range(grp.n):
-            if len(parts) == 3:   # q, k and v convolved apart
+            if park is not None:
+                cv = ol.load(park[r + j])
+                q, k, v = cv[0:kd], cv[kd:2 * kd], cv[2 * kd:C]
+                del cv
+            elif len(parts) == 3:   # q, k and v convolved apart
                 q, k, v = (convs[g][p][j] for p in range(3))
             else:                 # one part, or more than one for q, k or v: the row's channels in one tile
                 cv = convs[g][0][j]
@@ -317,7 +330,7 @@ def _deltanet(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = No
                                       cfg.norm_eps, keep=rows.ring[g].valid[-1] if j == 0 else None)
             _row(y, r + j).set(out.reshape(hv * dv))
             del q, k, v
-            for part in convs[g]:
+            for part in convs[g] if park is None else ():
                 part[j] = None
         r += grp.n
     del convs, z, a, b
