@@ -5,10 +5,11 @@
    off; wall and CPU seconds, native kernels unless OTPU_NATIVE=0) against a numpy float32
    forward of the same shapes. openTPU's simulator: about 3 s; goal: under 1 s.
 2. card: the timing model's tok/s on ypcb-00338 at 133.33 MHz (as shipped and as build B) of
-   Qwen3-0.6B, LFM2.5-230M and LFM2-2.6B shapes, int8 and 4-bit (int8 head), decode at position
-   544 and a 512-token prefill in runs of 4 rows, against the card's measured decode / prefill
-   tok/s (models.md 4a: Qwen3 21.6 / 92.1 int8, 31.3 / 103.4 4-bit; LFM2.5 59.0 / 295.6,
-   85.8 / 335.4; LFM2-2.6B 6.05 / 21.4, 10.96 / 20.6). Goal: within 15%.
+   Qwen3-0.6B, LFM2.5-230M, LFM2-2.6B and Qwen3.5-0.8B shapes, int8 and 4-bit (int8 head), decode
+   at position 544 and a 512-token prefill in runs of 4 rows, against the card's measured decode /
+   prefill tok/s (models.md 4a: Qwen3 21.6 / 92.1 int8, 31.3 / 103.4 4-bit; LFM2.5 59.0 / 295.6,
+   85.8 / 335.4; LFM2-2.6B 6.05 / 21.4, 10.96 / 20.6; Qwen3.5-0.8B 17.6 / 61.4, 24.5 / 66.7).
+   Goal: within 15%.
 3. host: the host's CPU time per generated token on the card path (the generate loop on the
    simulated card: the main thread only polls the state block and reads ids; the simulated card
    runs on its own thread) against the 0.17-0.30 ms the real card's host measured.
@@ -48,10 +49,18 @@ LFM2_2_6B = ModelConfig("lfm2", vocab=65536, d=2048, layers=30, heads=32, kv_hea
                         tied=True, context=32768, conv_taps=3, name="lfm2-2.6b-shaped",
                         layer_kinds=tuple("attention" if i in (2, 6, 10, 14, 18, 21, 24, 27) else "conv"
                                           for i in range(30)))
+# Qwen3.5-0.8B: models.md gives 24 layers of 6 x (DeltaNet x 3, gated attention), hidden 1024, vocab 248,320 and
+# the 16 x 128 x 128 state; the rest is the published config (assumed here): 8 query / 2 KV heads of 256 with RoPE
+# on 64 dims, 16 key and 16 value DeltaNet heads of 128, 4 taps, MLP 3584, tied head
+QWEN3_5_0_8B = ModelConfig("qwen35", vocab=248320, d=1024, layers=24, heads=8, kv_heads=2, head_dim=256, ffn=3584,
+                           tied=True, context=262144, conv_taps=4, rotary_dim=64, lin_k_heads=16, lin_v_heads=16,
+                           lin_k_dim=128, lin_v_dim=128, name="qwen3.5-0.8b-shaped",
+                           layer_kinds=tuple("attention" if i % 4 == 3 else "deltanet" for i in range(24)))
 # model -> format -> (decode, prefill) device tok/s measured on the card (models.md 4a)
 MEASURED = {"Qwen3-0.6B": (QWEN3_0_6B, {"int8": (21.6, 92.1), "fp4": (31.3, 103.4)}),
             "LFM2.5-230M": (LFM2_5_230M, {"int8": (59.0, 295.6), "fp4": (85.8, 335.4)}),
-            "LFM2-2.6B": (LFM2_2_6B, {"int8": (6.05, 21.4), "fp4": (10.96, 20.6)})}
+            "LFM2-2.6B": (LFM2_2_6B, {"int8": (6.05, 21.4), "fp4": (10.96, 20.6)}),
+            "Qwen3.5-0.8B": (QWEN3_5_0_8B, {"int8": (17.6, 61.4), "fp4": (24.5, 66.7)})}
 T = "ypcb-00338"
 
 
@@ -79,7 +88,7 @@ def random_image(be, plan, rng) -> None:
     """Every weight of the plan random (as the format allows), norms 1, tables as the model's."""
     cfg = plan.cfg
     ones_d, ones_h = np.ones(cfg.d, np.float32), np.ones(cfg.head_dim, np.float32)
-    for kind in ("attention", "conv"):
+    for kind in ("attention", "conv", "deltanet"):
         for l in range(len(cfg.kind_layers(kind))):
             Ly = plan.block(kind).at(l)
             for t in (Ly.ln1, Ly.ln2):
@@ -90,7 +99,11 @@ def random_image(be, plan, rng) -> None:
                 be.write(Ly.gate.base.const, np.array([1, 0], np.float32))
             else:
                 be.write(Ly.taps.base.const, rng.standard_normal(Ly.taps.shape).astype(np.float32))
-            for k in ("wq", "wk", "wv", "wo") if kind == "attention" else ("cin", "cout"):
+            if kind == "deltanet":
+                for t in (Ly.a_log, Ly.dt_bias, Ly.norm):
+                    be.write(t.base.const, np.ones(t.shape, np.float32))
+            for k in {"attention": ("wq", "wk", "wv", "wo"), "conv": ("cin", "cout"),
+                      "deltanet": ("gqkv", "gz", "gb", "ga", "gout")}[kind]:
                 _random_weight(be, getattr(Ly, k), rng)
             for k in ("wg", "wu"):
                 _random_weight(be, getattr(Ly, k), rng)
@@ -191,11 +204,12 @@ def _modelled(cfg: ModelConfig, t, fmt: str, rng) -> tuple[float, float, dict]:
 
 def bench_card(rng, models=tuple(MEASURED)) -> None:
     """The target as shipped, then as the measured card is: build B has MM PAIR (the target file says
-    PAIR = false), and its V^T appends cost about 3 cycles per byte (1.05-1.37% of a decode token's
-    cycles on the card; the target's VT_APPEND_CYCLES is 8)."""
+    PAIR = false) and DSTEP (the Qwen3.5 runs' recurrence, models.md 2; the file says DSTEP = false,
+    so the shipped target runs the DeltaNet heads as VOPs), and its V^T appends cost about 3 cycles
+    per byte (1.05-1.37% of a decode token's cycles on the card; the target's VT_APPEND_CYCLES is 8)."""
     import dataclasses
     base = load(T)
-    card = dataclasses.replace(base, name="build B", arch=base.arch.replace(PAIR=True),
+    card = dataclasses.replace(base, name="build B", arch=base.arch.replace(PAIR=True, DSTEP=True),
                                uarch=dataclasses.replace(base.uarch, VT_APPEND_CYCLES=3))
     for name in models:
         cfg, measured = MEASURED[name]

@@ -52,6 +52,9 @@ def config(family: str = "qwen3", D: int = 32, **kw) -> ModelConfig:
     if family == "lfm2":             # `c A c A c`; heads half a block wide, so the card zero-pads them
         base.update(layers=5, layer_kinds=("conv", "attention", "conv", "attention", "conv"), conv_taps=3,
                     head_dim=D // 2, heads=4, kv_heads=2, tied=True)
+    if family == "qwen35":           # `D D D A D`: attention every 4th layer; 2 value heads on 1 key head of 64
+        base.update(layers=5, layer_kinds=("deltanet",) * 3 + ("attention", "deltanet"), conv_taps=4,
+                    rotary_dim=D // 4, lin_k_heads=1, lin_v_heads=2, lin_k_dim=64, lin_v_dim=D, tied=True)
     base.update(kw)
     return ModelConfig(family, **base)
 

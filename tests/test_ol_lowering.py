@@ -232,6 +232,27 @@ def test_device_loop_count_cannot_step_registers():
         ol.compile_kernel(k, T, x=img.tensor(np.ones(4, np.float32)), y=img.tensor(shape=(4, 4)))
 
 
+def test_a_loop_stepped_address_with_a_device_value_from_inside_the_loop_is_refused():
+    """The register is set from the device value before the loop's first iteration, so an rld inside
+    the loop would be read before it runs (the data at the loop term alone: a silent wrong read)."""
+    def inside(x, p, y):
+        for i in ol.range(2):
+            off = ol.rld(ol.load(p), scale=4 * 8)
+            ol.store(y[i], ol.load(ol.Tensor(x.base + i * (2 * 4 * 8) + off, (8,))))
+
+    def before(x, p, y):
+        off = ol.rld(ol.load(p), scale=4 * 8)
+        for i in ol.range(2):
+            ol.store(y[i], ol.load(ol.Tensor(x.base + i * (2 * 4 * 8) + off, (8,))))
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    p = np.array([1.0], np.float32)
+    img = Image(T)
+    with pytest.raises(ol.CompileError, match="rld computes inside that loop"):
+        ol.compile_kernel(inside, T, x=img.tensor(x), p=img.tensor(p), y=img.tensor(shape=(2, 8)))
+    _, out = build(before, x=x, p=p, y=(2, 8))
+    assert np.array_equal(out["y"], x[[1, 3]])
+
+
 def test_device_loop_count_runs_rld_times():
     def k(x, y):
         n = ol.rld(ol.load(x[0:1]))

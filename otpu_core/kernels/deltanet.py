@@ -18,7 +18,9 @@ step as VOPs over row chunks loaded into TMEM (RDOT, MUL, SUB, MUL, OUTER, RDOT:
 the form for targets without DSTEP and the baseline of benchmarks/bench_recurrence.py.
 
 The gates use activations.softplus and sigmoid; everything is the VPU's exact functions (exp2,
-log2, recip, rsqrt).
+log2, recip, rsqrt). `keep` (a (1,) 0/1 tile) multiplies the decay: 0 restarts the state from the
+token's own update, as a new sequence's first token (a model's position 0) needs, whatever an
+earlier sequence left in the slot.
 """
 from __future__ import annotations
 
@@ -41,9 +43,9 @@ class GdnWeights:
     norm: Tensor
 
 
-def gates(a: Tile, b: Tile, w: GdnWeights) -> Tile:
-    """The (2, Hv) gate table DSTEP reads: row 0 the decay exp(-exp(A_log) softplus(a + dt_bias)),
-    row 1 beta = sigmoid(b)."""
+def gates(a: Tile, b: Tile, w: GdnWeights, keep: Tile | None = None) -> Tile:
+    """The (2, Hv) gate table DSTEP reads: row 0 the decay exp(-exp(A_log) softplus(a + dt_bias))
+    (times `keep`), row 1 beta = sigmoid(b)."""
     hv = a.rows * a.cols
     if b.rows * b.cols != hv or w.a_log.cols != hv or w.dt_bias.cols != hv:
         raise CompileError(f"gated_deltanet gates: a {a.shape}, b {b.shape}, A_log {w.a_log.shape}, "
@@ -51,7 +53,8 @@ def gates(a: Tile, b: Tile, w: GdnWeights) -> Tile:
     a1, b1 = a.reshape(hv), b.reshape(hv)
     rate = ol.exp2(ol.load(w.a_log) * ol.LOG2E) * -ol.LOG2E          # -exp(A_log) * log2(e)
     g = ol.empty((2, hv), banked=False)
-    g[0].set(ol.exp2(softplus(a1 + ol.load(w.dt_bias)) * rate))
+    decay = ol.exp2(softplus(a1 + ol.load(w.dt_bias)) * rate)
+    g[0].set(decay if keep is None else decay * keep)
     g[1].set(sigmoid(b1))
     return g
 
@@ -90,7 +93,7 @@ def head_step(state: Tensor, qk: Tile, v: Tile, g: Tile, out: Tile, engine: str)
 
 
 def gated_deltanet_step(q: Tile, k: Tile, v: Tile, z: Tile, a: Tile, b: Tile, w: GdnWeights, state: Tensor,
-                        eps: float = 1e-6, engine: str | None = None) -> Tile:
+                        eps: float = 1e-6, engine: str | None = None, keep: Tile | None = None) -> Tile:
     """One token through every head of a Gated DeltaNet layer: q, k (Hk, dk); v, z (Hv, dv); a, b
     (Hv,); the states (Hv*dv, dk) in DRAM, updated in place. Returns y (Hv, dv), the gated
     RMSNorm of the head outputs (what the layer's out-projection multiplies)."""
@@ -109,7 +112,7 @@ def gated_deltanet_step(q: Tile, k: Tile, v: Tile, z: Tile, a: Tile, b: Tile, w:
     if w.norm.cols != dv:
         raise CompileError(f"gated_deltanet norm weight of shape {w.norm.shape}, head dim {dv}")
     qk = qk_table(q, k)
-    g = gates(a, b, w)
+    g = gates(a, b, w, keep)
     del q, k, a, b            # their TMEM is free for the heads (a 16 x 128 layer fills most of it)
     o = ol.empty((hv, dv), banked=False)
     group = hv // hk

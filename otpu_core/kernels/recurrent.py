@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from .. import isa, ol
 from ..ol import CompileError, Tensor, Tile
+from ..ol.builder import MAX_LOOP_DEPTH, current
 from .activations import softplus
 
 VOP_CHUNK_WORDS = 1024        # state words per TMEM chunk of the VOP forms
@@ -68,15 +69,19 @@ def head_step(desc: isa.StreamDesc, state: Tensor, slots: Tile, x: Tile, consts:
 
 def vop_chunks(state: Tensor):
     """The VOP forms' pass over a DRAM state in chunks of at most VOP_CHUNK_WORDS words: the
-    whole chunks in a hardware loop, then the rest. Yields (the chunk loaded into TMEM, a function
-    giving the chunk's rows of a per-row 1-D tile) and stores the chunk back when the caller is done."""
+    whole chunks in a hardware loop (unrolled when the loops already nest as deep as the hardware
+    allows, as in a layer inside a model's nested layer loops), then the rest. Yields (the chunk
+    loaded into TMEM, a function giving the chunk's rows of a per-row 1-D tile) and stores the
+    chunk back when the caller is done."""
     rows, cols = state.shape
     chunk = max(1, min(rows, VOP_CHUNK_WORDS // cols))
     full, tail = divmod(rows, chunk)
 
     def part(r0, n):
         return Tensor(state.base + 4 * cols * r0, (n, cols)), (lambda t: t.view(t.base + r0, (n,)))
-    parts = [(ol.range(full) if full > 1 else iter([0]), chunk)] + ([(iter([full * chunk]), tail)] if tail else [])
+    looped = full > 1 and len(current().loops) < MAX_LOOP_DEPTH
+    whole = ol.range(full) if looped else range(full)
+    parts = [(whole, chunk)] + ([(iter([full * chunk]), tail)] if tail else [])
     for starts, n in parts:
         for i in starts:
             rows_t, rows_of = part(i * chunk if n == chunk else i, n)

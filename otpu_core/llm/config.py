@@ -4,7 +4,9 @@ The config is everything the references and the card program need besides the we
 RMSNorm epsilon, RoPE base and per-frequency scaling (Llama 3's, given as divisors of the base
 frequencies exactly as llama.cpp's `rope_freqs` tensor holds them), which layers skip RoPE,
 whether the LM head is the embedding, the special token ids, the kind of every layer
-(`layer_kinds`, families.KINDS; empty: attention throughout) and the short convolution's taps.
+(`layer_kinds`, families.KINDS; empty: attention throughout), the short convolution's taps,
+the rotated part of a head (`rotary_dim`, Qwen3.5's partial RoPE; 0: all of it) and the Gated
+DeltaNet's heads (`lin_k_heads` of `lin_k_dim` for q and k, `lin_v_heads` of `lin_v_dim`).
 `real_head_dim` is set only on the card's view of a model whose heads were zero-padded to the
 block size (`layout.card_config`): RoPE then turns the real dims only and the q/k norms divide
 by the real width. `tensor_shapes()` says what
@@ -47,6 +49,11 @@ class ModelConfig:
     layer_kinds: tuple[str, ...] = ()                # per layer (families.KINDS); () = attention throughout
     conv_taps: int = 0                               # short convolution length (LFM2's L_cache)
     real_head_dim: int = 0                           # card view of zero-padded heads: the model's head_dim
+    rotary_dim: int = 0                              # RoPE on the first rotary_dim dims of a head (0: all)
+    lin_k_heads: int = 0                             # Gated DeltaNet: q/k heads
+    lin_v_heads: int = 0                             # value heads (each reads key head h // (Hv / Hk))
+    lin_k_dim: int = 0
+    lin_v_dim: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -71,6 +78,19 @@ class ModelConfig:
     def rope_dim(self) -> int: return self.real_head_dim or self.head_dim
 
     @property
+    def rot_dim(self) -> int:
+        """The dims RoPE turns: the first rotary_dim of a head (partial RoPE), else the real head."""
+        return self.rotary_dim or self.rope_dim
+
+    @property
+    def attn_gate(self) -> bool: return self.spec.attn_gate
+
+    @property
+    def gdn_conv_dim(self) -> int:
+        """Channels of the DeltaNet's convolution: q, k (Hk x dk each), v (Hv x dv)."""
+        return 2 * self.lin_k_heads * self.lin_k_dim + self.lin_v_heads * self.lin_v_dim
+
+    @property
     def qk_eps(self) -> float:
         """The q/k norms' epsilon over head_dim values (padded heads: scaled so the mean is the real one's)."""
         return self.norm_eps * self.rope_dim / self.head_dim if self.real_head_dim else self.norm_eps
@@ -84,9 +104,13 @@ class ModelConfig:
     def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
         """Canonical name (layer tensors as `wq.3`) -> Hugging Face shape [out, in] or (n,)."""
         s, q, kv = self, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        per = {"ln1": (s.d,), "wq": (q, s.d), "wk": (kv, s.d), "wv": (kv, s.d), "wo": (s.d, q), "qn": (s.head_dim,),
+        vd, hv = self.lin_v_heads * self.lin_v_dim, self.lin_v_heads
+        per = {"ln1": (s.d,), "wq": (2 * q if self.attn_gate else q, s.d), "wk": (kv, s.d), "wv": (kv, s.d), "wo": (s.d, q), "qn": (s.head_dim,),
                "kn": (s.head_dim,), "ln2": (s.d,), "wg": (s.ffn, s.d), "wu": (s.ffn, s.d), "wd": (s.d, s.ffn),
-               "cin": (3 * s.d, s.d), "conv": (s.d, s.conv_taps), "cout": (s.d, s.d)}
+               "cin": (3 * s.d, s.d), "conv": (s.d, s.conv_taps), "cout": (s.d, s.d),
+               "gqkv": (s.gdn_conv_dim, s.d), "gz": (vd, s.d), "gb": (hv, s.d), "ga": (hv, s.d),
+               "gconv": (s.gdn_conv_dim, s.conv_taps), "galog": (hv,), "gdt": (hv,), "gnorm": (s.lin_v_dim,),
+               "gout": (s.d, vd)}
         out = {"embed": (s.vocab, s.d), "final_norm": (s.d,), "head": (s.vocab, s.d)}
         out = {k: v for k, v in out.items() if k in self.global_tensors()}
         for i in range(s.layers):
@@ -97,7 +121,7 @@ class ModelConfig:
     def inv_freq(self) -> np.ndarray:
         """float64 [head_dim/2] RoPE frequencies: theta^(-2i/d), divided by the scaling factors. Padded
         heads: the real frequencies first, then zeros (the padding's pairs stay unturned)."""
-        half, real = self.head_dim // 2, self.rope_dim
+        half, real = self.head_dim // 2, self.rot_dim
         f = 1.0 / self.rope_theta ** (np.arange(real // 2, dtype=np.float64) * 2.0 / real)
         if self.rope_factors is not None:
             f = f / np.asarray(self.rope_factors, np.float64)
@@ -121,9 +145,12 @@ class ModelConfig:
             raise ModelError(f"{where}: head_dim {self.head_dim} is odd; RoPE rotates pairs")
         if not self.norm_eps > 0 or not self.rope_theta > 0:
             raise ModelError(f"{where}: norm epsilon {self.norm_eps} and RoPE theta {self.rope_theta} must be positive")
-        if self.rope_factors is not None and len(self.rope_factors) != self.rope_dim // 2:
-            raise ModelError(f"{where}: {len(self.rope_factors)} RoPE frequency factors for head_dim {self.rope_dim} "
-                             f"(need {self.rope_dim // 2})")
+        if self.rope_factors is not None and len(self.rope_factors) != self.rot_dim // 2:
+            raise ModelError(f"{where}: {len(self.rope_factors)} RoPE frequency factors for {self.rot_dim} rotated "
+                             f"dims (need {self.rot_dim // 2})")
+        if self.rotary_dim and not (0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0):
+            raise ModelError(f"{where}: RoPE over {self.rotary_dim} dims of a {self.head_dim}-dim head; it must be "
+                             "an even count, at most the head")
         for e in self.eos_ids:
             if not 0 <= e < self.vocab:
                 raise ModelError(f"{where}: end-of-sequence id {e} is outside the vocabulary of {self.vocab}")
@@ -133,8 +160,17 @@ class ModelConfig:
             bad = [k for k in self.layer_kinds if k not in KINDS]
             if bad:
                 raise ModelError(f"{where}: layer kind '{bad[0]}' is not supported", hint=f"kinds: {', '.join(KINDS)}")
-        if "conv" in self.kinds and not (isinstance(self.conv_taps, int) and self.conv_taps >= 2):
+        if ("conv" in self.kinds or "deltanet" in self.kinds) and not (isinstance(self.conv_taps, int)
+                                                                       and self.conv_taps >= 2):
             raise ModelError(f"{where}: short convolution length {self.conv_taps!r}; it must be an integer >= 2")
+        if "deltanet" in self.kinds:
+            bad = [(k, getattr(self, k)) for k in ("lin_k_heads", "lin_v_heads", "lin_k_dim", "lin_v_dim")
+                   if not isinstance(getattr(self, k), int) or getattr(self, k) < 1]
+            if bad:
+                raise ModelError(f"{where}: Gated DeltaNet {bad[0][0]} = {bad[0][1]!r}; it must be a positive integer")
+            if self.lin_v_heads % self.lin_k_heads:
+                raise ModelError(f"{where}: {self.lin_v_heads} DeltaNet value heads do not share "
+                                 f"{self.lin_k_heads} key heads evenly")
         return self
 
     def with_(self, **kw) -> "ModelConfig": return replace(self, **kw)
@@ -171,6 +207,13 @@ def _need(cfg: dict, key: str, where: str):
     return cfg[key]
 
 
+def _int(cfg: dict, key: str, where: str) -> int:
+    v = _need(cfg, key, where)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ModelError(f"{where}: {key} = {v!r}; it must be a positive integer")
+    return v
+
+
 def _ids(v) -> tuple[int, ...]:
     if v is None:
         return ()
@@ -200,9 +243,15 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
             factors = llama3_factors(scaling, head_dim, theta, where)
         elif kind not in (None, "default"):
             raise ModelError(f"{where}: rope_scaling type '{kind}' is not supported", hint="supported: llama3")
-    if cfg.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ModelError(f"{where}: partial_rotary_factor {cfg['partial_rotary_factor']} is not supported (RoPE on "
-                         "the whole head only)")
+    partial = cfg.get("partial_rotary_factor", params.get("partial_rotary_factor", fam.partial_rope or 1.0))
+    rotary = 0
+    if partial != 1.0:
+        if not fam.partial_rope:
+            raise ModelError(f"{where}: partial_rotary_factor {partial} is not supported (RoPE on the whole head "
+                             f"only in a {fam.name} model)")
+        if not isinstance(partial, (int, float)) or not 0 < partial < 1:
+            raise ModelError(f"{where}: partial_rotary_factor = {partial!r}; it must be a number in (0, 1]")
+        rotary = int(head_dim * partial)
     nope: tuple[int, ...] = ()
     if "no_rope_layers" in cfg:
         flags = cfg["no_rope_layers"]
@@ -214,15 +263,20 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
         nope = tuple(i for i in range(layers) if (i + 1) % step == 0)
     eos = _ids((generation or {}).get("eos_token_id", cfg.get("eos_token_id")))
     kinds, taps, ffn = _hf_layer_kinds(cfg, fam, layers, where), 0, _hf_ffn(cfg, where)
+    lin: dict[str, int] = {}
     if "conv" in kinds:
         if cfg.get("conv_bias", False):
             raise ModelError(f"{where}: conv_bias = true; this layer runs bias-free convolutions")
-        taps = int(_need(cfg, "conv_L_cache", where))
+        taps = _int(cfg, "conv_L_cache", where)
+    if "deltanet" in kinds:
+        taps = _int(cfg, "linear_conv_kernel_dim", where)
+        lin = {k: _int(cfg, f"linear_{n}", where) for k, n in (("lin_k_heads", "num_key_heads"),
+               ("lin_v_heads", "num_value_heads"), ("lin_k_dim", "key_head_dim"), ("lin_v_dim", "value_head_dim"))}
     return ModelConfig(
         family=fam.name, vocab=int(_need(cfg, "vocab_size", where)), d=d, layers=layers, heads=heads,
         kv_heads=int(cfg.get("num_key_value_heads") or heads), head_dim=head_dim,
         ffn=ffn, norm_eps=float(cfg.get("rms_norm_eps", cfg.get("norm_eps", 1e-6))), layer_kinds=kinds, conv_taps=taps,
-        rope_theta=theta, rope_factors=factors, nope_layers=nope,
+        rope_theta=theta, rope_factors=factors, nope_layers=nope, rotary_dim=rotary, **lin,
         tied=bool(cfg.get("tie_word_embeddings", False)), context=int(cfg.get("max_position_embeddings", 4096)),
         bos_id=cfg.get("bos_token_id") if isinstance(cfg.get("bos_token_id"), int) else None, eos_ids=eos,
         pad_id=cfg.get("pad_token_id") if isinstance(cfg.get("pad_token_id"), int) else None, name=name,
@@ -235,9 +289,13 @@ def _hf_layer_kinds(cfg: dict, fam: Family, layers: int, where: str) -> tuple[st
         return ()
     names = dict(fam.layer_types)
     types = cfg.get("layer_types")
+    other = next(n for n, k in fam.layer_types if k != "attention")
+    if types is None and "full_attention_interval" in cfg:      # Qwen3.5: attention every n-th layer
+        n = _int(cfg, "full_attention_interval", where)
+        types = ["full_attention" if (i + 1) % n == 0 else other for i in range(layers)]
     if types is None:                  # as transformers: the older attention list, else attention throughout
         idx = set(cfg.get("full_attn_idxs") or range(layers))
-        types = ["full_attention" if i in idx else "conv" for i in range(layers)]
+        types = ["full_attention" if i in idx else other for i in range(layers)]
     if not isinstance(types, list):
         raise ModelError(f"{where}: missing key 'layer_types'")
     if len(types) != layers:
@@ -286,9 +344,9 @@ def from_gguf(meta: dict[str, Any], where: str, tied: bool, rope_factors: tuple[
     if vdim != head_dim:
         raise ModelError(f"{where}: {arch}.attention.value_length {vdim} differs from key_length {head_dim}")
     rot = int(get("rope.dimension_count", head_dim))
-    if rot != head_dim:
+    if rot != head_dim and not fam.partial_rope:
         raise ModelError(f"{where}: {arch}.rope.dimension_count {rot} is not the head dim {head_dim} "
-                         "(partial RoPE is not supported)")
+                         f"(partial RoPE is not supported in a {fam.name} model)")
     kind = get("rope.scaling.type", "none", required=False)
     if str(kind) not in ("none", "llama3"):
         raise ModelError(f"{where}: {arch}.rope.scaling.type '{kind}' is not supported", hint="supported: none, llama3")
@@ -313,17 +371,36 @@ def from_gguf(meta: dict[str, Any], where: str, tied: bool, rope_factors: tuple[
             kinds = tuple("attention" if int(x) else "conv" for x in kv)
             taps = int(get("shortconv.l_cache"))
         kv = counts.pop()
+    lin: dict[str, int] = {}
+    if "deltanet" in dict(fam.layer_types).values():      # Qwen3.5: llama.cpp's ssm.* keys, attention every n-th
+        n = _gguf_int(get("full_attention_interval", 4), f"{arch}.full_attention_interval", where)
+        kinds = tuple("attention" if (i + 1) % n == 0 else "deltanet" for i in range(layers))
+        taps = _gguf_int(get("ssm.conv_kernel"), f"{arch}.ssm.conv_kernel", where)
+        lin = {k: _gguf_int(get(f"ssm.{key}"), f"{arch}.ssm.{key}", where) for k, key in (
+            ("lin_k_dim", "state_size"), ("lin_k_heads", "group_count"), ("lin_v_heads", "time_step_rank"))}
+        inner = _gguf_int(get("ssm.inner_size"), f"{arch}.ssm.inner_size", where)
+        if inner % lin["lin_v_heads"]:
+            raise ModelError(f"{where}: {arch}.ssm.inner_size {inner} is not a multiple of the "
+                             f"{lin['lin_v_heads']} value heads ({arch}.ssm.time_step_rank)")
+        lin["lin_v_dim"] = inner // lin["lin_v_heads"]
     eos = meta.get("tokenizer.ggml.eos_token_id")
     extra_eos = meta.get("tokenizer.ggml.eot_token_id")
     return ModelConfig(
         family=fam.name, vocab=int(get("vocab_size", vocab)), d=d, layers=layers, heads=heads,
         kv_heads=int(kv), head_dim=head_dim, layer_kinds=kinds, conv_taps=taps,
+        rotary_dim=rot if rot != head_dim else 0, **lin,
         ffn=int(get("feed_forward_length")), norm_eps=float(get("attention.layer_norm_rms_epsilon")),
         rope_theta=float(get("rope.freq_base", 10000.0)), rope_factors=rope_factors, nope_layers=nope, tied=tied,
         context=int(get("context_length", 4096)), bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_ids=tuple(dict.fromkeys(_ids(eos) + _ids(extra_eos))),
         pad_id=_opt_int(meta.get("tokenizer.ggml.padding_token_id")), name=name,
     ).check(where)
+
+
+def _gguf_int(v, key: str, where: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ModelError(f"{where}: {key} = {v!r}; it must be a positive integer")
+    return int(v)
 
 
 def _opt_int(v) -> int | None:

@@ -187,8 +187,9 @@ class Engine:
 
     @property
     def prefix_reuse(self) -> bool:
-        """Whether KV pages alone resume a sequence (not with convolution layers: their state is the slot's ring)."""
-        return self.plan.conv is None
+        """Whether KV pages alone resume a sequence (not with convolution or DeltaNet layers: their state is the
+        slot's ring and recurrent state)."""
+        return self.plan.other is None
 
     # -- programs ---------------------------------------------------------------------------------------
     def program(self, spec) -> Prepared:

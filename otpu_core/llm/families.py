@@ -8,11 +8,19 @@ layer (loaders, references, the card program) reads these fields and never tests
 name, so a new dense family of this shape is one more entry in `FAMILIES`.
 
 Layer kinds: a layer is one of `KINDS` (its mixer: "attention", the GQA block; "conv", LFM2's
-gated short convolution), each with the canonical tensors `KIND_TENSORS` lists; every kind ends
-in the same SwiGLU MLP. A family whose config names the kind of each layer (LFM2's
-`layer_types`) maps those names through `layer_types`; the others are attention throughout.
-A new kind (Gated DeltaNet, sliding attention) is a `KINDS` entry, its tensors and its mixer
-in the references and the card program.
+gated short convolution; "deltanet", Qwen3.5's Gated DeltaNet: a short SiLU convolution over
+the q/k/v projection, then the gated delta rule with its state per head), each with the
+canonical tensors `KIND_TENSORS` lists; every kind ends in the same SwiGLU MLP. A family whose
+config names the kind of each layer (LFM2's and Qwen3.5's `layer_types`) maps those names
+through `layer_types`; the others are attention throughout. A new kind (sliding attention) is a
+`KINDS` entry, its tensors and its mixer in the references and the card program.
+
+Qwen3.5's attention differs by data too: `attn_gate` (q_proj gives per head the query and an
+output gate, the attention output is multiplied by sigmoid(gate)), `partial_rope` (RoPE on the
+first part of each head only; the factor its config defaults to), `hf_norm_offset` (its
+Hugging Face RMSNorm weights are stored zero-centred, w - 1; llama.cpp's converter adds the 1
+back) and `gguf_tiled_v` (llama.cpp reorders the DeltaNet value heads from grouped by key head
+to tiled when there are more value heads than key heads; the loader puts them back).
 
 Tensor names: `LAYER_TENSORS` and `GLOBAL_TENSORS` map the layer's canonical names (`wq`,
 `ln1`, ...) to the Hugging Face and llama.cpp (GGUF) names; a family's `hf_names` /
@@ -39,6 +47,10 @@ class Family:
     layer_types: tuple[tuple[str, str], ...] = ()   # config.json layer_types value -> kind
     hf_names: tuple[tuple[str, str], ...] = ()      # canonical -> Hugging Face name template (overrides)
     gguf_names: tuple[tuple[str, str], ...] = ()    # canonical -> GGUF name template (overrides)
+    attn_gate: bool = False                         # q_proj rows per head: query, then an output gate
+    partial_rope: float = 0.0                       # > 0: RoPE may cover part of a head (the default factor)
+    hf_norm_offset: tuple[str, ...] = ()            # canonical norms Hugging Face stores as w - 1
+    gguf_tiled_v: bool = False                      # DeltaNet value heads tiled in GGUF (llama.cpp's reorder)
 
     def hf_name(self, canon: str) -> str:
         return dict(self.hf_names).get(canon) or {**LAYER_TENSORS, **GLOBAL_TENSORS}[canon][0]
@@ -64,6 +76,12 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                      ("wg", "model.layers.{i}.feed_forward.w1.weight"), ("wu", "model.layers.{i}.feed_forward.w3.weight"),
                      ("wd", "model.layers.{i}.feed_forward.w2.weight"), ("final_norm", "model.embedding_norm.weight")),
            gguf_names=(("final_norm", "token_embd_norm.weight"),)),
+    Family("qwen35", ("Qwen3_5ForCausalLM",), ("qwen35",), qk_norm=True, gguf_permuted_qk=False,
+           sampling=Sampling(0.7, 20, 0.8, 1.0),
+           layer_types=(("full_attention", "attention"), ("linear_attention", "deltanet")),
+           gguf_names=(("ln2", "blk.{i}.post_attention_norm.weight"),),
+           attn_gate=True, partial_rope=0.25, hf_norm_offset=("ln1", "ln2", "qn", "kn", "final_norm"),
+           gguf_tiled_v=True),
 )}
 
 # canonical layer tensor -> (Hugging Face name, GGUF name); {i} is the layer index
@@ -82,11 +100,22 @@ LAYER_TENSORS: dict[str, tuple[str, str]] = {
     "cin": ("model.layers.{i}.conv.in_proj.weight", "blk.{i}.shortconv.in_proj.weight"),
     "conv": ("model.layers.{i}.conv.conv.weight", "blk.{i}.shortconv.conv.weight"),
     "cout": ("model.layers.{i}.conv.out_proj.weight", "blk.{i}.shortconv.out_proj.weight"),
+    "gqkv": ("model.layers.{i}.linear_attn.in_proj_qkv.weight", "blk.{i}.attn_qkv.weight"),
+    "gz": ("model.layers.{i}.linear_attn.in_proj_z.weight", "blk.{i}.attn_gate.weight"),
+    "gb": ("model.layers.{i}.linear_attn.in_proj_b.weight", "blk.{i}.ssm_beta.weight"),
+    "ga": ("model.layers.{i}.linear_attn.in_proj_a.weight", "blk.{i}.ssm_alpha.weight"),
+    "gconv": ("model.layers.{i}.linear_attn.conv1d.weight", "blk.{i}.ssm_conv1d.weight"),
+    "galog": ("model.layers.{i}.linear_attn.A_log", "blk.{i}.ssm_a"),            # GGUF: -exp(A_log)
+    "gdt": ("model.layers.{i}.linear_attn.dt_bias", "blk.{i}.ssm_dt.bias"),
+    "gnorm": ("model.layers.{i}.linear_attn.norm.weight", "blk.{i}.ssm_norm.weight"),
+    "gout": ("model.layers.{i}.linear_attn.out_proj.weight", "blk.{i}.ssm_out.weight"),
 }
 MLP_TENSORS = ("ln2", "wg", "wu", "wd")
 KIND_TENSORS: dict[str, tuple[str, ...]] = {
     "attention": ("ln1", "wq", "wk", "wv", "wo", "qn", "kn") + MLP_TENSORS,
     "conv": ("ln1", "cin", "conv", "cout") + MLP_TENSORS,     # in_proj rows: B, C, x (d each); conv: [d, taps]
+    # in_proj_qkv rows: q (Hk x dk), k (Hk x dk), v (Hv x dv), the convolution's channels in that order
+    "deltanet": ("ln1", "gqkv", "gz", "gb", "ga", "gconv", "galog", "gdt", "gnorm", "gout") + MLP_TENSORS,
 }
 KINDS = tuple(KIND_TENSORS)
 GLOBAL_TENSORS: dict[str, tuple[str, str]] = {
@@ -95,7 +124,8 @@ GLOBAL_TENSORS: dict[str, tuple[str, str]] = {
     "head": ("lm_head.weight", "output.weight"),
 }
 QK_NORM_TENSORS = ("qn", "kn")
-NORM_TENSORS = ("ln1", "ln2", "qn", "kn", "conv")     # kept fp32 on the card (the conv taps too)
+NORM_TENSORS = ("ln1", "ln2", "qn", "kn", "conv", "gconv", "galog", "gdt", "gnorm")   # kept fp32 (taps, gates too)
+DEPTHWISE_TENSORS = ("conv", "gconv")     # nn.Conv1d's [channels, 1, taps] in Hugging Face files, [channels, taps] here
 # tensors whose presence means a computation this layer does not do (refused, never ignored)
 REFUSED_SUFFIXES = (".bias",)
 

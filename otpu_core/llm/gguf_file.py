@@ -7,6 +7,10 @@ other stored type by tensor name at open. Families whose llama.cpp
 converter permuted the q/k rows for interleaved-pair RoPE (Llama, SmolLM3) are un-permuted back
 to the rotate-half layout of the Hugging Face weights, so every later stage sees one layout.
 Llama 3 rope scaling arrives as the `rope_freqs` tensor (per-frequency divisors).
+Qwen3.5 (`qwen35`): `ssm_a` holds -exp(A_log) (read back as A_log), `ssm_dt.bias` is the
+DeltaNet's dt_bias (a bias this layer does compute), and with more value heads than key heads
+the value-head tensors are in llama.cpp's tiled order (`v_heads` puts them back in the grouped
+order of the Hugging Face weights).
 """
 from __future__ import annotations
 
@@ -30,6 +34,28 @@ def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+# per DeltaNet tensor kind: (axis of the value heads, width of one head's slice: "v" = lin_v_dim, else 1,
+# whether the q and k channels come first and stay)
+V_HEAD_TENSORS = {"gqkv": (0, "v", True), "gconv": (0, "v", True), "gz": (0, "v", False), "gb": (0, 1, False),
+                  "ga": (0, 1, False), "galog": (0, 1, False), "gdt": (0, 1, False), "gout": (1, "v", False)}
+
+
+def v_heads(kind: str, w: np.ndarray, cfg, tiled: bool) -> np.ndarray:
+    """A DeltaNet tensor's value heads from grouped (value head h = key head h // r, then h % r) to
+    llama.cpp's tiled order (h % Hk, then h // Hk) with `tiled`, or back without."""
+    hk, hv = cfg.lin_k_heads, cfg.lin_v_heads
+    if kind not in V_HEAD_TENSORS or hk == hv:
+        return w
+    axis, width, skip_qk = V_HEAD_TENSORS[kind]
+    width = cfg.lin_v_dim if width == "v" else 1
+    w = np.moveaxis(np.asarray(w), axis, 0)
+    lead = 2 * hk * cfg.lin_k_dim if skip_qk else 0
+    v = w[lead:]
+    order = (hk, hv // hk) if tiled else (hv // hk, hk)
+    v = v.reshape(order + (width,) + v.shape[1:]).swapaxes(0, 1).reshape(v.shape)
+    return np.moveaxis(np.concatenate([w[:lead], v]), 0, axis)
+
+
 def _open(path: Path) -> GgufModel:
     try:
         return GgufModel(path)
@@ -47,9 +73,6 @@ def open_gguf(path: Path) -> Checkpoint:
     fam = families.for_gguf(arch, str(path)) if arch else None
     if fam is None:
         raise ModelError(f"{path}: missing key 'general.architecture'")
-    for gname in tensors:
-        if gname.endswith(families.REFUSED_SUFFIXES):
-            raise ModelError(f"{path}: tensor '{gname}': biases are not part of a {fam.name} decoder this layer runs")
     rope = tensors.get("rope_freqs.weight")
     factors = tuple(float(x) for x in src.read(rope).ravel()) if rope is not None else None
     tokens = meta.get("tokenizer.ggml.tokens")
@@ -57,6 +80,9 @@ def open_gguf(path: Path) -> Checkpoint:
                                vocab=len(tokens) if tokens is not None else None,
                                name=str(meta.get("general.name") or path.stem))
     names = file_names(cfg, gguf=True)
+    for gname in tensors:
+        if gname.endswith(families.REFUSED_SUFFIXES) and gname not in names.values():
+            raise ModelError(f"{path}: tensor '{gname}': biases are not part of a {fam.name} decoder this layer runs")
     for gname in names.values():
         t = tensors.get(gname)
         if t is not None and t.ggml_type not in SUPPORTED_TYPES:
@@ -71,6 +97,10 @@ def open_gguf(path: Path) -> Checkpoint:
         kind = canon.split(".")[0]
         if fam.gguf_permuted_qk and kind in ("wq", "wk"):
             w = _unpermute(w, cfg.heads if kind == "wq" else cfg.kv_heads)
+        if kind == "galog":
+            w = np.log(-w.astype(np.float64))          # llama.cpp stores A = -exp(A_log)
+        if fam.gguf_tiled_v:
+            w = v_heads(kind, w, cfg, tiled=False)
         return np.ascontiguousarray(w, np.float32)
 
     tok = None

@@ -2,7 +2,8 @@
 
 `write_model(backend, plan, conv)` writes every layer block of its kind (norms, the rope gate, the
 quantised projections, W_down's parts; a convolution block's taps as [taps, d] and its rings
-zeroed) and zeroes its KV pool (stale bits in a scale would turn into NaN
+zeroed; a DeltaNet block's taps as [taps, C], its gate constants and norm, its rings and
+states zeroed) and zeroes its KV pool (stale bits in a scale would turn into NaN
 when the attention multiplies padding by zero), the final norm, LM head and embedding table,
 the tables (RoPE cos/sin in fp32 from the float64 angles, attention mask rows, the sampler's
 triangle of ones, a two-kind model's layer order), the chain table and the HALT program, and clears every slot's I/O area. It
@@ -49,7 +50,7 @@ def write_tables(backend, plan: ImagePlan) -> None:
     backend.write(plan.sin.base.const, sin.astype(np.float32))
     backend.write(plan.mask.base.const, mask_table(plan.opts.page))
     backend.write(plan.tri.base.const, np.tril(np.ones((KMAX, KMAX), np.float32)))
-    if plan.mixed:                    # the layer order: each attention block's count of convolution layers after it
+    if plan.mixed:                    # the layer order: each attention block's count of other-kind layers after it
         for a, (_, n) in enumerate(conv_runs(plan.cfg)[1]):
             backend.write(plan.layer.at(a).convs_after.base.const, np.array([n], np.float32))
 
@@ -82,6 +83,14 @@ def write_model(backend, plan: ImagePlan, conv: Converted, seq_wc: bool = False,
             for k in ("cin", "cout"):
                 _packed(backend, getattr(Ly, k), T[f"{k}.{l}"], f"{k}.{l}")
             _zeros(backend, Ly.ring.base.const, plan.conv.slot_stride * plan.opts.slots)
+        elif kind == "deltanet":
+            Ly = plan.gdn.at(block)
+            backend.write(Ly.taps.base.const, np.ascontiguousarray(np.asarray(T[f"gconv.{l}"], np.float32).T))
+            for k, t in (("galog", Ly.a_log), ("gdt", Ly.dt_bias), ("gnorm", Ly.norm)):
+                backend.write(t.base.const, np.asarray(T[f"{k}.{l}"], np.float32))
+            for k in ("gqkv", "gz", "gb", "ga", "gout"):
+                _packed(backend, getattr(Ly, k), T[f"{k}.{l}"], f"{k}.{l}")
+            _zeros(backend, Ly.ring.base.const, plan.gdn.slot_stride * plan.opts.slots)
         else:
             Ly = plan.layer.at(block)
             if cfg.qk_norm:

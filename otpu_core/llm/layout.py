@@ -8,7 +8,8 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
   (fp32, one per position: prompt tokens written by the host, sampled tokens written by the
   card), the sampling uniforms, the seen-token mask of the repetition penalty, and the logits
   ring of the generate loop (2 pages of rows, when asked for); then the logits rows of
-  host-read steps, the chain mailbox (one word per bucket) and the chain table;
+  host-read steps (and with DeltaNet layers the rows a multi-row run parks its convolved
+  channels in), the chain mailbox (one word per bucket) and the chain table;
 - the tables: RoPE cos and sin for every position (llama 3 scaling already applied), the
   additive attention mask rows, the lower-triangular ones of the sampler's cumulative sums;
 - the layer blocks, one array per layer kind (families.KINDS), all blocks of a kind one size
@@ -21,7 +22,11 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
   page numbers (the same page number in every layer and head), so whoever schedules
   sequences owns the pages. A convolution block (LFM2): norms, the taps [taps, d] fp32, in_proj
   (B, C, x rows), out_proj, the MLP, then per sequence slot its ring of fp32 rows
-  (kernels/conv.py). After the blocks: the final norm, the LM head and the embedding table (`embed_kind`:
+  (kernels/conv.py). A Gated DeltaNet block (Qwen3.5): norms, the convolution's taps [taps, C]
+  fp32 (C = q, k, v channels), A_log, dt_bias and the gated norm's weight fp32, in_proj_qkv,
+  in_proj_z, in_proj_b, in_proj_a, out_proj, the MLP, then per sequence slot its convolution
+  ring [4 taps - 4, C] and its state, every value head's [dv, dk] fp32 rows (kernels/deltanet.py:
+  DSTEP reads and writes them in place). After the blocks: the final norm, the LM head and the embedding table (`embed_kind`:
   fp32 rows gathered by one LD when the table is at most 64 MiB, else int8 rows gathered through
   the MXU: the head itself when it is tied and int8);
 - the program slots the generate loop chains through (a one-instruction HALT and two bucket
@@ -163,6 +168,41 @@ class ConvLayerPlan:
         return ol.shift(self.ring, slot * self.slot_stride)
 
 
+@dataclass(eq=False)
+class GdnLayerPlan:
+    """Block 0 of the Gated DeltaNet layers and the strides to any block and slot's ring and state."""
+    ln1: Tensor
+    ln2: Tensor
+    taps: Tensor                # [taps, C] fp32 over the q, k, v channels
+    a_log: Tensor               # (Hv,) fp32
+    dt_bias: Tensor             # (Hv,) fp32
+    norm: Tensor                # (dv,) fp32: the gated RMSNorm's weight
+    gqkv: QTensor               # [C, d]
+    gz: QTensor                 # [Hv dv, d]
+    gb: QTensor                 # [Hv, d]
+    ga: QTensor                 # [Hv, d]
+    gout: QTensor               # [d, Hv dv]
+    wg: QTensor
+    wu: QTensor
+    wd: QTensor
+    ring: Tensor                # slot 0's ring [ring_rows(taps), C] fp32
+    state: Tensor               # slot 0's state [Hv dv, dk] fp32: value head h is rows h*dv..(h+1)*dv
+    stride: int
+    slot_stride: int
+
+    def at(self, l, base=0) -> "GdnLayerPlan":
+        """Block l (affine), moved by `base` bytes more (a device value: a run's first block)."""
+        delta = Affine.of(l) * self.stride + base
+        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
+                                            for f in dataclasses.fields(self)[:16]})
+
+    def ring_of(self, slot: int) -> Tensor:
+        return ol.shift(self.ring, slot * self.slot_stride)
+
+    def state_of(self, slot: int) -> Tensor:
+        return ol.shift(self.state, slot * self.slot_stride)
+
+
 def card_config(cfg: ModelConfig, D: int) -> ModelConfig:
     """The model as the card runs it: heads narrower than a multiple of D zero-padded to one."""
     padded = -(-cfg.head_dim // D) * D
@@ -223,18 +263,25 @@ class ImagePlan:
     end: int = 0
     embed_kind: str = "head"          # embed_kind(): "f32", "head" or "int8"
     conv: ConvLayerPlan | None = None     # the convolution blocks
-    lead_convs: int = 0                   # mixed models: convolution layers before the first attention layer
+    lead_convs: int = 0                   # mixed models: layers of the other kind before the first attention layer
+    gdn: GdnLayerPlan | None = None       # the Gated DeltaNet blocks
+    gdn_rows: Tensor | None = None        # [rows, C] fp32: a multi-row run's convolved q/k/v channels
 
     @property
-    def mixed(self) -> bool: return self.layer is not None and self.conv is not None
+    def other(self):
+        """A mixed model's second kind of block (convolution or DeltaNet), else None."""
+        return self.conv or self.gdn
+
+    @property
+    def mixed(self) -> bool: return self.layer is not None and self.other is not None
 
     def io(self, slot: int) -> dict[str, Tensor]: return self.slot_io[slot]
 
     def block(self, kind: str):
-        return {"attention": self.layer, "conv": self.conv}[kind]
+        return {"attention": self.layer, "conv": self.conv, "deltanet": self.gdn}[kind]
 
     @property
-    def f_chunk(self) -> int: return (self.layer or self.conv).wd.K
+    def f_chunk(self) -> int: return (self.layer or self.conv or self.gdn).wd.K
 
     def kv_bytes(self) -> int:
         return len(self.cfg.kind_layers("attention")) * self.opts.pages * self.layer.page_stride if self.layer else 0
@@ -284,6 +331,14 @@ def check_fits(cfg: ModelConfig, tcfg: Config, opts: ImageOptions) -> None:
         if v % D:
             raise ModelError(f"{cfg.name}: {what} {v} is not a multiple of the card's D={D}",
                              hint="the card quantises activations in whole D-blocks")
+    if "deltanet" in cfg.kinds:
+        vd = cfg.lin_v_heads * cfg.lin_v_dim
+        if vd % D:
+            raise ModelError(f"{cfg.name}: the DeltaNet's value width {vd} (heads x head dim) is not a multiple of the "
+                             f"card's D={D}", hint="the card quantises activations in whole D-blocks")
+        if tcfg.DSTEP and (cfg.lin_k_dim not in isa.DSTEP_COLS or cfg.lin_v_dim > isa.DSTEP_MAX_ROWS):
+            raise ModelError(f"{cfg.name}: DeltaNet heads of {cfg.lin_k_dim} keys x {cfg.lin_v_dim} values; DSTEP "
+                             f"takes {', '.join(map(str, isa.DSTEP_COLS))} keys and at most {isa.DSTEP_MAX_ROWS} values")
     if f_chunk_for(cfg.ffn, D, opts.f_chunk) == 0 or cfg.ffn % f_chunk_for(cfg.ffn, D, opts.f_chunk):
         raise ModelError(f"{cfg.name}: ffn {cfg.ffn} has no chunk that is a multiple of D={D} (at most 1024)")
     if opts.page % D or opts.page < D:
@@ -313,6 +368,8 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
             io["ring"] = Tensor(cur.take(4 * 2 * P * V), (2 * P, V))
         slot_io.append(io)
     logits = Tensor(cur.take(4 * opts.rows * V), (opts.rows, V))
+    C = cfg.gdn_conv_dim if "deltanet" in cfg.kinds else 0
+    gdn_rows = Tensor(cur.take(4 * opts.rows * C), (opts.rows, C)) if C else None
     mailbox = Tensor(cur.take(4 * (opts.ctx // P + 2)), (opts.ctx // P + 2,))
     chain = Tensor(cur.take(4 * 8), (8,))            # per program slot: raw [HALT slot, slot, 1, 0]
     cos = Tensor(cur.take(4 * opts.ctx * cfg.head_dim // 2), (opts.ctx, cfg.head_dim // 2))
@@ -320,6 +377,7 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     mask = Tensor(cur.take(4 * P * P), (P, P))
     tri = Tensor(cur.take(4 * KMAX * KMAX), (KMAX, KMAX))
     n_attn, n_conv = len(cfg.kind_layers("attention")), len(cfg.kind_layers("conv"))
+    n_gdn = len(cfg.kind_layers("deltanet"))
 
     layers_at = -(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN
     d, q, kv, hd = cfg.d, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.head_dim
@@ -335,8 +393,8 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         ln1, ln2 = Tensor(lc.take(4 * d), (d,)), Tensor(lc.take(4 * d), (d,))
         qn, kn = Tensor(lc.take(4 * hd), (hd,)), Tensor(lc.take(4 * hd), (hd,))
         gate = Tensor(lc.take(8), (2,))
-        after = Tensor(lc.take(4), (1,)) if n_conv else None
-        wq, wk, wv = _weight(lc, q, d, wf, D), _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
+        after = Tensor(lc.take(4), (1,)) if n_conv or n_gdn else None
+        wq, wk, wv = _weight(lc, 2 * q if cfg.attn_gate else q, d, wf, D), _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
         wo = _weight(lc, d, q, wf, D)
         wg, wu, wd = mlp(lc)
         kb_h = hd // D
@@ -361,6 +419,10 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         stride = -(-(lc.at - at) // unit) * unit
         conv = ConvLayerPlan(ln1, ln2, tw, cin, cout, wg, wu, wd, ring, stride, slot_stride)
         at += n_conv * stride
+    gdn = None
+    if n_gdn:
+        gdn = _gdn_plan(_Cursor(at), cfg, opts, wf, D, mlp)
+        at += n_gdn * gdn.stride
 
     gc = _Cursor(at)
     final_norm = Tensor(gc.take(4 * d), (d,))
@@ -382,4 +444,29 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
                          f"DRAM; the card has {tcfg.DRAM_BYTES / 2**20:.0f} MiB",
                          hint="use fewer KV pages (--ctx) or a 4-bit --format")
     return ImagePlan(cfg, opts, D, fmt, layer, final_norm, head, embed, cos, sin, mask, tri, logits, mailbox, chain,
-                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind, conv, conv_runs(cfg)[0])
+                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind, conv, conv_runs(cfg)[0], gdn,
+                     gdn_rows)
+
+
+def _gdn_plan(lc: _Cursor, cfg: ModelConfig, opts: ImageOptions, wf: int, D: int, mlp) -> GdnLayerPlan:
+    d, taps, C = cfg.d, cfg.conv_taps, cfg.gdn_conv_dim
+    hv, vd = cfg.lin_v_heads, cfg.lin_v_heads * cfg.lin_v_dim
+    at = lc.at
+    ln1, ln2 = Tensor(lc.take(4 * d), (d,)), Tensor(lc.take(4 * d), (d,))
+    tw = Tensor(lc.take(4 * taps * C), (taps, C))
+    a_log, dt_bias = Tensor(lc.take(4 * hv), (hv,)), Tensor(lc.take(4 * hv), (hv,))
+    norm = Tensor(lc.take(4 * cfg.lin_v_dim), (cfg.lin_v_dim,))
+    gqkv, gz = _weight(lc, C, d, wf, D), _weight(lc, vd, d, wf, D)
+    gb, ga = _weight(lc, hv, d, wf, D), _weight(lc, hv, d, wf, D)
+    gout = _weight(lc, d, vd, wf, D)
+    wg, wu, wd = mlp(lc)
+    ring_bytes = -(-4 * ring_rows(taps) * C // ALIGN) * ALIGN
+    state_bytes = -(-4 * vd * cfg.lin_k_dim // ALIGN) * ALIGN
+    slot_stride = ring_bytes + state_bytes
+    first = lc.take(slot_stride * opts.slots)
+    ring = Tensor(first, (ring_rows(taps), C))
+    state = Tensor(first + ring_bytes, (vd, cfg.lin_k_dim))
+    unit = math.lcm(BLOCK_ALIGN, 4 * C)           # whole ring rows: a block's ring is m0's register moved
+    stride = -(-(lc.at - at) // unit) * unit
+    return GdnLayerPlan(ln1, ln2, tw, a_log, dt_bias, norm, gqkv, gz, gb, ga, gout, wg, wu, wd, ring, state, stride,
+                        slot_stride)

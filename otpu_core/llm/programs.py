@@ -9,7 +9,9 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
   card from the int8 table; a one-kind model's layers run as one hardware loop over identical
   blocks, a two-kind model's as nested loops over each kind's blocks (`_layers`); in an attention layer each row appends its K and
   V^T to its page, then every row attends causally over its own prefix; in a convolution layer
-  (LFM2) each group's rows run the short convolution over its slot's ring (kernels/conv.py).
+  (LFM2) each group's rows run the short convolution over its slot's ring (kernels/conv.py); in
+  a Gated DeltaNet layer (Qwen3.5) each group's rows run the SiLU convolution over the q/k/v
+  channels, then one delta-rule step per row over the slot's state in DRAM (kernels/deltanet.py).
   Either way a run of R rows leaves the same bits as R runs of one row. Optionally the last
   row of each group writes its logits. Prefill is this with R rows and no logits.
 - `generate_kernel(plan, spec)`: a hardware loop of tokens (count = min(tokens left, room in the
@@ -33,8 +35,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import ol
+from ..kernels.activations import sigmoid
 from ..kernels.attention import PagedAttention
 from ..kernels.conv import RingRows, short_conv
+from ..kernels.deltanet import GdnWeights, gated_deltanet_step
 from ..kernels.embedding import embed
 from ..kernels.mlp import UNROLL as MLP_UNROLL
 from ..kernels.mlp import swiglu_mlp
@@ -116,9 +120,9 @@ class _Rows:
         for p in self.pos:
             p.prepare(hd, 4 * (hd // plan.D), 1, 4, 4 * P, 2 * hd)
         self.ring = []                  # per group: its convolution ring rows (before any layer loop)
-        if plan.conv is not None:
-            taps = cfg.conv_taps
-            self.ring = [RingRows(w, taps, 4 * cfg.d) for w in pos_words]
+        if plan.other is not None:
+            width = cfg.d if plan.conv is not None else cfg.gdn_conv_dim
+            self.ring = [RingRows(w, cfg.conv_taps, 4 * width) for w in pos_words]
 
     @property
     def R(self) -> int: return len(self.of)
@@ -184,21 +188,26 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
         c, s = cos * gate[0:1] + gate[1:2], sin * gate[0:1]
     qn, kn = (ol.load(Ly.qn), ol.load(Ly.kn)) if cfg.qk_norm else (None, None)
     qk_eps = cfg.qk_eps
+    gated = cfg.attn_gate                     # Qwen3.5: q_proj gives per head the query, then its output gate
+    qw = 2 * hd if gated else hd
+    att = rows.tile(H * hd) if gated else None
     pending = None
     for r, (g, j) in enumerate(rows.of):
         # Row r appends its K and V^T, then attends; its mask hides every later slot of the page, so
         # whether later rows appended yet does not change a bit (a run of R rows = R runs of one).
         grp = rows.groups[g]
-        qr, kr = _row(q, r).reshape(H, hd), _row(k, r).reshape(KV, hd)
+        qr, kr = _row(q, r).reshape(H, qw), _row(k, r).reshape(KV, hd)
+        qr = qr[:, 0:hd] if gated else qr
         if qn is not None:
             qr, kr = rmsnorm(qr, qn, qk_eps), rmsnorm(kr, kn, qk_eps)
-        qr, kr = rope(qr, _row(c, r), _row(s, r)), rope(kr, _row(c, r), _row(s, r))
+        qr, kr = _rope(qr, _row(c, r), _row(s, r), cfg.rotary_dim), _rope(kr, _row(c, r), _row(s, r), cfg.rotary_dim)
         vr = _row(v, r)
         slots = [rows.token_slot(Ly.page(grp.pages[-1], kh), g, j) for kh in range(KV)]
         for kh in ol.static_range(KV):
             ol.kv_append_k(slots[kh], 0, kr[kh])
         del kr
-        ar = _row(q, r).reshape(H, hd)       # the attention output takes row r of q: it is read already
+        # the attention output takes row r of q (it is read already), or of its own tile beside the gates
+        ar = _row(att, r).reshape(H, hd) if gated else _row(q, r).reshape(H, hd)
         for kh in ol.static_range(KV):
             # each head's V^T append (a byte-strided store, the slow one) just before its queries:
             # it overlaps the heads before it instead of holding up the quantiser ahead of all of them
@@ -214,7 +223,21 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
     if pending is not None:
         pending[0][pending[1]:pending[2]].set(pending[3].finish())
     del k, v, pending
-    return ol.dot(q, Ly.wo)
+    if not gated:
+        return ol.dot(q, Ly.wo)
+    for r in range(rows.R):
+        ar = _row(att, r).reshape(H, hd)
+        ar.set(ar * sigmoid(_row(q, r).reshape(H, qw)[:, hd:qw]))
+    del q
+    return ol.dot(att, Ly.wo)
+
+
+def _rope(x: Tile, c: Tile, s: Tile, rot: int) -> Tile:
+    """RoPE over the whole head, or (partial RoPE, Qwen3.5) over its first `rot` dims in place."""
+    if not rot:
+        return rope(x, c, s)
+    x[:, 0:rot].set(rope(x[:, 0:rot], c[0:rot // 2], s[0:rot // 2]))
+    return x
 
 
 def _conv(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = None) -> Tile:
@@ -241,6 +264,79 @@ def _conv(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = None) 
     return ol.dot(c, Ly.cout)
 
 
+GDN_CONV_PART = 2048              # channels one short_conv call takes (its taps and history rows live in TMEM)
+
+
+def _deltanet(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = None) -> Tile:
+    """One Gated DeltaNet layer's mixer for every row: in_proj_qkv and per group the SiLU convolution
+    of the q, k and v channels over its slot's ring (in parts of at most GDN_CONV_PART); z, b, a;
+    then per row one delta-rule step over the slot's state in DRAM (the decay zeroed at position
+    0, so a new sequence starts from nothing); the gated norms' rows into out_proj. `block` as in
+    `_conv`. The projection's rows die before z, b and a exist, and a run of several rows parks
+    its convolved channels in DRAM (`gdn_rows`) until each row's step, which keeps TMEM for the
+    heads (the 0.8B's 4-row prefill)."""
+    cfg = plan.cfg
+    hk, hv, dk, dv, C = cfg.lin_k_heads, cfg.lin_v_heads, cfg.lin_k_dim, cfg.lin_v_dim, cfg.gdn_conv_dim
+    kd = hk * dk
+    parts = [(0, C)] if C <= GDN_CONV_PART else [(c, min(c + GDN_CONV_PART, hi)) for lo, hi in (
+        (0, kd), (kd, 2 * kd), (2 * kd, C)) for c in range(lo, hi, GDN_CONV_PART)]
+    park = plan.gdn_rows if rows.R > 1 else None    # several rows: their convolved channels wait in DRAM
+    xn = rmsnorm_quantized(h, ol.load(Ly.ln1), cfg.norm_eps, Ly.gqkv)
+    convs = [[None] * len(parts) for _ in rows.groups]      # per group, per part: the rows' convolved channels
+    for p, (c0, c1) in enumerate(parts):
+        # each part's projection rows as their own MM (the bits of the one wide MM), dead once convolved
+        mixed = ol.dot(xn, Ly.gqkv if len(parts) == 1 else Ly.gqkv.rows(c0, c1 - c0))
+        r = 0
+        for g, grp in enumerate(rows.groups):
+            if block is None:
+                ring, at = Ly.ring_of(grp.slot), rows.ring[g]
+            else:
+                ring, at = plan.gdn.ring_of(grp.slot), rows.ring[g].moved(block, plan.gdn.stride // (4 * C))
+            out = short_conv([_row(mixed, r + j) for j in range(grp.n)], Ly.taps[:, c0:c1], ring[:, c0:c1], at,
+                             activation="silu")
+            if park is None:
+                convs[g][p] = out
+            else:
+                for j, o in enumerate(out):
+                    ol.store(park[r + j, c0:c1], o)
+                del out, o
+            r += grp.n
+        del mixed
+    z, b, a = ol.dot(xn, Ly.gz), ol.dot(xn, Ly.gb), ol.dot(xn, Ly.ga)
+    del xn
+    w = GdnWeights(Ly.a_log, Ly.dt_bias, Ly.norm)
+    y = rows.tile(hv * dv)
+    r = 0
+    for g, grp in enumerate(rows.groups):
+        state = Ly.state_of(grp.slot)
+        for j in range(grp.n):
+            if park is not None:
+                cv = ol.load(park[r + j])
+                q, k, v = cv[0:kd], cv[kd:2 * kd], cv[2 * kd:C]
+                del cv
+            elif len(parts) == 3:   # q, k and v convolved apart
+                q, k, v = (convs[g][p][j] for p in range(3))
+            else:                 # one part, or more than one for q, k or v: the row's channels in one tile
+                cv = convs[g][0][j]
+                if len(parts) > 1:
+                    cv = ol.empty((C,))
+                    for p, (c0, c1) in enumerate(parts):
+                        cv[c0:c1].set(convs[g][p][j])
+                        convs[g][p][j] = None
+                q, k, v = cv[0:kd], cv[kd:2 * kd], cv[2 * kd:C]
+                del cv
+            out = gated_deltanet_step(q.reshape(hk, dk), k.reshape(hk, dk), v.reshape(hv, dv),
+                                      _row(z, r + j).reshape(hv, dv), _row(a, r + j), _row(b, r + j), w, state,
+                                      cfg.norm_eps, keep=rows.ring[g].valid[-1] if j == 0 else None)
+            _row(y, r + j).set(out.reshape(hv * dv))
+            del q, k, v
+            for part in convs[g] if park is None else ():
+                part[j] = None
+        r += grp.n
+    del convs, z, a, b
+    return ol.dot(y, Ly.gout)
+
+
 def _mlp(plan: ImagePlan, Ly, h: Tile, split: bool) -> Tile:
     """The SwiGLU MLP; `split`: as unrolled groups of at most UNROLL chunks (no hardware loop, for
     a body already at the loop depth limit)."""
@@ -259,35 +355,48 @@ def _mlp(plan: ImagePlan, Ly, h: Tile, split: bool) -> Tile:
 
 
 def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
-    """One kind: one hardware loop over its blocks. Two kinds (LFM2): the convolution layers
-    before the first attention layer, then a loop over the attention layers, each followed by
-    a loop over its run of convolution layers (the count RLD'd from the attention block, the
+    """One kind: one hardware loop over its blocks. Two kinds (LFM2, Qwen3.5): the convolution
+    (or DeltaNet) layers before the first attention layer, then a loop over the attention layers,
+    each followed by a loop over its run of the other kind's layers (the count RLD'd from the attention block, the
     block from a counter on the card: a loop of run-time count cannot step addresses), so each kind's body is traced once whatever the order; a body inside the inner loop
     keeps its MLP unrolled (loops nest at most four deep, and the generate loop uses two)."""
     cfg = plan.cfg
     cos, sin = (rows.table_rows(plan.cos), rows.table_rows(plan.sin)) if plan.layer is not None else (None, None)
 
-    def conv_layer(Ly, split=False, block=None):
+    mixers = {"conv": _conv, "deltanet": _deltanet}
+
+    def other_layer(Ly, split=False, block=None):
         nonlocal h
-        h += _conv(plan, Ly, h, rows, block)
+        h += mixers[other_kind](plan, Ly, h, rows, block)
         h += _mlp(plan, Ly, h, split)
 
-    if not plan.mixed:
-        kind = cfg.kinds[0]
+    if not plan.mixed and cfg.kinds[0] == "attention":
         for li in ol.range(cfg.layers):
-            Ly = plan.block(kind).at(li)
-            h += _conv(plan, Ly, h, rows) if kind == "conv" else _attention(plan, Ly, h, rows, cos, sin)
+            Ly = plan.layer.at(li)
+            h += _attention(plan, Ly, h, rows, cos, sin)
             h += _mlp(plan, Ly, h, False)
         return h
-    for li in (ol.range(plan.lead_convs) if plan.lead_convs > 1 else range(plan.lead_convs)):
-        conv_layer(plan.conv.at(li))
-    block = ol.full((1,), float(plan.lead_convs))          # the next convolution block, counted on the card
+    other_kind = next(k for k in cfg.kinds if k != "attention")
+    other, lead = plan.other, plan.lead_convs if plan.mixed else cfg.layers
+    # NOTE: a loop over these blocks counts them on the card rather than stepping an address register:
+    # the ring's m0 is rld'd at its first use, inside the loop, and a loop-stepped address cannot add a
+    # device value computed in its own loop (lowering sets the register before the first iteration)
+    if lead == 1:
+        other_layer(other.at(0))
+    elif lead:
+        block = ol.full((1,), 0.0)
+        for _ in ol.range(lead):
+            other_layer(other.at(0, ol.rld(block, scale=other.stride)), block=block)
+            block += 1.0
+    if not plan.mixed:
+        return h
+    block = ol.full((1,), float(lead))          # the next other-kind block, counted on the card
     for a in ol.range(len(cfg.kind_layers("attention"))):
         Ly = plan.layer.at(a)
         h += _attention(plan, Ly, h, rows, cos, sin)
         h += _mlp(plan, Ly, h, False)
         for _ in ol.range(ol.rld(ol.load(Ly.convs_after))):
-            conv_layer(plan.conv.at(0, ol.rld(block, scale=plan.conv.stride)), split=True, block=block)
+            other_layer(other.at(0, ol.rld(block, scale=other.stride)), split=True, block=block)
             block += 1.0
     return h
 

@@ -4,7 +4,10 @@
   unquantised weights, RMSNorm, RoPE (with the family's theta, Llama 3 scaling, NoPE layers),
   q/k norms, grouped-query softmax attention, SwiGLU, tied or untied head; LFM2's convolution
   layers: in_proj to B, C, x, the causal depthwise convolution of B*x over the last taps
-  positions (zeros before the first), C times it, out_proj.
+  positions (zeros before the first), C times it, out_proj; Qwen3.5's Gated DeltaNet layers:
+  in_proj_qkv through the causal convolution and SiLU, the gated delta rule per value head
+  (kernels.reference.gated_deltanet, its state kept per layer), the gated RMSNorm, out_proj;
+  its attention: RoPE on the first rotary_dim dims of a head, the output times sigmoid(gate).
 - quantised golden (`Golden(cfg, CardWeights(conv), CardNumerics(...))`): the same forward with
   the card's quantisation points applied exactly and nothing else: the weights the MXU
   multiplies (formats.py's dequantisation of the converted tensors), the embedding row the card reads,
@@ -103,6 +106,9 @@ class Golden:
         self.v = np.zeros((c.layers, n, c.kv_heads, c.head_dim))      # values (fp) or V codes (card)
         self.vs = np.zeros((c.layers, n, c.kv_heads))                 # card: V scale per (token, head)
         self.bx = np.zeros((c.layers, max(c.conv_taps - 1, 0), c.d))   # conv layers: B*x of the last taps-1 tokens
+        if "deltanet" in c.kinds:                                     # DeltaNet: conv inputs of the last taps-1
+            self.gx = np.zeros((c.layers, c.conv_taps - 1, c.gdn_conv_dim))   # tokens and the state per head
+            self.S = np.zeros((c.layers, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim))
         self.n = 0
 
     # -- the card's quantisation points ----------------------------------------------------------
@@ -162,17 +168,21 @@ class Golden:
     # -- the layer kinds' mixers -------------------------------------------------------------------
     def _attention(self, li: int, xn: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
         cfg, w = self.cfg, self.w
-        q = (xn @ w.get(f"wq.{li}").T).reshape(cfg.heads, cfg.head_dim)
+        q = (xn @ w.get(f"wq.{li}").T).reshape(cfg.heads, -1)
+        q, gate = q[:, :cfg.head_dim], q[:, cfg.head_dim:]             # Qwen3.5: query and output gate per head
         k = (xn @ w.get(f"wk.{li}").T).reshape(cfg.kv_heads, cfg.head_dim)
         v = (xn @ w.get(f"wv.{li}").T).reshape(cfg.kv_heads, cfg.head_dim)
         if cfg.qk_norm:
             q = R.rmsnorm(q, w.get(f"qn.{li}"), cfg.qk_eps)
             k = R.rmsnorm(k, w.get(f"kn.{li}"), cfg.qk_eps)
         if cfg.uses_rope(li):
-            q, k = R.rope(q, c, s), R.rope(k, c, s)
+            rot = cfg.rotary_dim or cfg.head_dim
+            q, k = _rope_part(q, c, s, rot), _rope_part(k, c, s, rot)
         self._store_kv(li, k, v)
-        att = self._attend(li, q).reshape(-1)
-        return self._act(att) @ w.get(f"wo.{li}").T
+        att = self._attend(li, q)
+        if gate.size:
+            att = att * R.sigmoid(gate)
+        return self._act(att.reshape(-1)) @ w.get(f"wo.{li}").T
 
     def _conv(self, li: int, xn: np.ndarray) -> np.ndarray:
         """LFM2's gated short convolution of one token; its B*x joins the layer's history."""
@@ -185,6 +195,20 @@ class Golden:
         self.bx[li] = window[1:]
         return self._act(cgate * conv) @ w.get(f"cout.{li}").T
 
+    def _deltanet(self, li: int, xn: np.ndarray) -> np.ndarray:
+        """Qwen3.5's Gated DeltaNet of one token; its conv input joins the layer's history, its state moves on."""
+        cfg, w = self.cfg, self.w
+        hk, hv, dk, dv = cfg.lin_k_heads, cfg.lin_v_heads, cfg.lin_k_dim, cfg.lin_v_dim
+        window = np.vstack([self.gx[li], (xn @ w.get(f"gqkv.{li}").T)[None, :]])      # [taps, channels]
+        self.gx[li] = window[1:]
+        mixed = R.silu(np.einsum("tc,ct->c", window, w.get(f"gconv.{li}")))
+        q, k, v = mixed[:hk * dk], mixed[hk * dk:2 * hk * dk], mixed[2 * hk * dk:]
+        z, b, a = (xn @ w.get(f"{n}.{li}").T for n in ("gz", "gb", "ga"))
+        y, self.S[li] = R.gated_deltanet(q.reshape(1, hk, dk), k.reshape(1, hk, dk), v.reshape(1, hv, dv),
+                                         z.reshape(1, hv, dv), a[None], b[None], w.get(f"galog.{li}"),
+                                         w.get(f"gdt.{li}"), w.get(f"gnorm.{li}"), state=self.S[li], eps=cfg.norm_eps)
+        return self._act(y.reshape(-1)) @ w.get(f"gout.{li}").T
+
     # -- the forward pass --------------------------------------------------------------------------
     def step(self, tok: int) -> np.ndarray:
         """Feed one token at the next position; its logits (float64 [vocab])."""
@@ -195,7 +219,12 @@ class Golden:
         c, s = self.cos[pos], self.sin[pos]
         for li, kind in enumerate(cfg.kinds):
             xn = self._act(R.rmsnorm(h, w.get(f"ln1.{li}"), cfg.norm_eps))
-            h = h + (self._conv(li, xn) if kind == "conv" else self._attention(li, xn, c, s))
+            if kind == "conv":
+                h = h + self._conv(li, xn)
+            elif kind == "deltanet":
+                h = h + self._deltanet(li, xn)
+            else:
+                h = h + self._attention(li, xn, c, s)
             xn = self._act(R.rmsnorm(h, w.get(f"ln2.{li}"), cfg.norm_eps))
             hh = R.silu(xn @ w.get(f"wg.{li}").T) * (xn @ w.get(f"wu.{li}").T)
             y = np.zeros(cfg.d)
@@ -210,6 +239,13 @@ class Golden:
 
     def forward(self, tokens) -> np.ndarray:
         return np.stack([self.step(int(t)) for t in tokens])
+
+
+def _rope_part(x: np.ndarray, c: np.ndarray, s: np.ndarray, rot: int) -> np.ndarray:
+    """RoPE (rotate-half) over the first `rot` dims of each head, the rest passed through."""
+    if rot == x.shape[-1]:
+        return R.rope(x, c, s)
+    return np.concatenate([R.rope(x[..., :rot], c[:rot // 2], s[:rot // 2]), x[..., rot:]], -1)
 
 
 def next_token_nll(golden: Golden, tokens, start: int = 1) -> tuple[float, int]:

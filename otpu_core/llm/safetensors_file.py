@@ -6,7 +6,8 @@ tensor asked for), from `model.safetensors` or the shards named by
 memory map at the offsets the file's header gives and widened to float32 (a bf16 is the top
 half of an fp32). The tokenizer is `tokenizer.json`; the chat template and its special tokens
 come from `tokenizer_config.json` (or `chat_template.jinja`), the stop ids from
-`generation_config.json`.
+`generation_config.json`. A family whose RMSNorm weights are zero-centred (Qwen3.5's `1 + w`,
+families.hf_norm_offset) gets them back as the multiplier every reference and the card use.
 """
 from __future__ import annotations
 
@@ -116,7 +117,7 @@ def open_hf_dir(d: Path) -> Checkpoint:
             raise ModelError(f"{files.shards[hname]}: tensor '{hname}' is stored as {info['dtype']}",
                              hint=f"supported: {', '.join(DTYPES)}")
         shape = tuple(info["shape"])
-        if canon.startswith("conv.") and len(shape) == 3 and shape[1] == 1:
+        if canon.split(".")[0] in families.DEPTHWISE_TENSORS and len(shape) == 3 and shape[1] == 1:
             shape = (shape[0], shape[2])         # nn.Conv1d's depthwise [d, 1, taps] is the [d, taps] of GGUF
         shapes[canon], types[canon] = shape, info["dtype"]
     if cfg.tied and "head" in shapes:
@@ -137,9 +138,12 @@ def open_hf_dir(d: Path) -> Checkpoint:
             special[key] = v
     tok_json = d / "tokenizer.json"
     weight_files = list(dict.fromkeys(files.shards.values())) + [d / "config.json"]
+    offset = set(cfg.spec.hf_norm_offset)
+
     def read(canon: str) -> np.ndarray:
         w = files.read(names[canon])
-        return w.reshape(shapes[canon]) if canon in shapes else w
+        w = w.reshape(shapes[canon]) if canon in shapes else w
+        return w + np.float32(1.0) if canon.split(".")[0] in offset else w    # zero-centred norms (Qwen3.5)
 
     return Checkpoint(d, "safetensors", cfg, weight_files, read, types,
                       TokenizerSource(json_path=tok_json if tok_json.exists() else None), template, special)

@@ -7,7 +7,9 @@ library's pydoc topics) with ChatML's special tokens; `write_hf` writes a Huggin
 directory (config.json, safetensors in F32, F16 or BF16, tokenizer.json, tokenizer_config.json
 with the chat template) and `write_gguf` a GGUF file the way llama.cpp's converter lays it out
 (its metadata keys, tensor names, the permuted q/k rows of Llama-family files, a `rope_freqs`
-tensor for Llama 3 scaling, the vocabulary, merges and token types).
+tensor for Llama 3 scaling, Qwen3.5's ssm.* keys, -exp(A_log) and tiled value heads, the
+vocabulary, merges and token types). Norms a family stores zero-centred in Hugging Face files
+(Qwen3.5) are written as w - 1 there.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import numpy as np
 from . import families
 from .checkpoint import file_names
 from .config import ModelConfig
+from .gguf_file import v_heads
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
           "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
@@ -84,11 +87,19 @@ def hf_config(cfg: ModelConfig, rope_scaling: dict | None = None) -> dict:
     if cfg.family == "smollm3":
         out["no_rope_layers"] = [0 if i in cfg.nope_layers else 1 for i in range(cfg.layers)]
     fam = families.by_name(cfg.family)
-    if fam.layer_types:               # LFM2: its own key names
+    if fam.layer_types:
         kind_name = {kind: name for name, kind in fam.layer_types}
         out["layer_types"] = [kind_name[k] for k in cfg.kinds]
+    if "conv" in cfg.kinds:           # LFM2: its own key names
         out["norm_eps"] = out.pop("rms_norm_eps")
         out.update(conv_L_cache=cfg.conv_taps, conv_bias=False, block_auto_adjust_ff_dim=False, block_ff_dim=cfg.ffn)
+    if "deltanet" in cfg.kinds:       # Qwen3.5's text config
+        out.update(model_type="qwen3_5_text", linear_conv_kernel_dim=cfg.conv_taps,
+                   linear_num_key_heads=cfg.lin_k_heads, linear_num_value_heads=cfg.lin_v_heads,
+                   linear_key_head_dim=cfg.lin_k_dim, linear_value_head_dim=cfg.lin_v_dim, attn_output_gate=True)
+        out["rope_parameters"] = {"rope_type": "default", "rope_theta": out.pop("rope_theta"),
+                                  "partial_rotary_factor": cfg.rot_dim / cfg.head_dim, "mrope_interleaved": True,
+                                  "mrope_section": [11, 11, 10]}
     return out
 
 
@@ -120,7 +131,9 @@ def write_hf(d: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=None,
     d = Path(d)
     d.mkdir(parents=True, exist_ok=True)
     names = _file_names(cfg, gguf=False)
-    _safetensors(d / "model.safetensors", {names[k]: _hf_shaped(k, weights[k]) for k in names}, dtype)
+    offset = set(families.by_name(cfg.family).hf_norm_offset)
+    _safetensors(d / "model.safetensors", {names[k]: _hf_shaped(k, weights[k] - (k.split(".")[0] in offset))
+                                           for k in names}, dtype)
     (d / "config.json").write_text(json.dumps(hf_config(cfg, rope_scaling), indent=1))
     if tk is not None:
         tk.save(str(d / "tokenizer.json"))
@@ -131,7 +144,7 @@ def write_hf(d: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=None,
 
 def _hf_shaped(canon: str, a: np.ndarray) -> np.ndarray:
     """Hugging Face keeps the depthwise conv as nn.Conv1d's [d, 1, taps]."""
-    return a[:, None, :] if canon.startswith("conv.") else a
+    return a[:, None, :] if canon.split(".")[0] in families.DEPTHWISE_TENSORS else a
 
 
 def _permute(w: np.ndarray, heads: int) -> np.ndarray:
@@ -158,6 +171,18 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
         w.add_shortconv_l_cache(cfg.conv_taps)
     else:
         w.add_head_count_kv(cfg.kv_heads)
+    if "deltanet" in cfg.kinds:       # llama.cpp's qwen35 keys (attention every n-th layer, the DeltaNet's sizes)
+        n = cfg.kinds.index("attention") + 1
+        if cfg.kinds != tuple("attention" if (i + 1) % n == 0 else "deltanet" for i in range(cfg.layers)):
+            raise ValueError(f"GGUF qwen35 files give the layer order as attention every n-th layer, not {cfg.kinds}")
+        w.add_full_attention_interval(n)
+        w.add_ssm_conv_kernel(cfg.conv_taps)
+        w.add_ssm_state_size(cfg.lin_k_dim)
+        w.add_ssm_group_count(cfg.lin_k_heads)
+        w.add_ssm_time_step_rank(cfg.lin_v_heads)
+        w.add_ssm_inner_size(cfg.lin_v_heads * cfg.lin_v_dim)
+    if cfg.rotary_dim:
+        w.add_rope_dimension_count(cfg.rotary_dim)
     w.add_key_length(cfg.head_dim)
     w.add_value_length(cfg.head_dim)
     w.add_rope_freq_base(cfg.rope_theta)
@@ -188,6 +213,10 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
         kind = name.split(".")[0]
         if fam.gguf_permuted_qk and kind in ("wq", "wk"):
             a = _permute(a, cfg.heads if kind == "wq" else cfg.kv_heads)
+        if kind == "galog":
+            a = -np.exp(a.astype(np.float64)).astype(np.float32)
+        if fam.gguf_tiled_v:
+            a = np.ascontiguousarray(v_heads(kind, a, cfg, tiled=True), np.float32)
         t = types.get(name, types.get(kind, "F32" if a.ndim == 1 else "F16"))
         if t == "F32":
             w.add_tensor(gguf_names[name], a)

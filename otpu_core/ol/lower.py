@@ -176,7 +176,13 @@ def lower(root: list, cfg, halt_chain: tuple[DevVar, DevVar] | None = None) -> L
             if init == "arg":
                 arg_of(src)
             elif init == "dev":
-                dev_use(src, pos.span[id(inner)][0], outside)
+                at = pos.span[id(inner)][0]
+                if src in devs and devs[src].start > at:
+                    # the register is set from the device value before the loop's first iteration
+                    raise CompileError(f"address {Affine(0, terms)} steps with a loop and adds a device value "
+                                       f"that rld computes inside that loop; compute the device value before "
+                                       "the loop, or address the data with one device value")
+                dev_use(src, at, outside)
         keys[fk] = k
         return k
 

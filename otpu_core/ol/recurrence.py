@@ -56,7 +56,8 @@ def _static(t: Tile, what: str) -> int:
 
 
 def _aligned(a: Affine, d: int) -> bool:
-    return a.const % d == 0 and all(c % d == 0 for c in a.terms.values())
+    """Every value of `a` is a multiple of d (a device value counts by the multiple its RLD's scale keeps)."""
+    return a.const % d == 0 and all(c * getattr(v, "align", 1) % d == 0 for v, c in a.terms.items())
 
 
 def _words(t: Tile, n: int, what: str) -> None:
