@@ -4,7 +4,10 @@ The config is everything the references and the card program need besides the we
 RMSNorm epsilon, RoPE base and per-frequency scaling (Llama 3's, given as divisors of the base
 frequencies exactly as llama.cpp's `rope_freqs` tensor holds them), which layers skip RoPE,
 whether the LM head is the embedding, the special token ids, the kind of every layer
-(`layer_kinds`, families.KINDS; empty: attention throughout) and the short convolution's taps.
+(`layer_kinds`, families.KINDS; empty: attention throughout), the short convolution's taps and,
+for a mixture of experts, the experts per layer and how many each token uses (`ffn` is then
+each expert's width; the k chosen experts' router probabilities are renormalised to sum to 1,
+Qwen3-MoE's `norm_topk_prob`, which llama.cpp's qwen3moe always does).
 `real_head_dim` is set only on the card's view of a model whose heads were zero-padded to the
 block size (`layout.card_config`): RoPE then turns the real dims only and the q/k norms divide
 by the real width. `tensor_shapes()` says what
@@ -21,7 +24,8 @@ import numpy as np
 
 from . import families
 from .errors import ModelError
-from .families import GLOBAL_TENSORS, KIND_TENSORS, KINDS, QK_NORM_TENSORS, Family
+from .families import (EXPERT_TENSORS, GLOBAL_TENSORS, KIND_TENSORS, KINDS, MLP_TENSORS, MOE_TENSORS,
+                       QK_NORM_TENSORS, Family)
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class ModelConfig:
     layer_kinds: tuple[str, ...] = ()                # per layer (families.KINDS); () = attention throughout
     conv_taps: int = 0                               # short convolution length (LFM2's L_cache)
     real_head_dim: int = 0                           # card view of zero-padded heads: the model's head_dim
+    experts: int = 0                                 # routed experts per layer (0: a dense MLP)
+    experts_used: int = 0                            # experts each token uses (top-k)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -76,7 +82,20 @@ class ModelConfig:
         return self.norm_eps * self.rope_dim / self.head_dim if self.real_head_dim else self.norm_eps
 
     def layer_tensors(self, layer: int = 0) -> list[str]:
-        return [k for k in KIND_TENSORS[self.kinds[layer]] if self.qk_norm or k not in QK_NORM_TENSORS]
+        kinds = KIND_TENSORS[self.kinds[layer]]
+        if self.experts:
+            kinds = tuple(k for k in kinds if k not in MLP_TENSORS) + MOE_TENSORS
+        return [k for k in kinds if self.qk_norm or k not in QK_NORM_TENSORS]
+
+    def layer_names(self, layer: int) -> list[tuple[str, str, int | None]]:
+        """(canonical name, tensor kind, expert or None) of every tensor of a layer: `wq.3`, `eg.3.5`."""
+        out = []
+        for k in self.layer_tensors(layer):
+            if k in EXPERT_TENSORS:
+                out += [(f"{k}.{layer}.{e}", k, e) for e in range(self.experts)]
+            else:
+                out.append((f"{k}.{layer}", k, None))
+        return out
 
     def global_tensors(self) -> list[str]:
         return [k for k in GLOBAL_TENSORS if not (self.tied and k == "head")]
@@ -86,12 +105,13 @@ class ModelConfig:
         s, q, kv = self, self.heads * self.head_dim, self.kv_heads * self.head_dim
         per = {"ln1": (s.d,), "wq": (q, s.d), "wk": (kv, s.d), "wv": (kv, s.d), "wo": (s.d, q), "qn": (s.head_dim,),
                "kn": (s.head_dim,), "ln2": (s.d,), "wg": (s.ffn, s.d), "wu": (s.ffn, s.d), "wd": (s.d, s.ffn),
-               "cin": (3 * s.d, s.d), "conv": (s.d, s.conv_taps), "cout": (s.d, s.d)}
+               "cin": (3 * s.d, s.d), "conv": (s.d, s.conv_taps), "cout": (s.d, s.d),
+               "router": (s.experts, s.d), "eg": (s.ffn, s.d), "eu": (s.ffn, s.d), "ed": (s.d, s.ffn)}
         out = {"embed": (s.vocab, s.d), "final_norm": (s.d,), "head": (s.vocab, s.d)}
         out = {k: v for k, v in out.items() if k in self.global_tensors()}
         for i in range(s.layers):
-            for k in self.layer_tensors(i):
-                out[f"{k}.{i}"] = per[k]
+            for name, k, _ in self.layer_names(i):
+                out[name] = per[k]
         return out
 
     def inv_freq(self) -> np.ndarray:
@@ -135,6 +155,13 @@ class ModelConfig:
                 raise ModelError(f"{where}: layer kind '{bad[0]}' is not supported", hint=f"kinds: {', '.join(KINDS)}")
         if "conv" in self.kinds and not (isinstance(self.conv_taps, int) and self.conv_taps >= 2):
             raise ModelError(f"{where}: short convolution length {self.conv_taps!r}; it must be an integer >= 2")
+        if self.spec.moe and not (isinstance(self.experts, int) and self.experts >= 1):
+            raise ModelError(f"{where}: {self.experts!r} experts; a {self.family} model needs a positive number of them")
+        if not self.spec.moe and self.experts:
+            raise ModelError(f"{where}: {self.experts} experts in a {self.family} model, which has a dense MLP")
+        if self.experts and not (isinstance(self.experts_used, int) and 1 <= self.experts_used <= self.experts):
+            raise ModelError(f"{where}: {self.experts_used!r} experts per token; it must be 1..{self.experts} "
+                             f"(the experts of a layer)")
         return self
 
     def with_(self, **kw) -> "ModelConfig": return replace(self, **kw)
@@ -213,7 +240,8 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
         step = int(cfg.get("no_rope_layer_interval", fam.nope_every))
         nope = tuple(i for i in range(layers) if (i + 1) % step == 0)
     eos = _ids((generation or {}).get("eos_token_id", cfg.get("eos_token_id")))
-    kinds, taps, ffn = _hf_layer_kinds(cfg, fam, layers, where), 0, _hf_ffn(cfg, where)
+    kinds, taps = _hf_layer_kinds(cfg, fam, layers, where), 0
+    experts, used, ffn = _hf_experts(cfg, where) if fam.moe else (0, 0, _hf_ffn(cfg, where))
     if "conv" in kinds:
         if cfg.get("conv_bias", False):
             raise ModelError(f"{where}: conv_bias = true; this layer runs bias-free convolutions")
@@ -222,6 +250,7 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
         family=fam.name, vocab=int(_need(cfg, "vocab_size", where)), d=d, layers=layers, heads=heads,
         kv_heads=int(cfg.get("num_key_value_heads") or heads), head_dim=head_dim,
         ffn=ffn, norm_eps=float(cfg.get("rms_norm_eps", cfg.get("norm_eps", 1e-6))), layer_kinds=kinds, conv_taps=taps,
+        experts=experts, experts_used=used,
         rope_theta=theta, rope_factors=factors, nope_layers=nope,
         tied=bool(cfg.get("tie_word_embeddings", False)), context=int(cfg.get("max_position_embeddings", 4096)),
         bos_id=cfg.get("bos_token_id") if isinstance(cfg.get("bos_token_id"), int) else None, eos_ids=eos,
@@ -246,6 +275,31 @@ def _hf_layer_kinds(cfg: dict, fam: Family, layers: int, where: str) -> tuple[st
         if t not in names:
             raise ModelError(f"{where}: layer_types[{i}] = {t!r} is not supported", hint=f"supported: {', '.join(names)}")
     return tuple(names[t] for t in types)
+
+
+def _positive(cfg: dict, key: str, where: str) -> int:
+    v = _need(cfg, key, where)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ModelError(f"{where}: {key} = {v!r}; it must be a positive integer")
+    return v
+
+
+def _hf_experts(cfg: dict, where: str) -> tuple[int, int, int]:
+    """(experts, experts per token, expert width) of a Qwen3-MoE config.json; every layer sparse, the
+    chosen experts' weights renormalised (what the card's router computes)."""
+    experts, used = _positive(cfg, "num_experts", where), _positive(cfg, "num_experts_per_tok", where)
+    width = _positive(cfg, "moe_intermediate_size", where)
+    if used > experts:
+        raise ModelError(f"{where}: num_experts_per_tok = {used} exceeds num_experts = {experts}")
+    if cfg.get("norm_topk_prob", False) is not True:
+        raise ModelError(f"{where}: norm_topk_prob = {cfg.get('norm_topk_prob', False)!r}"
+                         f"{'' if 'norm_topk_prob' in cfg else ' (the key is missing: transformers takes false)'}; "
+                         "the card renormalises the chosen experts' weights", hint="supported: true")
+    if cfg.get("decoder_sparse_step", 1) != 1 or cfg.get("mlp_only_layers"):
+        raise ModelError(f"{where}: decoder_sparse_step = {cfg.get('decoder_sparse_step', 1)!r}, mlp_only_layers = "
+                         f"{cfg.get('mlp_only_layers', [])!r}: layers with a dense MLP are not supported",
+                         hint="supported: decoder_sparse_step 1 and no mlp_only_layers (every layer routed)")
+    return experts, used, width
 
 
 def _hf_ffn(cfg: dict, where: str) -> int:
@@ -313,12 +367,24 @@ def from_gguf(meta: dict[str, Any], where: str, tied: bool, rope_factors: tuple[
             kinds = tuple("attention" if int(x) else "conv" for x in kv)
             taps = int(get("shortconv.l_cache"))
         kv = counts.pop()
+    experts, used, ffn = 0, 0, None
+    if fam.moe:
+        experts, used = int(get("expert_count")), int(get("expert_used_count"))
+        if not 1 <= used <= experts:
+            raise ModelError(f"{where}: {arch}.expert_used_count {used} for {arch}.expert_count {experts}: it must be "
+                             f"1..{experts}")
+        scale = float(get("expert_weights_scale", 1.0, required=False))
+        if scale not in (0.0, 1.0):               # llama.cpp scales the routing weights only for other values
+            raise ModelError(f"{where}: {arch}.expert_weights_scale {scale}: scaled routing weights are not "
+                             "supported", hint="supported: 1.0")
+        ffn = get("expert_feed_forward_length", 0, required=False) or int(get("feed_forward_length")) // used
     eos = meta.get("tokenizer.ggml.eos_token_id")
     extra_eos = meta.get("tokenizer.ggml.eot_token_id")
     return ModelConfig(
         family=fam.name, vocab=int(get("vocab_size", vocab)), d=d, layers=layers, heads=heads,
         kv_heads=int(kv), head_dim=head_dim, layer_kinds=kinds, conv_taps=taps,
-        ffn=int(get("feed_forward_length")), norm_eps=float(get("attention.layer_norm_rms_epsilon")),
+        ffn=int(ffn or get("feed_forward_length")), norm_eps=float(get("attention.layer_norm_rms_epsilon")),
+        experts=experts, experts_used=used,
         rope_theta=float(get("rope.freq_base", 10000.0)), rope_factors=rope_factors, nope_layers=nope, tied=tied,
         context=int(get("context_length", 4096)), bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_ids=tuple(dict.fromkeys(_ids(eos) + _ids(extra_eos))),

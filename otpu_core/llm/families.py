@@ -1,4 +1,4 @@
-"""Model families as data: what differs between Qwen3, Llama, SmolLM3 and LFM2 decoders, and tensor names.
+"""Model families as data: what differs between Qwen3, Llama, SmolLM3, LFM2 and Qwen3-MoE decoders, and tensor names.
 
 A family is a row of facts, not code: the architecture names a Hugging Face `config.json` or a
 GGUF file uses for it, whether it has per-head q/k RMSNorm, whether llama.cpp's converter
@@ -13,6 +13,11 @@ in the same SwiGLU MLP. A family whose config names the kind of each layer (LFM2
 `layer_types`) maps those names through `layer_types`; the others are attention throughout.
 A new kind (Gated DeltaNet, sliding attention) is a `KINDS` entry, its tensors and its mixer
 in the references and the card program.
+
+Mixture of experts: a family with `moe` (Qwen3-MoE) replaces every layer's SwiGLU MLP by a
+router (`router`, [experts, d]) and `experts` SwiGLU experts (`eg`, `eu`, `ed`; canonical names
+carry the expert after the layer, `eg.3.5`). Hugging Face stores one tensor per expert; GGUF
+stacks a layer's experts in one tensor ([experts, out, in]), which the loader splits.
 
 Tensor names: `LAYER_TENSORS` and `GLOBAL_TENSORS` map the layer's canonical names (`wq`,
 `ln1`, ...) to the Hugging Face and llama.cpp (GGUF) names; a family's `hf_names` /
@@ -39,6 +44,7 @@ class Family:
     layer_types: tuple[tuple[str, str], ...] = ()   # config.json layer_types value -> kind
     hf_names: tuple[tuple[str, str], ...] = ()      # canonical -> Hugging Face name template (overrides)
     gguf_names: tuple[tuple[str, str], ...] = ()    # canonical -> GGUF name template (overrides)
+    moe: bool = False                # routed experts instead of the dense MLP in every layer
 
     def hf_name(self, canon: str) -> str:
         return dict(self.hf_names).get(canon) or {**LAYER_TENSORS, **GLOBAL_TENSORS}[canon][0]
@@ -64,6 +70,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                      ("wg", "model.layers.{i}.feed_forward.w1.weight"), ("wu", "model.layers.{i}.feed_forward.w3.weight"),
                      ("wd", "model.layers.{i}.feed_forward.w2.weight"), ("final_norm", "model.embedding_norm.weight")),
            gguf_names=(("final_norm", "token_embd_norm.weight"),)),
+    Family("qwen3moe", ("Qwen3MoeForCausalLM",), ("qwen3moe",), qk_norm=True, gguf_permuted_qk=False,
+           sampling=Sampling(0.7, 20, 0.8, 1.0), moe=True),
 )}
 
 # canonical layer tensor -> (Hugging Face name, GGUF name); {i} is the layer index
@@ -82,6 +90,10 @@ LAYER_TENSORS: dict[str, tuple[str, str]] = {
     "cin": ("model.layers.{i}.conv.in_proj.weight", "blk.{i}.shortconv.in_proj.weight"),
     "conv": ("model.layers.{i}.conv.conv.weight", "blk.{i}.shortconv.conv.weight"),
     "cout": ("model.layers.{i}.conv.out_proj.weight", "blk.{i}.shortconv.out_proj.weight"),
+    "router": ("model.layers.{i}.mlp.gate.weight", "blk.{i}.ffn_gate_inp.weight"),
+    "eg": ("model.layers.{i}.mlp.experts.{e}.gate_proj.weight", "blk.{i}.ffn_gate_exps.weight"),
+    "eu": ("model.layers.{i}.mlp.experts.{e}.up_proj.weight", "blk.{i}.ffn_up_exps.weight"),
+    "ed": ("model.layers.{i}.mlp.experts.{e}.down_proj.weight", "blk.{i}.ffn_down_exps.weight"),
 }
 MLP_TENSORS = ("ln2", "wg", "wu", "wd")
 KIND_TENSORS: dict[str, tuple[str, ...]] = {
@@ -89,6 +101,8 @@ KIND_TENSORS: dict[str, tuple[str, ...]] = {
     "conv": ("ln1", "cin", "conv", "cout") + MLP_TENSORS,     # in_proj rows: B, C, x (d each); conv: [d, taps]
 }
 KINDS = tuple(KIND_TENSORS)
+EXPERT_TENSORS = ("eg", "eu", "ed")        # one per expert (GGUF: stacked, experts first)
+MOE_TENSORS = ("ln2", "router") + EXPERT_TENSORS    # a moe family's layers end in these instead of MLP_TENSORS
 GLOBAL_TENSORS: dict[str, tuple[str, str]] = {
     "embed": ("model.embed_tokens.weight", "token_embd.weight"),
     "final_norm": ("model.norm.weight", "output_norm.weight"),

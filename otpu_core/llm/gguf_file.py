@@ -6,7 +6,9 @@ own quants code). This layer accepts F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K a
 other stored type by tensor name at open. Families whose llama.cpp
 converter permuted the q/k rows for interleaved-pair RoPE (Llama, SmolLM3) are un-permuted back
 to the rotate-half layout of the Hugging Face weights, so every later stage sees one layout.
-Llama 3 rope scaling arrives as the `rope_freqs` tensor (per-frequency divisors).
+Llama 3 rope scaling arrives as the `rope_freqs` tensor (per-frequency divisors). A mixture of
+experts stores a layer's experts stacked ([experts, out, in]); the stack's shape is checked at
+open, and expert e is read as its own rows of the stack.
 """
 from __future__ import annotations
 
@@ -64,11 +66,22 @@ def open_gguf(path: Path) -> Checkpoint:
                              "not dequantise", hint=f"supported: {', '.join(SUPPORTED_TYPES)}")
     shapes = {canon: tensors[g].shape for canon, g in names.items()
               if g in tensors}
+    for canon, want in cfg.tensor_shapes().items():
+        if canon.split(".")[0] in families.EXPERT_TENSORS and canon in shapes:
+            stacked = (cfg.experts,) + tuple(want)
+            if tuple(shapes[canon]) != stacked:
+                raise ModelError(f"{path}: tensor '{names[canon]}' has shape {list(shapes[canon])} but the config "
+                                 f"needs {list(stacked)} ({cfg.experts} experts of width {cfg.ffn}, hidden {cfg.d})")
+            shapes[canon] = tuple(want)
     check_shapes(cfg, shapes, names, str(path))
 
     def read(canon: str) -> np.ndarray:
-        w = src.read(tensors[names[canon]])
         kind = canon.split(".")[0]
+        if kind in families.EXPERT_TENSORS:
+            t, n = tensors[names[canon]], tensors[names[canon]].shape[1]
+            w = src.read_rows(t, int(canon.split(".")[2]) * n, n)
+            return np.ascontiguousarray(w.reshape(t.shape[1:]), np.float32)
+        w = src.read(tensors[names[canon]])
         if fam.gguf_permuted_qk and kind in ("wq", "wk"):
             w = _unpermute(w, cfg.heads if kind == "wq" else cfg.kv_heads)
         return np.ascontiguousarray(w, np.float32)

@@ -7,7 +7,8 @@ library's pydoc topics) with ChatML's special tokens; `write_hf` writes a Huggin
 directory (config.json, safetensors in F32, F16 or BF16, tokenizer.json, tokenizer_config.json
 with the chat template) and `write_gguf` a GGUF file the way llama.cpp's converter lays it out
 (its metadata keys, tensor names, the permuted q/k rows of Llama-family files, a `rope_freqs`
-tensor for Llama 3 scaling, the vocabulary, merges and token types).
+tensor for Llama 3 scaling, the vocabulary, merges and token types; a mixture of experts' keys
+and each layer's experts stacked in one tensor per projection).
 """
 from __future__ import annotations
 
@@ -89,6 +90,9 @@ def hf_config(cfg: ModelConfig, rope_scaling: dict | None = None) -> dict:
         out["layer_types"] = [kind_name[k] for k in cfg.kinds]
         out["norm_eps"] = out.pop("rms_norm_eps")
         out.update(conv_L_cache=cfg.conv_taps, conv_bias=False, block_auto_adjust_ff_dim=False, block_ff_dim=cfg.ffn)
+    if fam.moe:                       # Qwen3-MoE: every layer routed, the chosen experts' weights renormalised
+        out.update(model_type="qwen3_moe", num_experts=cfg.experts, num_experts_per_tok=cfg.experts_used,
+                   moe_intermediate_size=cfg.ffn, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
     return out
 
 
@@ -152,6 +156,10 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
     w.add_embedding_length(cfg.d)
     w.add_block_count(cfg.layers)
     w.add_feed_forward_length(cfg.ffn)
+    if fam.moe:
+        w.add_expert_count(cfg.experts)
+        w.add_expert_used_count(cfg.experts_used)
+        w.add_expert_feed_forward_length(cfg.ffn)
     w.add_head_count(cfg.heads)
     if "conv" in cfg.kinds:           # llama.cpp's LFM2 layout: KV heads per layer, 0 for a convolution layer
         w.add_head_count_kv([cfg.kv_heads if k == "attention" else 0 for k in cfg.kinds])
@@ -184,8 +192,14 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
     types = types or {}
     gguf_names = _file_names(cfg, gguf=True)
     for name in cfg.tensor_shapes():
-        a = np.ascontiguousarray(weights[name], np.float32)
         kind = name.split(".")[0]
+        if kind in families.EXPERT_TENSORS:           # one stacked tensor per layer, written at its expert 0
+            layer, e = name.split(".")[1:]
+            if e != "0":
+                continue
+            a = np.stack([np.asarray(weights[f"{kind}.{layer}.{x}"], np.float32) for x in range(cfg.experts)])
+        else:
+            a = np.ascontiguousarray(weights[name], np.float32)
         if fam.gguf_permuted_qk and kind in ("wq", "wk"):
             a = _permute(a, cfg.heads if kind == "wq" else cfg.kv_heads)
         t = types.get(name, types.get(kind, "F32" if a.ndim == 1 else "F16"))
