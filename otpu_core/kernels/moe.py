@@ -102,11 +102,22 @@ class ExpertBlob:
             if np.shape(mats[name]) != shape:
                 raise ValueError(f"expert {name} weight has shape {np.shape(mats[name])}, the blob holds {shape}")
         parts = [w_gate, w_up] + [np.asarray(w_down)[:, c:c + self.f_chunk] for c in range(0, self.ffn, self.f_chunk)]
+        q = [formats.quantize(np.asarray(w, np.float32), self.wf, self.D) for w in parts]
+        return self.from_packed(q[0], q[1], q[2:])
+
+    def from_packed(self, gate: formats.PackedWeights, up: formats.PackedWeights,
+                    down_parts: list[formats.PackedWeights]) -> np.ndarray:
+        """The blob's bytes from weights already quantised in its format (down as its F-chunk parts)."""
+        areas = self._layout()[0]
+        if len(down_parts) != len(areas) - 2:
+            raise ValueError(f"{len(down_parts)} down parts; the blob holds {len(areas) - 2} of {self.f_chunk} columns")
         out = np.zeros(self.nbytes, np.uint8)
-        for (rows_at, rb, sc_at, sb), w in zip(self._layout()[0], parts):
-            p = formats.quantize(np.asarray(w, np.float32), self.wf, self.D)
-            out[rows_at:rows_at + rb] = p.rows.reshape(-1)
-            out[sc_at:sc_at + sb] = p.scales.reshape(-1)
+        for (rows_at, rb, sc_at, sb), p in zip(areas, [gate, up, *down_parts]):
+            if p.wf != self.wf or p.rows.size != rb or p.scales.size != sb:
+                raise ValueError(f"a packed weight of {p.rows.size} + {p.scales.size} bytes in format {p.wf}; the "
+                                 f"blob's area holds {rb} + {sb} bytes in format {self.wf}")
+            out[rows_at:rows_at + rb] = np.asarray(p.rows).reshape(-1)
+            out[sc_at:sc_at + sb] = np.asarray(p.scales).reshape(-1)
         return out
 
     def dequantized(self, blob: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

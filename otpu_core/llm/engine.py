@@ -18,6 +18,11 @@ Programs are compiled on first use (`programs.compile_program`, disk-cached) and
 counters are collected into the turn's `RunCost`, from which the stats line comes: cycles at
 the card's core clock, DRAM beats, unit busy cycles (counters on a card, the timing model on
 the simulated card and on IsaBackend).
+
+A mixture of experts starts with every expert absent: `experts` (llm/offload.py `ExpertServer`)
+answers the card's mailbox requests while any program runs, copying each missing expert's blob
+(its converted tensors) into its layer's least recently requested slot; `experts.stats` counts
+the requests and the bytes streamed.
 """
 from __future__ import annotations
 
@@ -32,12 +37,14 @@ from ..target import Target
 from . import image, layout, programs
 from .convert import Converted
 from .errors import ModelError
+from .offload import ExpertServer
 from .layout import (MAX_STOP_IDS, S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP,
                      STATE_WORDS, ImageOptions, ImagePlan)
 from .sampling import Sampling
 
 LOG2E = 1.4426950408889634
 POLL_MIN_S, POLL_MAX_S = 0.005, 0.2   # host polls of a running card: a quarter of the time a token takes
+SERVE_BUDGET = 4096                   # simulator instructions between two looks at the expert mailbox
 UTIL_COUNTERS = ("MXU_BUSY", "VPU_BUSY", "DMA_BUSY", "QNT_BUSY")
 
 
@@ -179,6 +186,12 @@ class Engine:
         backend.attach(tcfg)
         self.seq_wc = bool(tcfg.SEQ_WC)
         image.write_model(backend, self.plan, conv, self.seq_wc, progress)
+        self.experts: ExpertServer | None = None
+        if self.plan.offload is not None:
+            blob, T = self.plan.offload.blob, conv.tensors
+            self.experts = ExpertServer(backend, self.plan.offload, lambda l, e: blob.from_packed(
+                T[f"eg.{l}.{e}"], T[f"eu.{l}.{e}"], T[f"ed.{l}.{e}"]))
+            self.experts.reset()
         self.kv = KVStore(opts.pages)
         self.core_hz = core_hz or target.core_hz
         self._programs: dict = {}
@@ -249,7 +262,13 @@ class Engine:
 
     def _run(self, prog: Prepared, cost: RunCost, tokens: int):
         before = self.backend.counters()
-        stats = self.backend.run(prog)
+        if self.experts is None:
+            stats = self.backend.run(prog)
+        else:                              # serve the expert mailbox until the program halts
+            self.backend.start(prog)
+            while self.backend.poll(SERVE_BUDGET):
+                self.experts.poll()
+            stats = self.backend.wait()
         cost.add(stats, before, self.backend.counters(), tokens)
         return stats
 
@@ -353,6 +372,7 @@ class Engine:
         sleep, last_seen = 2 * POLL_MIN_S, time.monotonic()
         while True:
             running = self.backend.poll()
+            served = self.experts is not None and self.experts.poll()
             pos_now = int(self._read_state(seq)[S_POS])
             if pos_now > seen_pos:
                 new = self._read_ids(seq, seen_pos + 1, pos_now - seen_pos)
@@ -379,8 +399,8 @@ class Engine:
                 stopping = True
             if not running:
                 break
-            if board:
-                time.sleep(sleep)
+            if board and not served:       # a card waiting on an expert: look again soon
+                time.sleep(sleep if self.experts is None else POLL_MIN_S)
         stats = self.backend.wait()
         turn.decode.add(stats, before, self.backend.counters(), len(turn.tokens))
         st = self._read_state(seq)

@@ -9,7 +9,10 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
   card from the int8 table; a one-kind model's layers run as one hardware loop over identical
   blocks, a two-kind model's as nested loops over each kind's blocks (`_layers`); in an attention layer each row appends its K and
   V^T to its page, then every row attends causally over its own prefix; in a convolution layer
-  (LFM2) each group's rows run the short convolution over its slot's ring (kernels/conv.py).
+  (LFM2) each group's rows run the short convolution over its slot's ring (kernels/conv.py); a
+  mixture of experts' MLP is `kernels.moe.moe_ffn` row by row (the router MM, top-k and the
+  directory lookup on the card, a mailbox request when a chosen expert is absent), its layer's
+  first global expert id counted on the card.
   Either way a run of R rows leaves the same bits as R runs of one row. Optionally the last
   row of each group writes its logits. Prefill is this with R rows and no logits.
 - `generate_kernel(plan, spec)`: a hardware loop of tokens (count = min(tokens left, room in the
@@ -38,6 +41,7 @@ from ..kernels.conv import RingRows, short_conv
 from ..kernels.embedding import embed
 from ..kernels.mlp import UNROLL as MLP_UNROLL
 from ..kernels.mlp import swiglu_mlp
+from ..kernels.moe import moe_ffn
 from ..kernels.norm import rmsnorm, rmsnorm_quantized
 from ..kernels.rope import rope
 from ..kernels.sampling import SampleParams, head_choice
@@ -258,6 +262,23 @@ def _mlp(plan: ImagePlan, Ly, h: Tile, split: bool) -> Tile:
     return y
 
 
+def _experts(plan: ImagePlan, Ly, h: Tile, first: Tile) -> Tile:
+    """A mixture of experts' MLP, row by row: each row's RMSNorm (fp32; moe_ffn quantises it for the
+    router and for every expert alike), then its routed experts. `first`: this layer's first global
+    expert id, a (1,) tile."""
+    ln2, d = ol.load(Ly.ln2), plan.cfg.d
+
+    def one(x: Tile) -> Tile:
+        return moe_ffn((x * ol.rsqrt(ol.sum(x * x) * (1.0 / d) + plan.cfg.norm_eps)) * ln2, Ly.router,
+                       plan.offload, first)
+    if h.ndim == 1:
+        return one(h)
+    y = ol.empty(h.shape)
+    for r in range(h.shape[0]):
+        y[r].set(one(h[r]))
+    return y
+
+
 def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
     """One kind: one hardware loop over its blocks. Two kinds (LFM2): the convolution layers
     before the first attention layer, then a loop over the attention layers, each followed by
@@ -274,10 +295,15 @@ def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
 
     if not plan.mixed:
         kind = cfg.kinds[0]
+        first = ol.full((1,), 0.0) if plan.offload is not None else None     # the layer's first global expert id
         for li in ol.range(cfg.layers):
             Ly = plan.block(kind).at(li)
             h += _conv(plan, Ly, h, rows) if kind == "conv" else _attention(plan, Ly, h, rows, cos, sin)
-            h += _mlp(plan, Ly, h, False)
+            if first is None:
+                h += _mlp(plan, Ly, h, False)
+            else:
+                h += _experts(plan, Ly, h, first)
+                first += float(cfg.experts)
         return h
     for li in (ol.range(plan.lead_convs) if plan.lead_convs > 1 else range(plan.lead_convs)):
         conv_layer(plan.conv.at(li))
