@@ -265,3 +265,25 @@ def test_too_few_expert_slots_are_refused_by_name(models):
     with pytest.raises(ModelError) as e:
         make(path, expert_slots=1)
     assert "--expert-slots 1" in e.value.message and "must hold the k=2 chosen experts" in e.value.message
+
+
+# -- otpu-chat ------------------------------------------------------------------------------------------------
+
+def test_otpu_chat_runs_the_moe_file_on_the_simulated_card(models, capsys, monkeypatch):
+    """--model on the GGUF file, the simulated card behind its transport (the host serves experts
+    while the card waits in its WAITW): --check finds no difference, --json counts what was streamed."""
+    from otpu_core.cli import run_app
+    from otpu_chat import cli as chat_cli
+    monkeypatch.setenv("OTPU_TARGET", T)
+    path = str(models["gguf"][0])
+    args = ["-p", "What is a list?", "--model", path, "-n", "8", "--temperature", "0", "--dev", "sim:moe"]
+    assert run_app(chat_cli.app, "otpu-chat", args + ["--json", "--check", "--expert-slots", "3"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["check"]["first_difference"] is None and doc["check"]["min_cosine"] > 0.9999
+    ex = doc["stats"]["card"]["experts"]
+    assert ex["streamed"] > 0 and ex["bytes"] > 0 and ex["bytes_per_token"] == round(ex["bytes"] / (
+        doc["stats"]["fed_tokens"] + len(doc["ids"]) - 1))
+    assert run_app(chat_cli.app, "otpu-chat", args) == 0
+    assert "experts streamed" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert run_app(chat_cli.app, "otpu-chat", args + ["--expert-slots", "1"]) == 2
+    assert "--expert-slots 1" in capsys.readouterr().err

@@ -26,6 +26,7 @@ the requests and the bytes streamed.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -122,6 +123,7 @@ class Turn:
     core_hz: float = 0.0
     logits: list = field(default_factory=list)            # per generated token, when asked for
     context: int = 0
+    experts: object = None       # a mixture of experts: the turn's offload.Stats (requests, experts, bytes)
 
     @property
     def ttft(self) -> float | None: return self.times[0] if self.times else None
@@ -337,6 +339,7 @@ class Engine:
         t0 = time.monotonic()
         P, cfg = self.opts.page, self.cfg
         turn = Turn(prompt_tokens=len(seq.tokens) - seq.kv_len, core_hz=self.core_hz)
+        streamed_before = dataclasses.replace(self.experts.stats) if self.experts is not None else None
         if turn.prompt_tokens < 1:
             raise ModelError("nothing to answer: submit() the prompt tokens first")
         if len(stop_ids) > MAX_STOP_IDS:
@@ -414,6 +417,8 @@ class Engine:
             turn.end = "context" if clamped else "max_tokens"
         turn.seconds = time.monotonic() - t0
         turn.context = len(seq.tokens)
+        if streamed_before is not None:
+            turn.experts = self.experts.stats.since(streamed_before)
         return turn
 
     def _ring_rows(self, seq: Sequence, p0: int, p1: int) -> list[np.ndarray]:

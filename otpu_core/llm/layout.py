@@ -100,14 +100,15 @@ class ImageOptions:
 
 
 def sequence_options(cfg: ModelConfig, tcfg: Config, fmt: str, ctx: int | None, f_chunk: int, slots: int = 1,
-                     pages: int | None = None, ring: bool = False, page: int = 256) -> ImageOptions:
+                     pages: int | None = None, ring: bool = False, page: int = 256,
+                     expert_slots: int = 0) -> ImageOptions:
     """The image a tool builds for `slots` sequences of up to `ctx` positions (None: the model's
     context; the model's context caps it), rounded up to whole pages; `pages` defaults to every
     slot's full context. Prefill runs take up to MCOLS rows."""
     limit = min(ctx or cfg.context, cfg.context)
     ctx = -(-limit // page) * page
     return ImageOptions(fmt=fmt, slots=slots, pages=pages or slots * (ctx // page), page=page, ctx=ctx, ring=ring,
-                        rows=tcfg.MCOLS, f_chunk=f_chunk)
+                        rows=tcfg.MCOLS, f_chunk=f_chunk, expert_slots=expert_slots)
 
 
 @dataclass(eq=False)
