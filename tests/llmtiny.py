@@ -111,3 +111,12 @@ def whole_sequence(cfg, W, tokens, mlp=None):
         g = x @ W[f"wg.{i}"].T
         h = h + (g / (1 + np.exp(-g)) * (x @ W[f"wu.{i}"].T)) @ W[f"wd.{i}"].T
     return norm(h, W["final_norm"], cfg.norm_eps) @ W["embed" if cfg.tied else "head"].T
+
+
+def kl(p_logits, q_logits) -> np.ndarray:
+    """KL(p || q) per row, natural log, from logits."""
+    lp = p_logits - p_logits.max(1, keepdims=True)
+    lp = lp - np.log(np.exp(lp).sum(1, keepdims=True))
+    lq = q_logits - q_logits.max(1, keepdims=True)
+    lq = lq - np.log(np.exp(lq).sum(1, keepdims=True))
+    return (np.exp(lp) * (lp - lq)).sum(1)

@@ -240,15 +240,6 @@ def test_lfm2_on_a_seq_wc_target(models):
     assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
 
 
-def _kl(p_logits, q_logits) -> np.ndarray:
-    """KL(p || q) per row, natural log, from logits."""
-    lp = p_logits - p_logits.max(1, keepdims=True)
-    lp = lp - np.log(np.exp(lp).sum(1, keepdims=True))
-    lq = q_logits - q_logits.max(1, keepdims=True)
-    lq = lq - np.log(np.exp(lq).sum(1, keepdims=True))
-    return (np.exp(lp) * (lp - lq)).sum(1)
-
-
 def test_card_formats_against_the_fp32_golden(models, capsys):
     """int8, the public 4-bit E2M1 (int8 head) and the seed fp4x6 (int8x head) on the tiny LFM2, teacher-forced
     over 48 tokens: KL divergence from the fp32 golden and top-1 agreement, through the quantised golden
@@ -262,7 +253,7 @@ def test_card_formats_against_the_fp32_golden(models, capsys):
         eng, _, conv, _ = make(path, fmt=fmt)
         quant = quant_golden(eng, ck, conv)
         q = quant.forward(tokens)
-        rows[fmt] = (float(_kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
+        rows[fmt] = (float(llmtiny.kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
         seq = eng.new_sequence()
         eng.submit(seq, tokens[:6])
         got = eng.logits(seq)

@@ -260,6 +260,49 @@ def test_qwen3moe_safetensors_every_expert_absent_and_k_slots(models):
     assert st.requests >= len(fed) and st.bytes == st.streamed * lay.blob.nbytes
 
 
+def test_qwen3moe_on_a_seq_wc_target(models):
+    """nangate45-small schedules by the compiled WAITC tables, which the simulator checks against the
+    program's dependencies: the directory words and slot addresses the card loads at run time,
+    and the slots the host writes while the card waits in its WAITW."""
+    path, _, _ = models["gguf"]
+    t = load_target("nangate45-small")
+    ck = checkpoint.open_checkpoint(path)
+    conv = convert.convert(ck, "int8", t)
+    eng = engine.Engine(conv, ck.config, IsaBackend(t), t, layout.ImageOptions(fmt="int8", page=32, ctx=64, pages=2,
+                                                                             expert_slots=3))
+    prompt = llmtiny.prompts(1, 384, length=6)[0]
+    seq = eng.new_sequence()
+    eng.submit(seq, prompt)
+    got = eng.logits(seq)
+    ref = quant_golden(eng, conv).forward(prompt)[-1]
+    assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
+    assert eng.experts.stats.evictions > 0
+
+
+def test_card_formats_against_the_fp32_golden(models, capsys):
+    """int8, the public 4-bit E2M1 (int8 head) and the seed fp4x6 (int8x head) on the tiny Qwen3-MoE,
+    teacher-forced over 48 tokens: KL divergence from the fp32 golden and top-1 agreement, through the
+    quantised golden (which the card matches: 6 steps per format checked on the card too)."""
+    path, _, _ = models["gguf"]
+    ck = checkpoint.open_checkpoint(path)
+    tokens = llmtiny.prompts(1, ck.config.vocab, length=48, seed=3)[0]
+    fp = reference.Golden(ck.config, reference.SourceWeights(ck), positions=64).forward(tokens)
+    rows = {}
+    for fmt in ("int8", "fp4", "fp4x6"):
+        eng, _, conv, _ = make(path, fmt=fmt)
+        q = quant_golden(eng, conv).forward(tokens)
+        rows[fmt] = (float(llmtiny.kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
+        seq = eng.new_sequence()
+        eng.submit(seq, tokens[:6])
+        got = eng.logits(seq)
+        assert R.cosine(got, q[5]) > 0.99999, (fmt, R.cosine(got, q[5]), R.max_abs(got, q[5]))
+    with capsys.disabled():
+        for fmt, (kl, top1) in rows.items():
+            print(f"\nqwen3moe tiny {fmt:5s}: mean KL from fp32 {kl:.5f} nats, top-1 agreement {top1:.3f}")
+    assert rows["int8"][0] < 0.02 and rows["int8"][1] >= 0.8, rows
+    assert rows["int8"][0] < rows["fp4x6"][0] <= rows["fp4"][0] < 0.2, rows     # the seed: fp4x6 at least fp4's
+
+
 def test_too_few_expert_slots_are_refused_by_name(models):
     path, _, _ = models["gguf"]
     with pytest.raises(ModelError) as e:
