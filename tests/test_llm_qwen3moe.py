@@ -8,7 +8,7 @@ bad input refused by file, key and value. References: the fp32 golden (token by 
 a whole-sequence float64 formula written here (every expert computed, the routing as a 0/1 mask
 of the k largest router probabilities). Card: the router MM and top-k, the directory lookup and
 the experts on the card, every expert absent at the start and streamed by the host through the
-WAITW mailbox into LRU slots: 32 greedy tokens from the generate loop with 3 slots a layer for 8
+WAITW mailbox into LRU slots, prefill expert-major (its bits those of one-row runs): 32 greedy tokens from the generate loop with 3 slots a layer for 8
 experts, bit for bit the logits of one-row host-driven steps on a second card with a slot for
 every expert, token for token the quantised golden's greedy run; the fp32 golden's cosine,
 max-abs and top-1 and the bytes streamed per token reported. Tiny models on sim-small (D=32).
@@ -258,6 +258,35 @@ def test_qwen3moe_safetensors_every_expert_absent_and_k_slots(models):
     print(f"qwen3moe offload, 2 of 8 slots from cold: {st.streamed} experts streamed in {st.requests} requests, "
           f"{st.bytes / len(fed) / 1024:.1f} KiB a token, hit rate {st.hit_rate(chosen):.3f}")
     assert st.requests >= len(fed) and st.bytes == st.streamed * lay.blob.nbytes
+
+
+def test_expert_major_prefill_leaves_the_bits_of_one_row_runs_and_reads_less(models):
+    """16 prompt tokens in runs of 4 rows (expert-major: each chosen expert computed once over the
+    run's rows) and in runs of 1 row, with the timing model: the same KV bytes and logits, and
+    fewer DRAM beats a token for the 4-row runs (the timing model counts every beat)."""
+    path, _, _ = models["gguf"]
+    prompt = llmtiny.prompts(1, 384, length=17, seed=4)[0]
+    t, ck = load_target(T), checkpoint.open_checkpoint(path)
+    conv = convert.convert(ck, "int8", t)
+    got = {}
+    for rows in (4, 1):
+        be = IsaBackend(t)
+        eng = engine.Engine(conv, ck.config, be, t, layout.ImageOptions(fmt="int8", page=32, ctx=64, pages=2,
+                                                                         rows=rows, expert_slots=3))
+        seq = eng.new_sequence()
+        eng.submit(seq, prompt)
+        cost = engine.RunCost()
+        eng.prefill(seq, cost)
+        kv = np.concatenate([be.read(eng.plan.layer.at(i).kv.k.const, 2 * eng.plan.layer.page_stride)
+                             for i in range(ck.config.layers)])
+        got[rows] = (cost, kv, eng.logits(seq), eng.experts.stats)
+    (c4, kv4, lg4, st4), (c1, kv1, lg1, st1) = got[4], got[1]
+    assert c4.runs == 4 and c1.runs == 16 and c4.tokens == c1.tokens == 16
+    assert np.array_equal(kv4, kv1) and np.array_equal(u32(lg4), u32(lg1))
+    print(f"qwen3moe prefill, 3 of 8 slots: {c4.beats / 16:.0f} DRAM beats a token in runs of 4 rows "
+          f"(expert-major), {c1.beats / 16:.0f} in runs of 1 ({c4.beats / c1.beats:.2f}x); "
+          f"{st4.streamed} vs {st1.streamed} experts streamed")
+    assert c4.beats < 0.75 * c1.beats, (c4.beats, c1.beats)
 
 
 def test_qwen3moe_on_a_seq_wc_target(models):

@@ -41,7 +41,7 @@ from ..kernels.conv import RingRows, short_conv
 from ..kernels.embedding import embed
 from ..kernels.mlp import UNROLL as MLP_UNROLL
 from ..kernels.mlp import swiglu_mlp
-from ..kernels.moe import moe_ffn
+from ..kernels.moe import moe_ffn, moe_ffn_rows
 from ..kernels.norm import rmsnorm, rmsnorm_quantized
 from ..kernels.rope import rope
 from ..kernels.sampling import SampleParams, head_choice
@@ -273,10 +273,10 @@ def _experts(plan: ImagePlan, Ly, h: Tile, first: Tile) -> Tile:
                        plan.offload, first)
     if h.ndim == 1:
         return one(h)
-    y = ol.empty(h.shape)
+    x = ol.empty(h.shape)
     for r in range(h.shape[0]):
-        y[r].set(one(h[r]))
-    return y
+        x[r].set((h[r] * ol.rsqrt(ol.sum(h[r] * h[r]) * (1.0 / d) + plan.cfg.norm_eps)) * ln2)
+    return moe_ffn_rows(x, Ly.router, plan.offload, first)
 
 
 def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
