@@ -260,33 +260,39 @@ def test_qwen3moe_safetensors_every_expert_absent_and_k_slots(models):
     assert st.requests >= len(fed) and st.bytes == st.streamed * lay.blob.nbytes
 
 
-def test_expert_major_prefill_leaves_the_bits_of_one_row_runs_and_reads_less(models):
+def test_expert_major_prefill_leaves_the_bits_of_one_row_runs_and_reads_less(models, monkeypatch):
     """16 prompt tokens in runs of 4 rows (expert-major: each chosen expert computed once over the
-    run's rows) and in runs of 1 row, with the timing model: the same KV bytes and logits, and
-    fewer DRAM beats a token for the 4-row runs (the timing model counts every beat)."""
+    run's rows), in runs of 4 rows row by row (the fallback when the accumulators would crowd TMEM)
+    and in runs of 1 row, with the timing model: the same KV bytes and logits, and fewer DRAM beats
+    a token for the expert-major runs (the timing model counts every beat)."""
+    from otpu_core.llm import programs
     path, _, _ = models["gguf"]
     prompt = llmtiny.prompts(1, 384, length=17, seed=4)[0]
     t, ck = load_target(T), checkpoint.open_checkpoint(path)
     conv = convert.convert(ck, "int8", t)
     got = {}
-    for rows in (4, 1):
+    for rows, major in ((4, True), (1, True), (4, False)):
+        if not major:
+            monkeypatch.setattr(programs, "EXPERT_MAJOR_TMEM", 1 << 30)
         be = IsaBackend(t)
         eng = engine.Engine(conv, ck.config, be, t, layout.ImageOptions(fmt="int8", page=32, ctx=64, pages=2,
-                                                                         rows=rows, expert_slots=3))
+                                                                         rows=rows, expert_slots=3),
+                            program_cache=major)
         seq = eng.new_sequence()
         eng.submit(seq, prompt)
         cost = engine.RunCost()
         eng.prefill(seq, cost)
         kv = np.concatenate([be.read(eng.plan.layer.at(i).kv.k.const, 2 * eng.plan.layer.page_stride)
                              for i in range(ck.config.layers)])
-        got[rows] = (cost, kv, eng.logits(seq), eng.experts.stats)
-    (c4, kv4, lg4, st4), (c1, kv1, lg1, st1) = got[4], got[1]
-    assert c4.runs == 4 and c1.runs == 16 and c4.tokens == c1.tokens == 16
-    assert np.array_equal(kv4, kv1) and np.array_equal(u32(lg4), u32(lg1))
+        got[rows, major] = (cost, kv, eng.logits(seq), eng.experts.stats)
+    (c4, kv4, lg4, st4), (c1, kv1, lg1, st1), (cr, kvr, lgr, _) = got[4, True], got[1, True], got[4, False]
+    assert c4.runs == cr.runs == 4 and c1.runs == 16 and c4.tokens == c1.tokens == 16
+    for kv, lg in ((kv1, lg1), (kvr, lgr)):
+        assert np.array_equal(kv4, kv) and np.array_equal(u32(lg4), u32(lg))
     print(f"qwen3moe prefill, 3 of 8 slots: {c4.beats / 16:.0f} DRAM beats a token in runs of 4 rows "
-          f"(expert-major), {c1.beats / 16:.0f} in runs of 1 ({c4.beats / c1.beats:.2f}x); "
-          f"{st4.streamed} vs {st1.streamed} experts streamed")
-    assert c4.beats < 0.75 * c1.beats, (c4.beats, c1.beats)
+          f"expert-major, {cr.beats / 16:.0f} row by row, {c1.beats / 16:.0f} in runs of 1 "
+          f"({c4.beats / cr.beats:.2f}x, {c4.beats / c1.beats:.2f}x); {st4.streamed} vs {st1.streamed} experts streamed")
+    assert c4.beats < 0.9 * cr.beats and c4.beats < 0.75 * c1.beats, (c4.beats, cr.beats, c1.beats)
 
 
 def test_qwen3moe_on_a_seq_wc_target(models):

@@ -10,9 +10,9 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
   blocks, a two-kind model's as nested loops over each kind's blocks (`_layers`); in an attention layer each row appends its K and
   V^T to its page, then every row attends causally over its own prefix; in a convolution layer
   (LFM2) each group's rows run the short convolution over its slot's ring (kernels/conv.py); a
-  mixture of experts' MLP is `kernels.moe.moe_ffn` row by row (the router MM, top-k and the
-  directory lookup on the card, a mailbox request when a chosen expert is absent), its layer's
-  first global expert id counted on the card.
+  mixture of experts' MLP is `kernels.moe` (the router MM, top-k and the directory lookup on
+  the card, a mailbox request when a chosen expert is absent; a run of several rows
+  expert-major), its layer's first global expert id counted on the card.
   Either way a run of R rows leaves the same bits as R runs of one row. Optionally the last
   row of each group writes its logits. Prefill is this with R rows and no logits.
 - `generate_kernel(plan, spec)`: a hardware loop of tokens (count = min(tokens left, room in the
@@ -262,10 +262,14 @@ def _mlp(plan: ImagePlan, Ly, h: Tile, split: bool) -> Tile:
     return y
 
 
+EXPERT_MAJOR_TMEM = 4        # expert-major rows when their k * R rank accumulators take at most 1/4 of TMEM
+
+
 def _experts(plan: ImagePlan, Ly, h: Tile, first: Tile) -> Tile:
-    """A mixture of experts' MLP, row by row: each row's RMSNorm (fp32; moe_ffn quantises it for the
-    router and for every expert alike), then its routed experts. `first`: this layer's first global
-    expert id, a (1,) tile."""
+    """A mixture of experts' MLP: each row's RMSNorm (fp32; the kernels quantise it for the router
+    and for every expert alike), then its routed experts, for several rows expert-major
+    (`moe_ffn_rows`) unless its accumulators would crowd TMEM, else row by row (`moe_ffn`).
+    `first`: this layer's first global expert id, a (1,) tile."""
     ln2, d = ol.load(Ly.ln2), plan.cfg.d
 
     def one(x: Tile) -> Tile:
@@ -273,6 +277,12 @@ def _experts(plan: ImagePlan, Ly, h: Tile, first: Tile) -> Tile:
                        plan.offload, first)
     if h.ndim == 1:
         return one(h)
+    R, lay = h.shape[0], plan.offload
+    if (lay.k * R + 1) * (d + 1) > ol.config().TMEM_WORDS // EXPERT_MAJOR_TMEM:
+        y = ol.empty(h.shape)             # the rank accumulators would crowd TMEM: row by row
+        for r in range(R):
+            y[r].set(one(h[r]))
+        return y
     x = ol.empty(h.shape)
     for r in range(h.shape[0]):
         x[r].set((h[r] * ol.rsqrt(ol.sum(h[r] * h[r]) * (1.0 / d) + plan.cfg.norm_eps)) * ln2)
