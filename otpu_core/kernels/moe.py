@@ -27,6 +27,7 @@ first, so each row's bits are those `moe_ffn` gives it alone.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,9 +67,10 @@ class ExpertBlob:
 
     def _sizes(self, n: int, k: int) -> tuple[int, int]:
         """Bytes of the rows and of the scales of an [n, k] weight, as formats.quantize lays them out."""
-        p = formats.quantize(np.zeros((n, k), np.float32), self.wf, self.D)
-        return p.rows.size, p.scales.size
+        kb = -(-k // self.D)
+        return n * formats.row_bytes(self.wf, self.D, kb), n * formats.scale_row_bytes(self.wf, kb)
 
+    @functools.lru_cache(maxsize=None)       # every address the host and the compiler ask for reads it
     def _layout(self) -> tuple[list[tuple[int, int, int, int]], int]:
         """(rows at, rows bytes, scales at, scales bytes) of gate, up and each down part; total bytes."""
         areas, at = [], 0
