@@ -7,9 +7,10 @@ experts' directory entries and posts a request only when one is absent (so the h
 use of a token whose experts were all present). The DRAM is the directory and mailbox only; a
 slot write is counted, not stored.
 
-Shape (LFM2-8B-A1B's config.json, which LFM2.5-8B-A1B shares: hidden 2048, 24 layers of which
-the first 2 are dense, 32 experts of width 1792 a layer, 4 per token); experts in fp4
-(E2M1, 4.25 bits a weight, D=128), as the measured run streamed 4-bit experts.
+Shape: LFM2-8B-A1B's config.json (hidden 2048, 24 layers of which the first 2 are dense, 32
+experts of width 1792 a layer, 4 per token); LFM2.5-8B-A1B is documented with the same 32
+experts and top-4, the rest is assumed equal. Experts in fp4 (E2M1, 4.25 bits a weight, D=128):
+the measured run's experts ran PAIR MMs, a 4-bit mode.
 
 Routing trace (synthetic, stated; it decides the hit rate, so this measures the slot policy and
 the blob size on it, not the model's routing): per layer a Zipf(1.1) popularity over a random
