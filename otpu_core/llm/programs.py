@@ -270,23 +270,21 @@ def _experts(plan: ImagePlan, Ly, h: Tile, first: Tile) -> Tile:
     and for every expert alike), then its routed experts, for several rows expert-major
     (`moe_ffn_rows`) unless its accumulators would crowd TMEM, else row by row (`moe_ffn`).
     `first`: this layer's first global expert id, a (1,) tile."""
-    ln2, d = ol.load(Ly.ln2), plan.cfg.d
+    ln2, d, lay = ol.load(Ly.ln2), plan.cfg.d, plan.offload
 
-    def one(x: Tile) -> Tile:
-        return moe_ffn((x * ol.rsqrt(ol.sum(x * x) * (1.0 / d) + plan.cfg.norm_eps)) * ln2, Ly.router,
-                       plan.offload, first)
+    def norm(x: Tile) -> Tile:
+        return (x * ol.rsqrt(ol.sum(x * x) * (1.0 / d) + plan.cfg.norm_eps)) * ln2
     if h.ndim == 1:
-        return one(h)
-    R, lay = h.shape[0], plan.offload
+        return moe_ffn(norm(h), Ly.router, lay, first)
+    R = h.shape[0]
+    y = ol.empty(h.shape)
     if (lay.k * R + 1) * (d + 1) > ol.config().TMEM_WORDS // EXPERT_MAJOR_TMEM:
-        y = ol.empty(h.shape)             # the rank accumulators would crowd TMEM: row by row
-        for r in range(R):
-            y[r].set(one(h[r]))
+        for r in range(R):                # the rank accumulators would crowd TMEM: row by row
+            y[r].set(moe_ffn(norm(h[r]), Ly.router, lay, first))
         return y
-    x = ol.empty(h.shape)
-    for r in range(h.shape[0]):
-        x[r].set((h[r] * ol.rsqrt(ol.sum(h[r] * h[r]) * (1.0 / d) + plan.cfg.norm_eps)) * ln2)
-    return moe_ffn_rows(x, Ly.router, plan.offload, first)
+    for r in range(R):
+        y[r].set(norm(h[r]))
+    return moe_ffn_rows(y, Ly.router, lay, first)
 
 
 def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
