@@ -338,6 +338,28 @@ def test_card_formats_against_the_fp32_golden(models, capsys):
     assert rows["int8"][0] < rows["fp4x6"][0] <= rows["fp4"][0] < 0.2, rows     # the seed: fp4x6 at least fp4's
 
 
+def test_the_qwen3_30b_a3b_shape_fits_the_card_with_16_slots_a_layer():
+    """Qwen3-30B-A3B's shape (48 layers, hidden 2048, 32/4 heads of 128, 128 experts of width 768, 8
+    per token) on ypcb-00338 in fp4: with 16 slots a layer the image fits the card's 4 GiB and the
+    step and generate programs fit its instruction memory; a slot for every expert is refused by
+    name (15 GB of experts)."""
+    from otpu_core.llm import programs
+    from otpu_core.llm.config import ModelConfig
+    cfg = ModelConfig("qwen3moe", vocab=151936, d=2048, layers=48, heads=32, kv_heads=4, head_dim=128, ffn=768,
+                      tied=False, context=40960, experts=128, experts_used=8, name="qwen3-30b-a3b-shaped")
+    t = load_target("ypcb-00338")
+    tc = t.config()
+    plan = layout.plan(cfg, tc, layout.sequence_options(cfg, tc, "fp4", 2048, 768, expert_slots=16))
+    assert plan.end < tc.DRAM_BYTES and plan.offload.blob.stride * 16 * 48 > 1.8e9
+    for spec in (programs.StepSpec((programs.Group(0, 4, (0,)),)), programs.StepSpec((programs.Group(0, 1, (0,)),),
+                 logits=True), programs.GenSpec(0, (0,))):
+        n = len(programs.compile_program(plan, spec, t).instrs)
+        assert n <= tc.imem_instrs, (spec, n)
+    with pytest.raises(ModelError) as e:
+        layout.plan(cfg, tc, layout.sequence_options(cfg, tc, "fp4", 2048, 768))
+    assert "needs" in e.value.message and "fewer --expert-slots" in e.value.hint
+
+
 def test_too_few_expert_slots_are_refused_by_name(models):
     path, _, _ = models["gguf"]
     with pytest.raises(ModelError) as e:
