@@ -387,3 +387,31 @@ def test_otpu_chat_runs_the_moe_file_on_the_simulated_card(models, capsys, monke
     assert "experts streamed" in capsys.readouterr().err.strip().splitlines()[-1]
     assert run_app(chat_cli.app, "otpu-chat", args + ["--expert-slots", "1"]) == 2
     assert "--expert-slots 1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_otpu_serve_batches_two_moe_sequences_as_each_alone(models, tmp_path):
+    """otpu-serve on the GGUF file: two concurrent greedy requests share decode steps (their rows go
+    through the experts together, expert-major) and answer exactly as each does alone."""
+    import threading
+    from servetest import client, metric, running
+    qs = ("How do I sort a list?", "What is a dict?")
+    with running(tmp_path, devs=("sim:moeserve",), max_batch=2, model=str(models["gguf"][0]), target=T) as s:
+        oa = client(s, timeout=600)
+        name = oa.models.list().data[0].id
+        out = {}
+
+        def ask(q, key):
+            r = oa.chat.completions.create(model=name, temperature=0, max_tokens=6,
+                                           messages=[{"role": "user", "content": q}])
+            out[key] = r.choices[0].message.content
+        both = [threading.Thread(target=ask, args=(q, (q, "both"))) for q in qs]
+        for th in both:
+            th.start()
+        for th in both:
+            th.join()
+        rows, steps = metric(s, "otpu_serve_batch_size_sum"), metric(s, "otpu_serve_batch_size_count")
+        assert rows > steps, (rows, steps)                       # some step decoded both sequences
+        for q in qs:
+            ask(q, (q, "alone"))
+    assert all(out[q, "both"] == out[q, "alone"] and out[q, "alone"] for q in qs), out
