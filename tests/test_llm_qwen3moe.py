@@ -69,6 +69,23 @@ def test_gguf_experts_are_the_slices_of_the_stacked_tensors(models):
         assert np.array_equal(ck.get(f"ed.1.{e}"), stacked[e]), e
 
 
+def test_quantised_gguf_experts_are_what_gguf_dequantises(models, tmp_path):
+    """Stacks stored as Q8_0, Q4_0 and BF16 (as llama.cpp's quantised files keep them): each expert is its
+    rows of the stack, dequantised as the gguf library dequantises the whole stack."""
+    import gguf
+    _, cfg, w = models["gguf"]
+    path = synthetic.write_gguf(tmp_path / "q.gguf", cfg, w, llmtiny.tokenizer(),
+                                types={"eg": "Q8_0", "eu": "Q4_0", "ed": "BF16", "router": "Q8_0"})
+    ck = checkpoint.open_checkpoint(path)
+    assert (ck.raw_types["eg.0.0"], ck.raw_types["eu.1.3"], ck.raw_types["ed.0.7"]) == ("Q8_0", "Q4_0", "BF16")
+    stacks = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    for kind, name in (("eg", "gate"), ("eu", "up"), ("ed", "down")):
+        t = stacks[f"blk.1.ffn_{name}_exps.weight"]
+        whole = gguf.quants.dequantize(t.data, t.tensor_type).reshape(cfg.experts, *w[f"{kind}.1.0"].shape)
+        for e in range(cfg.experts):
+            assert np.array_equal(ck.get(f"{kind}.1.{e}"), whole[e]), (kind, e)
+
+
 def _hf_dir(models, name, edit):
     path, cfg, w = models["hf"]
     d = synthetic.write_hf(models["dir"] / name, cfg, w, llmtiny.tokenizer())

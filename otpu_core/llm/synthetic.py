@@ -224,12 +224,12 @@ def raw_blocks(a: np.ndarray, qt) -> np.ndarray:
     """GGML blocks of a float matrix: gguf's own quantiser where it has one (Q8_0, Q4_0, BF16), else
     (Q4_K, Q6_K, which gguf only dequantises) random valid blocks scaled like the matrix."""
     from gguf import GGML_QUANT_SIZES, quants
+    rows, cols = int(np.prod(a.shape[:-1])), a.shape[-1]       # a stack of matrices: its rows in order
     try:
-        return quants.quantize(a, qt)
+        return quants.quantize(a.reshape(rows, cols), qt).reshape(*a.shape[:-1], -1)
     except NotImplementedError:
         pass
     block, size = GGML_QUANT_SIZES[qt]
-    rows, cols = a.shape
     rng = np.random.default_rng(rows * 131 + cols)
     raw = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
     d = np.float16(np.abs(a).max() / 64 + 1e-6)
@@ -238,4 +238,4 @@ def raw_blocks(a: np.ndarray, qt) -> np.ndarray:
         raw[..., 2:4] = np.frombuffer(np.float16(d / 4).tobytes(), np.uint8)
     elif qt.name == "Q6_K":        # d (fp16) ends the block
         raw[..., size - 2:size] = np.frombuffer(np.float16(d / 16).tobytes(), np.uint8)
-    return raw.reshape(rows, -1)
+    return raw.reshape(*a.shape[:-1], -1)
