@@ -243,6 +243,9 @@ def test_qwen3moe_gguf_32_greedy_tokens_with_experts_streamed_into_lru_slots(mod
     fp32 = reference.Golden(ck.config, reference.SourceWeights(ck), positions=128)
     d = _distances("fp32", got, fp32.forward(fed)[len(prompt) - 1:])
     assert d[1] > 0.9 and d[3] >= 0.6, d
+    same = np.mean([set(a) == set(b) for a, b in zip(quant.routes, fp32.routes)])
+    print(f"qwen3moe: the quantised and fp32 goldens choose the same experts at {same:.3f} of (token, layer)s")
+    assert len(quant.routes) == len(fp32.routes) == len(fed) * 2 and same > 0.8
     chosen = len(fed) * lay.layers * lay.k
     print(f"qwen3moe offload, 3 of 8 slots: {st.requests} requests, {st.streamed} experts streamed "
           f"({st.bytes / len(fed) / 1024:.1f} KiB a token of {lay.blob.nbytes / 1024:.1f} KiB experts), "

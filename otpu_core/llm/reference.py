@@ -107,6 +107,7 @@ class Golden:
         self.v = np.zeros((c.layers, n, c.kv_heads, c.head_dim))      # values (fp) or V codes (card)
         self.vs = np.zeros((c.layers, n, c.kv_heads))                 # card: V scale per (token, head)
         self.bx = np.zeros((c.layers, max(c.conv_taps - 1, 0), c.d))   # conv layers: B*x of the last taps-1 tokens
+        self.routes: list[tuple[int, ...]] = []      # a mixture of experts: each (position, layer)'s experts, best first
         self.n = 0
 
     # -- the card's quantisation points ----------------------------------------------------------
@@ -207,6 +208,7 @@ class Golden:
         p = np.exp(logits - logits.max())
         p /= p.sum()
         best = np.argsort(-logits, kind="stable")[:self.cfg.experts_used]
+        self.routes.append(tuple(int(e) for e in best))
         weights = p[best] / p[best].sum()
         return sum(wj * self._swiglu(xn, f"eg.{li}.{e}", f"eu.{li}.{e}", f"ed.{li}.{e}")
                    for wj, e in zip(weights, best))
