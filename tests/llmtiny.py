@@ -55,6 +55,8 @@ def config(family: str = "qwen3", D: int = 32, **kw) -> ModelConfig:
     if family == "qwen35":           # `D D D A D`: attention every 4th layer; 2 value heads on 1 key head of 64
         base.update(layers=5, layer_kinds=("deltanet",) * 3 + ("attention", "deltanet"), conv_taps=4,
                     rotary_dim=D // 4, lin_k_heads=1, lin_v_heads=2, lin_k_dim=64, lin_v_dim=D, tied=True)
+    if family == "qwen3moe":         # 8 experts of width 2D a layer, 2 per token (Qwen3-30B-A3B: 128 of 768, 8)
+        base.update(experts=8, experts_used=2, ffn=2 * D, tied=False)
     base.update(kw)
     return ModelConfig(family, **base)
 
@@ -73,3 +75,51 @@ def write(d: Path, cfg: ModelConfig, kind: str = "hf", seed: int = 0, gain: floa
 def prompts(n: int, vocab: int, length: int = 6, seed: int = 0) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     return [list(map(int, rng.integers(3, vocab, length + i))) for i in range(n)]
+
+
+def whole_sequence(cfg, W, tokens, mlp=None):
+    """float64 logits of every position at once: causal-masked attention, the convolution as shifted
+    sums; `mlp(layer, x)` replaces the dense SwiGLU MLP (a mixture of experts)."""
+    n, d, hd = len(tokens), cfg.d, cfg.head_dim
+    cos, sin = cfg.rope_tables(n)
+
+    def norm(x, w, eps):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+    def rot(x):                                           # [n, heads, hd], rotate-half
+        a, b = x[..., :hd // 2], x[..., hd // 2:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return np.concatenate([a * c - b * s, b * c + a * s], -1)
+    h = W["embed"][tokens].astype(np.float64)
+    for i, kind in enumerate(cfg.kinds):
+        x = norm(h, W[f"ln1.{i}"], cfg.norm_eps)
+        if kind == "conv":
+            b, c, v = np.split(x @ W[f"cin.{i}"].T, 3, axis=1)
+            bx = np.vstack([np.zeros((cfg.conv_taps - 1, d)), b * v])
+            taps = W[f"conv.{i}"]                         # [d, taps]
+            h = h + (c * sum(bx[k:k + n] * taps[:, k] for k in range(cfg.conv_taps))) @ W[f"cout.{i}"].T
+        else:
+            q = rot(norm((x @ W[f"wq.{i}"].T).reshape(n, cfg.heads, hd), W[f"qn.{i}"], cfg.norm_eps))
+            k = rot(norm((x @ W[f"wk.{i}"].T).reshape(n, cfg.kv_heads, hd), W[f"kn.{i}"], cfg.norm_eps))
+            v = (x @ W[f"wv.{i}"].T).reshape(n, cfg.kv_heads, hd)
+            k, v = np.repeat(k, cfg.group, 1), np.repeat(v, cfg.group, 1)
+            s = np.einsum("thd,uhd->htu", q, k) / np.sqrt(hd) + np.triu(np.full((n, n), -np.inf), 1)
+            p = np.exp(s - s.max(-1, keepdims=True))
+            att = np.einsum("htu,uhd->thd", p / p.sum(-1, keepdims=True), v).reshape(n, -1)
+            h = h + att @ W[f"wo.{i}"].T
+        x = norm(h, W[f"ln2.{i}"], cfg.norm_eps)
+        if mlp is not None:
+            h = h + mlp(i, x)
+            continue
+        g = x @ W[f"wg.{i}"].T
+        h = h + (g / (1 + np.exp(-g)) * (x @ W[f"wu.{i}"].T)) @ W[f"wd.{i}"].T
+    return norm(h, W["final_norm"], cfg.norm_eps) @ W["embed" if cfg.tied else "head"].T
+
+
+def kl(p_logits, q_logits) -> np.ndarray:
+    """KL(p || q) per row, natural log, from logits."""
+    lp = p_logits - p_logits.max(1, keepdims=True)
+    lp = lp - np.log(np.exp(lp).sum(1, keepdims=True))
+    lq = q_logits - q_logits.max(1, keepdims=True)
+    lq = lq - np.log(np.exp(lq).sum(1, keepdims=True))
+    return (np.exp(lp) * (lp - lq)).sum(1)

@@ -19,12 +19,13 @@ from otpu_serve.server import HttpOptions, Server
 
 
 @contextlib.contextmanager
-def running(tmp, devs=("sim",), max_batch: int = 4, kv_pages: int | None = None, **http):
+def running(tmp, devs=("sim",), max_batch: int = 4, kv_pages: int | None = None, model: str | None = None,
+            target: str | None = None, **http):
     with pytest.MonkeyPatch.context() as mp:
         run = tmp / "run"
         run.mkdir(exist_ok=True)
         mp.setenv("OTPU_RUN_DIR", str(run))
-        server = Server(ServeOptions(list(devs), max_batch=max_batch, kv_pages=kv_pages),
+        server = Server(ServeOptions(list(devs), model=model, target=target, max_batch=max_batch, kv_pages=kv_pages),
                         HttpOptions(port=0, **http))
     t = threading.Thread(target=server.serve, daemon=True)
     t.start()

@@ -135,48 +135,13 @@ def test_bad_gguf_is_refused_by_tensor_name(models):
 
 # -- references ---------------------------------------------------------------------------------------------
 
-def _whole_sequence(cfg, W, tokens):
-    """float64 logits of every position at once: causal-masked attention, the convolution as shifted sums."""
-    n, d, hd = len(tokens), cfg.d, cfg.head_dim
-    cos, sin = cfg.rope_tables(n)
-
-    def norm(x, w, eps):
-        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
-
-    def rot(x):                                           # [n, heads, hd], rotate-half
-        a, b = x[..., :hd // 2], x[..., hd // 2:]
-        c, s = cos[:, None, :], sin[:, None, :]
-        return np.concatenate([a * c - b * s, b * c + a * s], -1)
-    h = W["embed"][tokens].astype(np.float64)
-    for i, kind in enumerate(cfg.kinds):
-        x = norm(h, W[f"ln1.{i}"], cfg.norm_eps)
-        if kind == "conv":
-            b, c, v = np.split(x @ W[f"cin.{i}"].T, 3, axis=1)
-            bx = np.vstack([np.zeros((cfg.conv_taps - 1, d)), b * v])
-            taps = W[f"conv.{i}"]                         # [d, taps]
-            h = h + (c * sum(bx[k:k + n] * taps[:, k] for k in range(cfg.conv_taps))) @ W[f"cout.{i}"].T
-        else:
-            q = rot(norm((x @ W[f"wq.{i}"].T).reshape(n, cfg.heads, hd), W[f"qn.{i}"], cfg.norm_eps))
-            k = rot(norm((x @ W[f"wk.{i}"].T).reshape(n, cfg.kv_heads, hd), W[f"kn.{i}"], cfg.norm_eps))
-            v = (x @ W[f"wv.{i}"].T).reshape(n, cfg.kv_heads, hd)
-            k, v = np.repeat(k, cfg.group, 1), np.repeat(v, cfg.group, 1)
-            s = np.einsum("thd,uhd->htu", q, k) / np.sqrt(hd) + np.triu(np.full((n, n), -np.inf), 1)
-            p = np.exp(s - s.max(-1, keepdims=True))
-            att = np.einsum("htu,uhd->thd", p / p.sum(-1, keepdims=True), v).reshape(n, -1)
-            h = h + att @ W[f"wo.{i}"].T
-        x = norm(h, W[f"ln2.{i}"], cfg.norm_eps)
-        g = x @ W[f"wg.{i}"].T
-        h = h + (g / (1 + np.exp(-g)) * (x @ W[f"wu.{i}"].T)) @ W[f"wd.{i}"].T
-    return norm(h, W["final_norm"], cfg.norm_eps) @ W["embed"].T
-
-
 def test_fp32_golden_equals_the_whole_sequence_formula(models):
     path, _, _ = models["gguf"]
     ck = checkpoint.open_checkpoint(path)
     W = {n: ck.get(n).astype(np.float64) for n in ck.config.tensor_shapes()}
     tokens = llmtiny.prompts(1, ck.config.vocab, length=12)[0]
     got = reference.Golden(ck.config, reference.SourceWeights(ck), positions=64).forward(tokens)
-    ref = _whole_sequence(ck.config, W, tokens)
+    ref = llmtiny.whole_sequence(ck.config, W, tokens)
     err, cos = R.max_abs(got, ref), R.cosine(got, ref)
     assert err < 1e-9 and cos > 1 - 1e-12, (err, cos)
 
@@ -285,15 +250,6 @@ def test_lfm2_on_a_seq_wc_target(models):
     assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
 
 
-def _kl(p_logits, q_logits) -> np.ndarray:
-    """KL(p || q) per row, natural log, from logits."""
-    lp = p_logits - p_logits.max(1, keepdims=True)
-    lp = lp - np.log(np.exp(lp).sum(1, keepdims=True))
-    lq = q_logits - q_logits.max(1, keepdims=True)
-    lq = lq - np.log(np.exp(lq).sum(1, keepdims=True))
-    return (np.exp(lp) * (lp - lq)).sum(1)
-
-
 def test_card_formats_against_the_fp32_golden(models, capsys):
     """int8, the public 4-bit E2M1 (int8 head) and the seed fp4x6 (int8x head) on the tiny LFM2, teacher-forced
     over 48 tokens: KL divergence from the fp32 golden and top-1 agreement, through the quantised golden
@@ -307,7 +263,7 @@ def test_card_formats_against_the_fp32_golden(models, capsys):
         eng, _, conv, _ = make(path, fmt=fmt)
         quant = quant_golden(eng, ck, conv)
         q = quant.forward(tokens)
-        rows[fmt] = (float(_kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
+        rows[fmt] = (float(llmtiny.kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
         seq = eng.new_sequence()
         eng.submit(seq, tokens[:6])
         got = eng.logits(seq)

@@ -17,9 +17,17 @@ directory entry loaded through an RLD-computed address. If any chosen expert is 
 hardware loop of count 0 or 1) the ids go to the host as a mailbox request. Then every chosen expert: its
 slot address from the directory (RLD of the raw word), the SwiGLU MLP over the blob there, times
 its w, summed. A token whose experts are all present costs the card no host round trip.
+
+`moe_ffn_rows` is the same for R rows at once, expert-major (prefill): one router MM for the
+rows, each row's k best, then one pass over the layer's experts in which every expert some row
+chose is looked up (requested alone if absent), computed once over all R rows and added, times
+each row's weight, into that row's accumulator of the expert's rank; a row that did not choose
+it adds into a scratch row. The rows' outputs are then their rank accumulators summed best
+first, so each row's bits are those `moe_ffn` gives it alone.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,9 +67,10 @@ class ExpertBlob:
 
     def _sizes(self, n: int, k: int) -> tuple[int, int]:
         """Bytes of the rows and of the scales of an [n, k] weight, as formats.quantize lays them out."""
-        p = formats.quantize(np.zeros((n, k), np.float32), self.wf, self.D)
-        return p.rows.size, p.scales.size
+        kb = -(-k // self.D)
+        return n * formats.row_bytes(self.wf, self.D, kb), n * formats.scale_row_bytes(self.wf, kb)
 
+    @functools.lru_cache(maxsize=None)       # every address the host and the compiler ask for reads it
     def _layout(self) -> tuple[list[tuple[int, int, int, int]], int]:
         """(rows at, rows bytes, scales at, scales bytes) of gate, up and each down part; total bytes."""
         areas, at = [], 0
@@ -102,11 +111,22 @@ class ExpertBlob:
             if np.shape(mats[name]) != shape:
                 raise ValueError(f"expert {name} weight has shape {np.shape(mats[name])}, the blob holds {shape}")
         parts = [w_gate, w_up] + [np.asarray(w_down)[:, c:c + self.f_chunk] for c in range(0, self.ffn, self.f_chunk)]
+        q = [formats.quantize(np.asarray(w, np.float32), self.wf, self.D) for w in parts]
+        return self.from_packed(q[0], q[1], q[2:])
+
+    def from_packed(self, gate: formats.PackedWeights, up: formats.PackedWeights,
+                    down_parts: list[formats.PackedWeights]) -> np.ndarray:
+        """The blob's bytes from weights already quantised in its format (down as its F-chunk parts)."""
+        areas = self._layout()[0]
+        if len(down_parts) != len(areas) - 2:
+            raise ValueError(f"{len(down_parts)} down parts; the blob holds {len(areas) - 2} of {self.f_chunk} columns")
         out = np.zeros(self.nbytes, np.uint8)
-        for (rows_at, rb, sc_at, sb), w in zip(self._layout()[0], parts):
-            p = formats.quantize(np.asarray(w, np.float32), self.wf, self.D)
-            out[rows_at:rows_at + rb] = p.rows.reshape(-1)
-            out[sc_at:sc_at + sb] = p.scales.reshape(-1)
+        for (rows_at, rb, sc_at, sb), p in zip(areas, [gate, up, *down_parts]):
+            if p.wf != self.wf or p.rows.size != rb or p.scales.size != sb:
+                raise ValueError(f"a packed weight of {p.rows.size} + {p.scales.size} bytes in format {p.wf}; the "
+                                 f"blob's area holds {rb} + {sb} bytes in format {self.wf}")
+            out[rows_at:rows_at + rb] = np.asarray(p.rows).reshape(-1)
+            out[sc_at:sc_at + sb] = np.asarray(p.scales).reshape(-1)
         return out
 
     def dequantized(self, blob: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -197,3 +217,48 @@ def _lookup(lay: OffloadLayout, ids: Tile, k: int) -> Tile:
     for j in ol.static_range(k):
         ol.load(ol.shift(Tensor(lay.dir, (2,)), ol.rld(ids[j:j + 1], scale=ENTRY_BYTES)), out=entries[j])
     return entries
+
+
+def moe_ffn_rows(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile) -> Tile:
+    """x (R, d) -> (R, d), expert-major: every chosen expert's weights are streamed once for the R rows."""
+    k, E = lay.k, lay.experts
+    if x.ndim != 2 or router.N != E or router.K < x.cols:
+        raise CompileError(f"shape mismatch in moe_ffn_rows: x of shape {x.shape}, router of shape {router.shape} "
+                           f"for {E} experts")
+    R, d = x.shape
+    logits = linear(x, router)
+    acc = ol.zeros((k * R + 1, d))                            # row j*R + r: row r's expert of rank j; last: scratch
+    weight = ol.zeros((E, R))                                 # per expert and row: its weight, its accumulator
+    where = ol.full((E, R), float(k * R * acc.rs))
+    chosen = ol.zeros((E,))
+    for r in ol.static_range(R):
+        pairs = topk_tile(logits[r], k)
+        w = routing_weights(pair_column(pairs, k, 0))
+        ids = pair_column(pairs, k, 1)
+        for j in ol.static_range(k):
+            row = ol.rld(ids[j:j + 1], scale=weight.rs)
+            Tile(weight.buf, weight.base + row + r, (1,)).set(w[j:j + 1])
+            Tile(where.buf, where.base + row + r, (1,)).set(float((j * R + r) * acc.rs))
+            Tile(chosen.buf, chosen.base + ol.rld(ids[j:j + 1]), (1,)).set(1.0)
+    gate, up, down = lay.blob.weights()
+    e = ol.full((1,), 0.0)
+    for _ in ol.range(E):
+        for _ in ol.range(ol.rld(Tile(chosen.buf, chosen.base + ol.rld(e), (1,)))):
+            g = e + layer_base
+            entry = _lookup(lay, g, 1)
+            for _ in ol.range(ol.rld(1.0 - entry[0, 1:2])):
+                request(lay.mailbox, ol.zeros((k,)) + g)      # the row holds k words: all this one id
+            at = ol.rld(_lookup(lay, g, 1)[0, 0:1], raw=True)
+            out = swiglu_mlp(x, ol.shift(gate, at), ol.shift(up, at), ol.shift(down, at), lay.blob.f_chunk)
+            row = ol.rld(e, scale=weight.rs)
+            for r in ol.static_range(R):
+                dst = Tile(acc.buf, acc.base + ol.rld(Tile(where.buf, where.base + row + r, (1,))), (d,))
+                dst.set(dst + out[r] * Tile(weight.buf, weight.base + row + r, (1,)))
+        e += 1.0
+    y = ol.empty((R, d))
+    for r in ol.static_range(R):
+        t = acc[r]
+        for j in ol.static_range(1, k):
+            t = t + acc[j * R + r]
+        y[r].set(t)
+    return y

@@ -22,7 +22,7 @@ import numpy as np
 
 from .config import ModelConfig
 from .errors import ModelError
-from .families import GLOBAL_TENSORS, KIND_TENSORS
+from .families import GLOBAL_TENSORS
 
 HASH_CHUNK = 16 << 20
 
@@ -60,13 +60,14 @@ class Checkpoint:
 
 
 def file_names(config: ModelConfig, gguf: bool) -> dict[str, str]:
-    """Canonical name (layer tensors as `wq.3`) -> the tensor's name in a GGUF or Hugging Face file."""
+    """Canonical name (layer tensors as `wq.3`, experts as `eg.3.5`) -> the tensor's name in a GGUF or
+    Hugging Face file (GGUF: every expert of a layer names the layer's stacked tensor)."""
     fam = config.spec
     name = fam.gguf_name if gguf else fam.hf_name
     out = {canon: name(canon) for canon in GLOBAL_TENSORS}
     for i in range(config.layers):
-        for canon in KIND_TENSORS[config.kinds[i]]:
-            out[f"{canon}.{i}"] = name(canon).format(i=i)
+        for canon, kind, e in config.layer_names(i):
+            out[canon] = name(kind).format(i=i, e=e)
     return out
 
 

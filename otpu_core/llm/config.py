@@ -5,8 +5,11 @@ RMSNorm epsilon, RoPE base and per-frequency scaling (Llama 3's, given as diviso
 frequencies exactly as llama.cpp's `rope_freqs` tensor holds them), which layers skip RoPE,
 whether the LM head is the embedding, the special token ids, the kind of every layer
 (`layer_kinds`, families.KINDS; empty: attention throughout), the short convolution's taps,
-the rotated part of a head (`rotary_dim`, Qwen3.5's partial RoPE; 0: all of it) and the Gated
-DeltaNet's heads (`lin_k_heads` of `lin_k_dim` for q and k, `lin_v_heads` of `lin_v_dim`).
+the rotated part of a head (`rotary_dim`, Qwen3.5's partial RoPE; 0: all of it), the Gated
+DeltaNet's heads (`lin_k_heads` of `lin_k_dim` for q and k, `lin_v_heads` of `lin_v_dim`) and,
+for a mixture of experts, the experts per layer and how many each token uses (`ffn` is then
+each expert's width; the k chosen experts' router probabilities are renormalised to sum to 1,
+Qwen3-MoE's `norm_topk_prob`, which llama.cpp's qwen3moe always does).
 `real_head_dim` is set only on the card's view of a model whose heads were zero-padded to the
 block size (`layout.card_config`): RoPE then turns the real dims only and the q/k norms divide
 by the real width. `tensor_shapes()` says what
@@ -23,7 +26,8 @@ import numpy as np
 
 from . import families
 from .errors import ModelError
-from .families import GLOBAL_TENSORS, KIND_TENSORS, KINDS, QK_NORM_TENSORS, Family
+from .families import (EXPERT_TENSORS, GLOBAL_TENSORS, KIND_TENSORS, KINDS, MLP_TENSORS, MOE_TENSORS,
+                       QK_NORM_TENSORS, Family)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class ModelConfig:
     lin_v_heads: int = 0                             # value heads (each reads key head h // (Hv / Hk))
     lin_k_dim: int = 0
     lin_v_dim: int = 0
+    experts: int = 0                                 # routed experts per layer (0: a dense MLP)
+    experts_used: int = 0                            # experts each token uses (top-k)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -96,7 +102,20 @@ class ModelConfig:
         return self.norm_eps * self.rope_dim / self.head_dim if self.real_head_dim else self.norm_eps
 
     def layer_tensors(self, layer: int = 0) -> list[str]:
-        return [k for k in KIND_TENSORS[self.kinds[layer]] if self.qk_norm or k not in QK_NORM_TENSORS]
+        kinds = KIND_TENSORS[self.kinds[layer]]
+        if self.experts:
+            kinds = tuple(k for k in kinds if k not in MLP_TENSORS) + MOE_TENSORS
+        return [k for k in kinds if self.qk_norm or k not in QK_NORM_TENSORS]
+
+    def layer_names(self, layer: int) -> list[tuple[str, str, int | None]]:
+        """(canonical name, tensor kind, expert or None) of every tensor of a layer: `wq.3`, `eg.3.5`."""
+        out = []
+        for k in self.layer_tensors(layer):
+            if k in EXPERT_TENSORS:
+                out += [(f"{k}.{layer}.{e}", k, e) for e in range(self.experts)]
+            else:
+                out.append((f"{k}.{layer}", k, None))
+        return out
 
     def global_tensors(self) -> list[str]:
         return [k for k in GLOBAL_TENSORS if not (self.tied and k == "head")]
@@ -110,12 +129,13 @@ class ModelConfig:
                "cin": (3 * s.d, s.d), "conv": (s.d, s.conv_taps), "cout": (s.d, s.d),
                "gqkv": (s.gdn_conv_dim, s.d), "gz": (vd, s.d), "gb": (hv, s.d), "ga": (hv, s.d),
                "gconv": (s.gdn_conv_dim, s.conv_taps), "galog": (hv,), "gdt": (hv,), "gnorm": (s.lin_v_dim,),
-               "gout": (s.d, vd)}
+               "gout": (s.d, vd),
+               "router": (s.experts, s.d), "eg": (s.ffn, s.d), "eu": (s.ffn, s.d), "ed": (s.d, s.ffn)}
         out = {"embed": (s.vocab, s.d), "final_norm": (s.d,), "head": (s.vocab, s.d)}
         out = {k: v for k, v in out.items() if k in self.global_tensors()}
         for i in range(s.layers):
-            for k in self.layer_tensors(i):
-                out[f"{k}.{i}"] = per[k]
+            for name, k, _ in self.layer_names(i):
+                out[name] = per[k]
         return out
 
     def inv_freq(self) -> np.ndarray:
@@ -171,6 +191,13 @@ class ModelConfig:
             if self.lin_v_heads % self.lin_k_heads:
                 raise ModelError(f"{where}: {self.lin_v_heads} DeltaNet value heads do not share "
                                  f"{self.lin_k_heads} key heads evenly")
+        if self.spec.moe and not (isinstance(self.experts, int) and self.experts >= 1):
+            raise ModelError(f"{where}: {self.experts!r} experts; a {self.family} model needs a positive number of them")
+        if not self.spec.moe and self.experts:
+            raise ModelError(f"{where}: {self.experts} experts in a {self.family} model, which has a dense MLP")
+        if self.experts and not (isinstance(self.experts_used, int) and 1 <= self.experts_used <= self.experts):
+            raise ModelError(f"{where}: {self.experts_used!r} experts per token; it must be 1..{self.experts} "
+                             f"(the experts of a layer)")
         return self
 
     def with_(self, **kw) -> "ModelConfig": return replace(self, **kw)
@@ -262,7 +289,8 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
         step = int(cfg.get("no_rope_layer_interval", fam.nope_every))
         nope = tuple(i for i in range(layers) if (i + 1) % step == 0)
     eos = _ids((generation or {}).get("eos_token_id", cfg.get("eos_token_id")))
-    kinds, taps, ffn = _hf_layer_kinds(cfg, fam, layers, where), 0, _hf_ffn(cfg, where)
+    kinds, taps = _hf_layer_kinds(cfg, fam, layers, where), 0
+    experts, used, ffn = _hf_experts(cfg, where) if fam.moe else (0, 0, _hf_ffn(cfg, where))
     lin: dict[str, int] = {}
     if "conv" in kinds:
         if cfg.get("conv_bias", False):
@@ -276,6 +304,7 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
         family=fam.name, vocab=int(_need(cfg, "vocab_size", where)), d=d, layers=layers, heads=heads,
         kv_heads=int(cfg.get("num_key_value_heads") or heads), head_dim=head_dim,
         ffn=ffn, norm_eps=float(cfg.get("rms_norm_eps", cfg.get("norm_eps", 1e-6))), layer_kinds=kinds, conv_taps=taps,
+        experts=experts, experts_used=used,
         rope_theta=theta, rope_factors=factors, nope_layers=nope, rotary_dim=rotary, **lin,
         tied=bool(cfg.get("tie_word_embeddings", False)), context=int(cfg.get("max_position_embeddings", 4096)),
         bos_id=cfg.get("bos_token_id") if isinstance(cfg.get("bos_token_id"), int) else None, eos_ids=eos,
@@ -304,6 +333,31 @@ def _hf_layer_kinds(cfg: dict, fam: Family, layers: int, where: str) -> tuple[st
         if t not in names:
             raise ModelError(f"{where}: layer_types[{i}] = {t!r} is not supported", hint=f"supported: {', '.join(names)}")
     return tuple(names[t] for t in types)
+
+
+def _positive(cfg: dict, key: str, where: str) -> int:
+    v = _need(cfg, key, where)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ModelError(f"{where}: {key} = {v!r}; it must be a positive integer")
+    return v
+
+
+def _hf_experts(cfg: dict, where: str) -> tuple[int, int, int]:
+    """(experts, experts per token, expert width) of a Qwen3-MoE config.json; every layer sparse, the
+    chosen experts' weights renormalised (what the card's router computes)."""
+    experts, used = _positive(cfg, "num_experts", where), _positive(cfg, "num_experts_per_tok", where)
+    width = _positive(cfg, "moe_intermediate_size", where)
+    if used > experts:
+        raise ModelError(f"{where}: num_experts_per_tok = {used} exceeds num_experts = {experts}")
+    if cfg.get("norm_topk_prob", False) is not True:
+        raise ModelError(f"{where}: norm_topk_prob = {cfg.get('norm_topk_prob', False)!r}"
+                         f"{'' if 'norm_topk_prob' in cfg else ' (the key is missing: transformers takes false)'}; "
+                         "the card renormalises the chosen experts' weights", hint="supported: true")
+    if cfg.get("decoder_sparse_step", 1) != 1 or cfg.get("mlp_only_layers"):
+        raise ModelError(f"{where}: decoder_sparse_step = {cfg.get('decoder_sparse_step', 1)!r}, mlp_only_layers = "
+                         f"{cfg.get('mlp_only_layers', [])!r}: layers with a dense MLP are not supported",
+                         hint="supported: decoder_sparse_step 1 and no mlp_only_layers (every layer routed)")
+    return experts, used, width
 
 
 def _hf_ffn(cfg: dict, where: str) -> int:
@@ -383,13 +437,25 @@ def from_gguf(meta: dict[str, Any], where: str, tied: bool, rope_factors: tuple[
             raise ModelError(f"{where}: {arch}.ssm.inner_size {inner} is not a multiple of the "
                              f"{lin['lin_v_heads']} value heads ({arch}.ssm.time_step_rank)")
         lin["lin_v_dim"] = inner // lin["lin_v_heads"]
+    experts, used, ffn = 0, 0, None
+    if fam.moe:
+        experts, used = int(get("expert_count")), int(get("expert_used_count"))
+        if not 1 <= used <= experts:
+            raise ModelError(f"{where}: {arch}.expert_used_count {used} for {arch}.expert_count {experts}: it must be "
+                             f"1..{experts}")
+        scale = float(get("expert_weights_scale", 1.0, required=False))
+        if scale not in (0.0, 1.0):               # llama.cpp scales the routing weights only for other values
+            raise ModelError(f"{where}: {arch}.expert_weights_scale {scale}: scaled routing weights are not "
+                             "supported", hint="supported: 1.0")
+        ffn = get("expert_feed_forward_length", 0, required=False) or int(get("feed_forward_length")) // used
     eos = meta.get("tokenizer.ggml.eos_token_id")
     extra_eos = meta.get("tokenizer.ggml.eot_token_id")
     return ModelConfig(
         family=fam.name, vocab=int(get("vocab_size", vocab)), d=d, layers=layers, heads=heads,
         kv_heads=int(kv), head_dim=head_dim, layer_kinds=kinds, conv_taps=taps,
         rotary_dim=rot if rot != head_dim else 0, **lin,
-        ffn=int(get("feed_forward_length")), norm_eps=float(get("attention.layer_norm_rms_epsilon")),
+        ffn=int(ffn or get("feed_forward_length")), norm_eps=float(get("attention.layer_norm_rms_epsilon")),
+        experts=experts, experts_used=used,
         rope_theta=float(get("rope.freq_base", 10000.0)), rope_factors=rope_factors, nope_layers=nope, tied=tied,
         context=int(get("context_length", 4096)), bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_ids=tuple(dict.fromkeys(_ids(eos) + _ids(extra_eos))),

@@ -2,7 +2,9 @@
 
 `convert(ckpt, fmt, target)` quantises every matrix with `formats.quantize` (the format
 definitions of docs/formats.md) in the card format's layer and head formats, splits W_down into
-its F-chunk column parts (each part quantised on its own, as the MLP kernel reads it), keeps the
+its F-chunk column parts (each part quantised on its own, as the MLP kernel reads it; an
+expert's down projection too), quantises a router in the head format (routing is where a few
+bits matter most; llama.cpp leaves ffn_gate_inp unquantised), keeps the
 norms (and a convolution's taps) as fp32, zero-pads heads narrower than the block to it
 (`layout.card_config`; `pad_heads` places each half of a head's dims at the start of a half of
 the padded head and scales the q/k norms, or q itself without them, so scores keep the real
@@ -67,9 +69,9 @@ def _plan_tensors(ckpt: Checkpoint, fmt: CardFormat) -> list[tuple[str, str, int
     cfg = ckpt.config
     out = []
     for i in range(cfg.layers):
-        for k in cfg.layer_tensors(i):
-            wf = None if k in NORM_TENSORS else fmt.layer_wf
-            out.append((f"{k}.{i}", f"{k}.{i}", wf))
+        for name, k, _ in cfg.layer_names(i):
+            wf = None if k in NORM_TENSORS else fmt.head_wf if k == "router" else fmt.layer_wf
+            out.append((name, name, wf))
     out.append(("final_norm", "final_norm", None))
     out.append(("head", "head", fmt.head_wf))
     kind = embed_kind(cfg, fmt)
@@ -144,7 +146,7 @@ def convert(ckpt: Checkpoint, fmt_name: str, target: Target, progress: Progress 
                     bad = np.argwhere(~np.isfinite(w))[0]
                     raise ModelError(f"{ckpt.path}: tensor '{src}' holds {w[tuple(bad)]} at {list(bad)}; "
                                      "only finite weights can be converted")
-                index["tensors"][name] = _write(blob, w, wf, D, f_chunk if name.startswith("wd.") else 0)
+                index["tensors"][name] = _write(blob, w, wf, D, f_chunk if name.startswith(("wd.", "ed.")) else 0)
                 del w
         (work / "index.json").write_text(json.dumps(index))
         if progress is not None:

@@ -18,9 +18,15 @@ Programs are compiled on first use (`programs.compile_program`, disk-cached) and
 counters are collected into the turn's `RunCost`, from which the stats line comes: cycles at
 the card's core clock, DRAM beats, unit busy cycles (counters on a card, the timing model on
 the simulated card and on IsaBackend).
+
+A mixture of experts starts with every expert absent: `experts` (llm/offload.py `ExpertServer`)
+answers the card's mailbox requests while any program runs, copying each missing expert's blob
+(its converted tensors) into its layer's least recently requested slot; `experts.stats` counts
+the requests and the bytes streamed.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -32,12 +38,14 @@ from ..target import Target
 from . import image, layout, programs
 from .convert import Converted
 from .errors import ModelError
+from .offload import ExpertServer
 from .layout import (MAX_STOP_IDS, S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP,
                      STATE_WORDS, ImageOptions, ImagePlan)
 from .sampling import Sampling
 
 LOG2E = 1.4426950408889634
 POLL_MIN_S, POLL_MAX_S = 0.005, 0.2   # host polls of a running card: a quarter of the time a token takes
+SERVE_BUDGET = 4096                   # simulator instructions between two looks at the expert mailbox
 UTIL_COUNTERS = ("MXU_BUSY", "VPU_BUSY", "DMA_BUSY", "QNT_BUSY")
 
 
@@ -115,6 +123,7 @@ class Turn:
     core_hz: float = 0.0
     logits: list = field(default_factory=list)            # per generated token, when asked for
     context: int = 0
+    experts: object = None       # a mixture of experts: the turn's offload.Stats (requests, experts, bytes)
 
     @property
     def ttft(self) -> float | None: return self.times[0] if self.times else None
@@ -179,6 +188,12 @@ class Engine:
         backend.attach(tcfg)
         self.seq_wc = bool(tcfg.SEQ_WC)
         image.write_model(backend, self.plan, conv, self.seq_wc, progress)
+        self.experts: ExpertServer | None = None
+        if self.plan.offload is not None:
+            blob, T = self.plan.offload.blob, conv.tensors
+            self.experts = ExpertServer(backend, self.plan.offload, lambda l, e: blob.from_packed(
+                T[f"eg.{l}.{e}"], T[f"eu.{l}.{e}"], T[f"ed.{l}.{e}"]))
+            self.experts.reset()
         self.kv = KVStore(opts.pages)
         self.core_hz = core_hz or target.core_hz
         self._programs: dict = {}
@@ -250,7 +265,13 @@ class Engine:
 
     def _run(self, prog: Prepared, cost: RunCost, tokens: int):
         before = self.backend.counters()
-        stats = self.backend.run(prog)
+        if self.experts is None:
+            stats = self.backend.run(prog)
+        else:                              # serve the expert mailbox until the program halts
+            self.backend.start(prog)
+            while self.backend.poll(SERVE_BUDGET):
+                self.experts.poll()
+            stats = self.backend.wait()
         cost.add(stats, before, self.backend.counters(), tokens)
         return stats
 
@@ -319,6 +340,7 @@ class Engine:
         t0 = time.monotonic()
         P, cfg = self.opts.page, self.cfg
         turn = Turn(prompt_tokens=len(seq.tokens) - seq.kv_len, core_hz=self.core_hz)
+        streamed_before = dataclasses.replace(self.experts.stats) if self.experts is not None else None
         if turn.prompt_tokens < 1:
             raise ModelError("nothing to answer: submit() the prompt tokens first")
         if len(stop_ids) > MAX_STOP_IDS:
@@ -354,6 +376,7 @@ class Engine:
         sleep, last_seen = 2 * POLL_MIN_S, time.monotonic()
         while True:
             running = self.backend.poll()
+            served = self.experts is not None and self.experts.poll()
             pos_now = int(self._read_state(seq)[S_POS])
             if pos_now > seen_pos:
                 new = self._read_ids(seq, seen_pos + 1, pos_now - seen_pos)
@@ -380,8 +403,8 @@ class Engine:
                 stopping = True
             if not running:
                 break
-            if board:
-                time.sleep(sleep)
+            if board and not served:       # a card waiting on an expert: look again soon
+                time.sleep(sleep if self.experts is None else POLL_MIN_S)
         stats = self.backend.wait()
         turn.decode.add(stats, before, self.backend.counters(), len(turn.tokens))
         st = self._read_state(seq)
@@ -395,6 +418,8 @@ class Engine:
             turn.end = "context" if clamped else "max_tokens"
         turn.seconds = time.monotonic() - t0
         turn.context = len(seq.tokens)
+        if streamed_before is not None:
+            turn.experts = self.experts.stats.since(streamed_before)
         return turn
 
     def _ring_rows(self, seq: Sequence, p0: int, p1: int) -> list[np.ndarray]:

@@ -1,4 +1,4 @@
-"""Model families as data: what differs between Qwen3, Llama, SmolLM3 and LFM2 decoders, and tensor names.
+"""Model families as data: what differs between Qwen3, Llama, SmolLM3, LFM2 and Qwen3-MoE decoders, and tensor names.
 
 A family is a row of facts, not code: the architecture names a Hugging Face `config.json` or a
 GGUF file uses for it, whether it has per-head q/k RMSNorm, whether llama.cpp's converter
@@ -21,6 +21,11 @@ first part of each head only; the factor its config defaults to), `hf_norm_offse
 Hugging Face RMSNorm weights are stored zero-centred, w - 1; llama.cpp's converter adds the 1
 back) and `gguf_tiled_v` (llama.cpp reorders the DeltaNet value heads from grouped by key head
 to tiled when there are more value heads than key heads; the loader puts them back).
+
+Mixture of experts: a family with `moe` (Qwen3-MoE) replaces every layer's SwiGLU MLP by a
+router (`router`, [experts, d]) and `experts` SwiGLU experts (`eg`, `eu`, `ed`; canonical names
+carry the expert after the layer, `eg.3.5`). Hugging Face stores one tensor per expert; GGUF
+stacks a layer's experts in one tensor ([experts, out, in]), which the loader splits.
 
 Tensor names: `LAYER_TENSORS` and `GLOBAL_TENSORS` map the layer's canonical names (`wq`,
 `ln1`, ...) to the Hugging Face and llama.cpp (GGUF) names; a family's `hf_names` /
@@ -51,6 +56,7 @@ class Family:
     partial_rope: float = 0.0                       # > 0: RoPE may cover part of a head (the default factor)
     hf_norm_offset: tuple[str, ...] = ()            # canonical norms Hugging Face stores as w - 1
     gguf_tiled_v: bool = False                      # DeltaNet value heads tiled in GGUF (llama.cpp's reorder)
+    moe: bool = False                # routed experts instead of the dense MLP in every layer
 
     def hf_name(self, canon: str) -> str:
         return dict(self.hf_names).get(canon) or {**LAYER_TENSORS, **GLOBAL_TENSORS}[canon][0]
@@ -82,6 +88,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            gguf_names=(("ln2", "blk.{i}.post_attention_norm.weight"),),
            attn_gate=True, partial_rope=0.25, hf_norm_offset=("ln1", "ln2", "qn", "kn", "final_norm"),
            gguf_tiled_v=True),
+    Family("qwen3moe", ("Qwen3MoeForCausalLM",), ("qwen3moe",), qk_norm=True, gguf_permuted_qk=False,
+           sampling=Sampling(0.7, 20, 0.8, 1.0), moe=True),
 )}
 
 # canonical layer tensor -> (Hugging Face name, GGUF name); {i} is the layer index
@@ -109,6 +117,10 @@ LAYER_TENSORS: dict[str, tuple[str, str]] = {
     "gdt": ("model.layers.{i}.linear_attn.dt_bias", "blk.{i}.ssm_dt.bias"),
     "gnorm": ("model.layers.{i}.linear_attn.norm.weight", "blk.{i}.ssm_norm.weight"),
     "gout": ("model.layers.{i}.linear_attn.out_proj.weight", "blk.{i}.ssm_out.weight"),
+    "router": ("model.layers.{i}.mlp.gate.weight", "blk.{i}.ffn_gate_inp.weight"),
+    "eg": ("model.layers.{i}.mlp.experts.{e}.gate_proj.weight", "blk.{i}.ffn_gate_exps.weight"),
+    "eu": ("model.layers.{i}.mlp.experts.{e}.up_proj.weight", "blk.{i}.ffn_up_exps.weight"),
+    "ed": ("model.layers.{i}.mlp.experts.{e}.down_proj.weight", "blk.{i}.ffn_down_exps.weight"),
 }
 MLP_TENSORS = ("ln2", "wg", "wu", "wd")
 KIND_TENSORS: dict[str, tuple[str, ...]] = {
@@ -118,6 +130,8 @@ KIND_TENSORS: dict[str, tuple[str, ...]] = {
     "deltanet": ("ln1", "gqkv", "gz", "gb", "ga", "gconv", "galog", "gdt", "gnorm", "gout") + MLP_TENSORS,
 }
 KINDS = tuple(KIND_TENSORS)
+EXPERT_TENSORS = ("eg", "eu", "ed")        # one per expert (GGUF: stacked, experts first)
+MOE_TENSORS = ("ln2", "router") + EXPERT_TENSORS    # a moe family's layers end in these instead of MLP_TENSORS
 GLOBAL_TENSORS: dict[str, tuple[str, str]] = {
     "embed": ("model.embed_tokens.weight", "token_embd.weight"),
     "final_norm": ("model.norm.weight", "output_norm.weight"),

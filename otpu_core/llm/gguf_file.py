@@ -10,7 +10,8 @@ Llama 3 rope scaling arrives as the `rope_freqs` tensor (per-frequency divisors)
 Qwen3.5 (`qwen35`): `ssm_a` holds -exp(A_log) (read back as A_log), `ssm_dt.bias` is the
 DeltaNet's dt_bias (a bias this layer does compute), and with more value heads than key heads
 the value-head tensors are in llama.cpp's tiled order (`v_heads` puts them back in the grouped
-order of the Hugging Face weights).
+order of the Hugging Face weights). A mixture of experts stores a layer's experts stacked ([experts, out, in]); the stack's shape is checked at
+open, and expert e is read as its own rows of the stack.
 """
 from __future__ import annotations
 
@@ -90,11 +91,22 @@ def open_gguf(path: Path) -> Checkpoint:
                              "not dequantise", hint=f"supported: {', '.join(SUPPORTED_TYPES)}")
     shapes = {canon: tensors[g].shape for canon, g in names.items()
               if g in tensors}
+    for canon, want in cfg.tensor_shapes().items():
+        if canon.split(".")[0] in families.EXPERT_TENSORS and canon in shapes:
+            stacked = (cfg.experts,) + tuple(want)
+            if tuple(shapes[canon]) != stacked:
+                raise ModelError(f"{path}: tensor '{names[canon]}' has shape {list(shapes[canon])} but the config "
+                                 f"needs {list(stacked)} ({cfg.experts} experts of width {cfg.ffn}, hidden {cfg.d})")
+            shapes[canon] = tuple(want)
     check_shapes(cfg, shapes, names, str(path))
 
     def read(canon: str) -> np.ndarray:
-        w = src.read(tensors[names[canon]])
         kind = canon.split(".")[0]
+        if kind in families.EXPERT_TENSORS:
+            t, n = tensors[names[canon]], tensors[names[canon]].shape[1]
+            w = src.read_rows(t, int(canon.split(".")[2]) * n, n)
+            return np.ascontiguousarray(w.reshape(t.shape[1:]), np.float32)
+        w = src.read(tensors[names[canon]])
         if fam.gguf_permuted_qk and kind in ("wq", "wk"):
             w = _unpermute(w, cfg.heads if kind == "wq" else cfg.kv_heads)
         if kind == "galog":

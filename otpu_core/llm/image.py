@@ -1,9 +1,9 @@
 """Writing a converted model into card DRAM at the places its `ImagePlan` gives.
 
 `write_model(backend, plan, conv)` writes every layer block of its kind (norms, the rope gate, the
-quantised projections, W_down's parts; a convolution block's taps as [taps, d] and its rings
-zeroed; a DeltaNet block's taps as [taps, C], its gate constants and norm, its rings and
-states zeroed) and zeroes its KV pool (stale bits in a scale would turn into NaN
+quantised projections, W_down's parts or a mixture of experts' router; a convolution block's
+taps as [taps, d] and its rings zeroed; a DeltaNet block's taps as [taps, C], its gate constants
+and norm, its rings and states zeroed) and zeroes its KV pool (stale bits in a scale would turn into NaN
 when the attention multiplies padding by zero), the final norm, LM head and embedding table,
 the tables (RoPE cos/sin in fp32 from the float64 angles, attention mask rows, the sampler's
 triangle of ones, a two-kind model's layer order), the chain table and the HALT program, and clears every slot's I/O area. It
@@ -102,6 +102,9 @@ def write_model(backend, plan: ImagePlan, conv: Converted, seq_wc: bool = False,
             _zeros(backend, Ly.kv.k.const, plan.opts.pages * plan.layer.page_stride)
         backend.write(Ly.ln1.base.const, T[f"ln1.{l}"])
         backend.write(Ly.ln2.base.const, T[f"ln2.{l}"])
+        if cfg.experts:                   # the experts reach the offload slots through the host (llm/offload.py)
+            _packed(backend, Ly.router, T[f"router.{l}"], f"router.{l}")
+            continue
         for k in ("wg", "wu"):
             _packed(backend, getattr(Ly, k), T[f"{k}.{l}"], f"{k}.{l}")
         for c, part in enumerate(T[f"wd.{l}"]):

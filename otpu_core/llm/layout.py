@@ -26,9 +26,12 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
   fp32 (C = q, k, v channels), A_log, dt_bias and the gated norm's weight fp32, in_proj_qkv,
   in_proj_z, in_proj_b, in_proj_a, out_proj, the MLP, then per sequence slot its convolution
   ring [4 taps - 4, C] and its state, every value head's [dv, dk] fp32 rows (kernels/deltanet.py:
-  DSTEP reads and writes them in place). After the blocks: the final norm, the LM head and the embedding table (`embed_kind`:
+  DSTEP reads and writes them in place). A mixture of experts' attention block holds its router
+  in place of the MLP. After the blocks: the final norm, the LM head and the embedding table (`embed_kind`:
   fp32 rows gathered by one LD when the table is at most 64 MiB, else int8 rows gathered through
-  the MXU: the head itself when it is tied and int8);
+  the MXU: the head itself when it is tied and int8); then, for a mixture of experts, the
+  offload area (kernels/moe.py `OffloadLayout`: the mailbox, the expert directory and
+  `expert_slots` slots per layer, each an expert's `ExpertBlob`), which the host fills;
 - the program slots the generate loop chains through (a one-instruction HALT and two bucket
   programs, double-buffered).
 
@@ -46,6 +49,7 @@ from dataclasses import dataclass, field
 
 from .. import formats, isa, ol
 from ..kernels.conv import ring_rows
+from ..kernels.moe import ExpertBlob, OffloadLayout
 from ..ol import Affine, KVCache, QTensor, Tensor
 from ..target import Config
 from .config import ModelConfig
@@ -97,17 +101,19 @@ class ImageOptions:
     ring: bool = False          # a logits ring per slot for the generate loop (--logits, --check)
     head_chunk: int = 8192
     f_chunk: int = 0            # 0: the largest multiple of D dividing ffn, at most 1024
+    expert_slots: int = 0       # mixture of experts: slots per layer (0: one for every expert)
 
 
 def sequence_options(cfg: ModelConfig, tcfg: Config, fmt: str, ctx: int | None, f_chunk: int, slots: int = 1,
-                     pages: int | None = None, ring: bool = False, page: int = 256) -> ImageOptions:
+                     pages: int | None = None, ring: bool = False, page: int = 256,
+                     expert_slots: int = 0) -> ImageOptions:
     """The image a tool builds for `slots` sequences of up to `ctx` positions (None: the model's
     context; the model's context caps it), rounded up to whole pages; `pages` defaults to every
     slot's full context. Prefill runs take up to MCOLS rows."""
     limit = min(ctx or cfg.context, cfg.context)
     ctx = -(-limit // page) * page
     return ImageOptions(fmt=fmt, slots=slots, pages=pages or slots * (ctx // page), page=page, ctx=ctx, ring=ring,
-                        rows=tcfg.MCOLS, f_chunk=f_chunk)
+                        rows=tcfg.MCOLS, f_chunk=f_chunk, expert_slots=expert_slots)
 
 
 @dataclass(eq=False)
@@ -130,13 +136,13 @@ class LayerPlan:
     page_stride: int            # bytes between pages
     head_stride: int            # bytes between KV heads of one page
     convs_after: Tensor | None = None   # two-kind models: the count of convolution layers after this one (fp32)
+    router: QTensor | None = None       # a mixture of experts (wg, wu, wd are then None)
 
     def at(self, l) -> "LayerPlan":
         delta = Affine.of(l) * self.stride
-        moved = {f.name: ol.shift(getattr(self, f.name), delta) for f in dataclasses.fields(self)[:13]}
-        if self.convs_after is not None:
-            moved["convs_after"] = ol.shift(self.convs_after, delta)
-        return dataclasses.replace(self, **moved)
+        names = [f.name for f in dataclasses.fields(self)[:13]] + ["convs_after", "router"]
+        return dataclasses.replace(self, **{n: ol.shift(getattr(self, n), delta) for n in names
+                                            if getattr(self, n) is not None})
 
     def page(self, p, g: int) -> KVCache:
         """Page p (affine: a loop over a run of pages) of KV head g."""
@@ -266,6 +272,7 @@ class ImagePlan:
     lead_convs: int = 0                   # mixed models: layers of the other kind before the first attention layer
     gdn: GdnLayerPlan | None = None       # the Gated DeltaNet blocks
     gdn_rows: Tensor | None = None        # [rows, C] fp32: a multi-row run's convolved q/k/v channels
+    offload: OffloadLayout | None = None  # a mixture of experts: mailbox, directory, slots
 
     @property
     def other(self):
@@ -281,7 +288,8 @@ class ImagePlan:
         return {"attention": self.layer, "conv": self.conv, "deltanet": self.gdn}[kind]
 
     @property
-    def f_chunk(self) -> int: return (self.layer or self.conv or self.gdn).wd.K
+    def f_chunk(self) -> int:
+        return self.offload.blob.f_chunk if self.offload is not None else (self.layer or self.conv or self.gdn).wd.K
 
     def kv_bytes(self) -> int:
         return len(self.cfg.kind_layers("attention")) * self.opts.pages * self.layer.page_stride if self.layer else 0
@@ -396,7 +404,8 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         after = Tensor(lc.take(4), (1,)) if n_conv or n_gdn else None
         wq, wk, wv = _weight(lc, 2 * q if cfg.attn_gate else q, d, wf, D), _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
         wo = _weight(lc, d, q, wf, D)
-        wg, wu, wd = mlp(lc)
+        router = _weight(lc, cfg.experts, d, fmt.head_wf, D) if cfg.experts else None
+        wg, wu, wd = mlp(lc) if not cfg.experts else (None, None, None)
         kb_h = hd // D
         kv0 = KVCache(lc.take(P * hd), lc.take(4 * P * kb_h), lc.take(hd * P), lc.take(4 * P), P, hd)
         head_stride = kv0.v_scale.const + 4 * P - kv0.k.const
@@ -405,7 +414,7 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         lc.at = kv0.k.const + page_stride * opts.pages
         stride = -(-(lc.at - at) // BLOCK_ALIGN) * BLOCK_ALIGN
         layer = LayerPlan(ln1, ln2, qn, kn, gate, wq, wk, wv, wo, wg, wu, wd, kv0, stride, page_stride, head_stride,
-                          after)
+                          after, router)
         at += n_attn * stride
     if n_conv:
         lc, taps = _Cursor(at), cfg.conv_taps
@@ -434,6 +443,14 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         embed = Tensor(gc.take(4 * V * d), (V, d))
     else:
         embed = _weight(gc, V, d, isa.WF_INT8, D)
+    offload = None
+    if cfg.experts:
+        try:
+            offload = OffloadLayout(gc.take(1, BLOCK_ALIGN), cfg.layers, cfg.experts, cfg.experts_used,
+                                    opts.expert_slots or cfg.experts, ExpertBlob(d, cfg.ffn, fc, wf, D))
+        except ValueError as e:
+            raise ModelError(f"{cfg.name}: --expert-slots {opts.expert_slots}: {e}") from None
+        gc.at = offload.end
     halt_slot = gc.take(isa.BYTES_PER_INSTR, BLOCK_ALIGN)
     prog_bytes = tcfg.imem_instrs * (isa.BYTES_PER_INSTR + 8)
     slots = (gc.take(prog_bytes, BLOCK_ALIGN), gc.take(prog_bytes, BLOCK_ALIGN))
@@ -442,10 +459,11 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     if end > room:
         raise ModelError(f"{cfg.name} in {fmt.name} with {opts.pages} KV pages needs {end / 2**20:.0f} MiB of card "
                          f"DRAM; the card has {tcfg.DRAM_BYTES / 2**20:.0f} MiB",
-                         hint="use fewer KV pages (--ctx) or a 4-bit --format")
+                         hint="use fewer KV pages (--ctx), a 4-bit --format" +
+                         (" or fewer --expert-slots" if cfg.experts else ""))
     return ImagePlan(cfg, opts, D, fmt, layer, final_norm, head, embed, cos, sin, mask, tri, logits, mailbox, chain,
                      slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind, conv, conv_runs(cfg)[0], gdn,
-                     gdn_rows)
+                     gdn_rows, offload)
 
 
 def _gdn_plan(lc: _Cursor, cfg: ModelConfig, opts: ImageOptions, wf: int, D: int, mlp) -> GdnLayerPlan:

@@ -49,6 +49,11 @@ class Stats:
     evictions: int = 0
     seconds: float = 0.0       # host time spent serving
 
+    def since(self, before: "Stats") -> "Stats":
+        """What was served after `before` (a copy of these stats taken earlier)."""
+        return Stats(*(getattr(self, f) - getattr(before, f) for f in ("requests", "streamed", "bytes", "evictions",
+                                                                         "seconds")))
+
     def hit_rate(self, chosen: int) -> float:
         """Share of `chosen` expert choices found present (1.0 when there were none)."""
         return 1.0 - self.streamed / chosen if chosen else 1.0

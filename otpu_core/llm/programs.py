@@ -11,7 +11,10 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
   V^T to its page, then every row attends causally over its own prefix; in a convolution layer
   (LFM2) each group's rows run the short convolution over its slot's ring (kernels/conv.py); in
   a Gated DeltaNet layer (Qwen3.5) each group's rows run the SiLU convolution over the q/k/v
-  channels, then one delta-rule step per row over the slot's state in DRAM (kernels/deltanet.py).
+  channels, then one delta-rule step per row over the slot's state in DRAM (kernels/deltanet.py);
+  a mixture of experts' MLP is `kernels.moe` (the router MM, top-k and the directory lookup on
+  the card, a mailbox request when a chosen expert is absent; a run of several rows
+  expert-major), its layer's first global expert id counted on the card.
   Either way a run of R rows leaves the same bits as R runs of one row. Optionally the last
   row of each group writes its logits. Prefill is this with R rows and no logits.
 - `generate_kernel(plan, spec)`: a hardware loop of tokens (count = min(tokens left, room in the
@@ -42,6 +45,7 @@ from ..kernels.deltanet import GdnWeights, gated_deltanet_step
 from ..kernels.embedding import embed
 from ..kernels.mlp import UNROLL as MLP_UNROLL
 from ..kernels.mlp import swiglu_mlp
+from ..kernels.moe import moe_ffn, moe_ffn_rows
 from ..kernels.norm import rmsnorm, rmsnorm_quantized
 from ..kernels.rope import rope
 from ..kernels.sampling import SampleParams, head_choice
@@ -354,6 +358,31 @@ def _mlp(plan: ImagePlan, Ly, h: Tile, split: bool) -> Tile:
     return y
 
 
+EXPERT_MAJOR_TMEM = 4        # expert-major rows when their k * R rank accumulators take at most 1/4 of TMEM
+
+
+def _experts(plan: ImagePlan, Ly, h: Tile, first: Tile) -> Tile:
+    """A mixture of experts' MLP: each row's RMSNorm (fp32; the kernels quantise it for the router
+    and for every expert alike), then its routed experts, for several rows expert-major
+    (`moe_ffn_rows`) unless its accumulators would crowd TMEM, else row by row (`moe_ffn`).
+    `first`: this layer's first global expert id, a (1,) tile."""
+    ln2, d, lay = ol.load(Ly.ln2), plan.cfg.d, plan.offload
+
+    def norm(x: Tile) -> Tile:
+        return (x * ol.rsqrt(ol.sum(x * x) * (1.0 / d) + plan.cfg.norm_eps)) * ln2
+    if h.ndim == 1:
+        return moe_ffn(norm(h), Ly.router, lay, first)
+    R = h.shape[0]
+    y = ol.empty(h.shape)
+    if (lay.k * R + 1) * (d + 1) > ol.config().TMEM_WORDS // EXPERT_MAJOR_TMEM:
+        for r in range(R):                # the rank accumulators would crowd TMEM: row by row
+            y[r].set(moe_ffn(norm(h[r]), Ly.router, lay, first))
+        return y
+    for r in range(R):
+        y[r].set(norm(h[r]))
+    return moe_ffn_rows(y, Ly.router, lay, first)
+
+
 def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
     """One kind: one hardware loop over its blocks. Two kinds (LFM2, Qwen3.5): the convolution
     (or DeltaNet) layers before the first attention layer, then a loop over the attention layers,
@@ -371,10 +400,15 @@ def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
         h += _mlp(plan, Ly, h, split)
 
     if not plan.mixed and cfg.kinds[0] == "attention":
+        first = ol.full((1,), 0.0) if plan.offload is not None else None     # the layer's first global expert id
         for li in ol.range(cfg.layers):
             Ly = plan.layer.at(li)
             h += _attention(plan, Ly, h, rows, cos, sin)
-            h += _mlp(plan, Ly, h, False)
+            if first is None:
+                h += _mlp(plan, Ly, h, False)
+            else:
+                h += _experts(plan, Ly, h, first)
+                first += float(cfg.experts)
         return h
     other_kind = next(k for k in cfg.kinds if k != "attention")
     other, lead = plan.other, plan.lead_convs if plan.mixed else cfg.layers

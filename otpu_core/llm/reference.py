@@ -7,12 +7,16 @@
   positions (zeros before the first), C times it, out_proj; Qwen3.5's Gated DeltaNet layers:
   in_proj_qkv through the causal convolution and SiLU, the gated delta rule per value head
   (kernels.reference.gated_deltanet, its state kept per layer), the gated RMSNorm, out_proj;
-  its attention: RoPE on the first rotary_dim dims of a head, the output times sigmoid(gate).
+  its attention: RoPE on the first rotary_dim dims of a head, the output times sigmoid(gate); a
+  mixture of experts (Qwen3-MoE): the router's softmax over every expert, the k most probable
+  (ties: the lower index), their probabilities renormalised to sum to 1, the weighted sum of
+  their SwiGLU outputs.
 - quantised golden (`Golden(cfg, CardWeights(conv), CardNumerics(...))`): the same forward with
   the card's quantisation points applied exactly and nothing else: the weights the MXU
   multiplies (formats.py's dequantisation of the converted tensors), the embedding row the card reads,
   every matmul input quantised as QACT does (per row and D-block, or one scale per row with
-  sub-block offsets for the seed formats, F-chunk by F-chunk in the MLP), K stored per
+  sub-block offsets for the seed formats, F-chunk by F-chunk in the MLP and in each expert; the
+  router and every expert take the same quantised input), K stored per
   (token, D-block) and V per token as QST does, q quantised with log2(e)/sqrt(d) folded in, and
   the flash attention's blocks of a page: running maximum, p = 2^(s - m), P times the V scales
   quantised per D-block of tokens, the alpha rescale. All arithmetic between those points is
@@ -52,8 +56,9 @@ class SourceWeights:
     def embed(self, tok: int) -> np.ndarray:
         return self.get("embed")[tok].astype(np.float64)
 
-    def down_parts(self, layer: int) -> list[np.ndarray]:
-        return [self.get(f"wd.{layer}")]
+    def down_parts(self, name: str) -> list[np.ndarray]:
+        """A down projection (`wd.3`, an expert's `ed.3.5`) as the column parts the MLP sums."""
+        return [self.get(name)]
 
 
 class CardWeights:
@@ -81,8 +86,8 @@ class CardWeights:
         row = formats.PackedWeights(t.wf, t.d, 1, t.k, np.asarray(t.rows[tok:tok + 1]), np.asarray(t.scales[tok:tok + 1]))
         return row.dequantize()[0]
 
-    def down_parts(self, layer: int) -> list[np.ndarray]:
-        return [p.dequantize() for p in self.conv.tensors[f"wd.{layer}"]]
+    def down_parts(self, name: str) -> list[np.ndarray]:
+        return [p.dequantize() for p in self.conv.tensors[name]]
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,7 @@ class Golden:
         if "deltanet" in c.kinds:                                     # DeltaNet: conv inputs of the last taps-1
             self.gx = np.zeros((c.layers, c.conv_taps - 1, c.gdn_conv_dim))   # tokens and the state per head
             self.S = np.zeros((c.layers, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim))
+        self.routes: list[tuple[int, ...]] = []      # a mixture of experts: each (position, layer)'s experts, best first
         self.n = 0
 
     # -- the card's quantisation points ----------------------------------------------------------
@@ -209,6 +215,29 @@ class Golden:
                                          w.get(f"gdt.{li}"), w.get(f"gnorm.{li}"), state=self.S[li], eps=cfg.norm_eps)
         return self._act(y.reshape(-1)) @ w.get(f"gout.{li}").T
 
+    # -- the MLPs -------------------------------------------------------------------------------------
+    def _swiglu(self, xn: np.ndarray, gate: str, up: str, down: str) -> np.ndarray:
+        """down(silu(xn Wg^T) * (xn Wu^T)), the hidden vector quantised part by part for W_down's parts."""
+        w = self.w
+        hh = R.silu(xn @ w.get(gate).T) * (xn @ w.get(up).T)
+        y = np.zeros(self.cfg.d)
+        parts = w.down_parts(down)
+        fc = parts[0].shape[1]
+        for ci, wd in enumerate(parts):
+            y += self._act(hh[ci * fc:(ci + 1) * fc]) @ wd.T
+        return y
+
+    def _experts(self, li: int, xn: np.ndarray) -> np.ndarray:
+        """The routed experts' weighted sum (Qwen3-MoE with norm_topk_prob)."""
+        logits = xn @ self.w.get(f"router.{li}").T
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        best = np.argsort(-logits, kind="stable")[:self.cfg.experts_used]
+        self.routes.append(tuple(int(e) for e in best))
+        weights = p[best] / p[best].sum()
+        return sum(wj * self._swiglu(xn, f"eg.{li}.{e}", f"eu.{li}.{e}", f"ed.{li}.{e}")
+                   for wj, e in zip(weights, best))
+
     # -- the forward pass --------------------------------------------------------------------------
     def step(self, tok: int) -> np.ndarray:
         """Feed one token at the next position; its logits (float64 [vocab])."""
@@ -226,13 +255,7 @@ class Golden:
             else:
                 h = h + self._attention(li, xn, c, s)
             xn = self._act(R.rmsnorm(h, w.get(f"ln2.{li}"), cfg.norm_eps))
-            hh = R.silu(xn @ w.get(f"wg.{li}").T) * (xn @ w.get(f"wu.{li}").T)
-            y = np.zeros(cfg.d)
-            parts = w.down_parts(li)
-            fc = parts[0].shape[1]
-            for ci, wd in enumerate(parts):
-                y += self._act(hh[ci * fc:(ci + 1) * fc]) @ wd.T
-            h = h + y
+            h = h + (self._experts(li, xn) if cfg.experts else self._swiglu(xn, f"wg.{li}", f"wu.{li}", f"wd.{li}"))
         self.n += 1
         hn = self._act(R.rmsnorm(h, w.get("final_norm"), cfg.norm_eps))
         return hn @ w.get("head").T

@@ -7,7 +7,8 @@ library's pydoc topics) with ChatML's special tokens; `write_hf` writes a Huggin
 directory (config.json, safetensors in F32, F16 or BF16, tokenizer.json, tokenizer_config.json
 with the chat template) and `write_gguf` a GGUF file the way llama.cpp's converter lays it out
 (its metadata keys, tensor names, the permuted q/k rows of Llama-family files, a `rope_freqs`
-tensor for Llama 3 scaling, Qwen3.5's ssm.* keys, -exp(A_log) and tiled value heads, the
+tensor for Llama 3 scaling, Qwen3.5's ssm.* keys, -exp(A_log) and tiled value heads, a
+mixture of experts' keys and each layer's experts stacked in one tensor per projection, the
 vocabulary, merges and token types). Norms a family stores zero-centred in Hugging Face files
 (Qwen3.5) are written as w - 1 there.
 """
@@ -100,6 +101,9 @@ def hf_config(cfg: ModelConfig, rope_scaling: dict | None = None) -> dict:
         out["rope_parameters"] = {"rope_type": "default", "rope_theta": out.pop("rope_theta"),
                                   "partial_rotary_factor": cfg.rot_dim / cfg.head_dim, "mrope_interleaved": True,
                                   "mrope_section": [11, 11, 10]}
+    if fam.moe:                       # Qwen3-MoE: every layer routed, the chosen experts' weights renormalised
+        out.update(model_type="qwen3_moe", num_experts=cfg.experts, num_experts_per_tok=cfg.experts_used,
+                   moe_intermediate_size=cfg.ffn, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
     return out
 
 
@@ -165,6 +169,10 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
     w.add_embedding_length(cfg.d)
     w.add_block_count(cfg.layers)
     w.add_feed_forward_length(cfg.ffn)
+    if fam.moe:
+        w.add_expert_count(cfg.experts)
+        w.add_expert_used_count(cfg.experts_used)
+        w.add_expert_feed_forward_length(cfg.ffn)
     w.add_head_count(cfg.heads)
     if "conv" in cfg.kinds:           # llama.cpp's LFM2 layout: KV heads per layer, 0 for a convolution layer
         w.add_head_count_kv([cfg.kv_heads if k == "attention" else 0 for k in cfg.kinds])
@@ -209,8 +217,14 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
     types = types or {}
     gguf_names = _file_names(cfg, gguf=True)
     for name in cfg.tensor_shapes():
-        a = np.ascontiguousarray(weights[name], np.float32)
         kind = name.split(".")[0]
+        if kind in families.EXPERT_TENSORS:           # one stacked tensor per layer, written at its expert 0
+            layer, e = name.split(".")[1:]
+            if e != "0":
+                continue
+            a = np.stack([np.asarray(weights[f"{kind}.{layer}.{x}"], np.float32) for x in range(cfg.experts)])
+        else:
+            a = np.ascontiguousarray(weights[name], np.float32)
         if fam.gguf_permuted_qk and kind in ("wq", "wk"):
             a = _permute(a, cfg.heads if kind == "wq" else cfg.kv_heads)
         if kind == "galog":
@@ -239,12 +253,12 @@ def raw_blocks(a: np.ndarray, qt) -> np.ndarray:
     """GGML blocks of a float matrix: gguf's own quantiser where it has one (Q8_0, Q4_0, BF16), else
     (Q4_K, Q6_K, which gguf only dequantises) random valid blocks scaled like the matrix."""
     from gguf import GGML_QUANT_SIZES, quants
+    rows, cols = int(np.prod(a.shape[:-1])), a.shape[-1]       # a stack of matrices: its rows in order
     try:
-        return quants.quantize(a, qt)
+        return quants.quantize(a.reshape(rows, cols), qt).reshape(*a.shape[:-1], -1)
     except NotImplementedError:
         pass
     block, size = GGML_QUANT_SIZES[qt]
-    rows, cols = a.shape
     rng = np.random.default_rng(rows * 131 + cols)
     raw = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
     d = np.float16(np.abs(a).max() / 64 + 1e-6)
@@ -253,4 +267,4 @@ def raw_blocks(a: np.ndarray, qt) -> np.ndarray:
         raw[..., 2:4] = np.frombuffer(np.float16(d / 4).tobytes(), np.uint8)
     elif qt.name == "Q6_K":        # d (fp16) ends the block
         raw[..., size - 2:size] = np.frombuffer(np.float16(d / 16).tobytes(), np.uint8)
-    return raw.reshape(rows, -1)
+    return raw.reshape(*a.shape[:-1], -1)

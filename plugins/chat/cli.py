@@ -48,6 +48,8 @@ def chat(ctx: typer.Context,
          seed: int = typer.Option(0, "--seed", help="Seed of the sampling uniforms."),
          system: str = typer.Option(None, "--system", help="System prompt."),
          ctx_len: int = typer.Option(2048, "--ctx", min=1, help="Context positions (KV cache size)."),
+         expert_slots: int = typer.Option(0, "--expert-slots", min=0, help="Mixture of experts: card slots per "
+                                          "layer; missing experts are streamed from the host (0: one per expert)."),
          raw: bool = typer.Option(False, "--raw", help="No chat template: the prompt is tokenized as given."),
          json_out: bool = typer.Option(False, "--json", help="With -p: print one JSON document (prompt and "
                                                              "generated ids, text, per-token times, stats)."),
@@ -72,7 +74,7 @@ def chat(ctx: typer.Context,
     if logits_file is not None:
         check_writable(logits_file, "--logits")
     opts = Options(model, dev, target, fmt, engine, ctx_len, max_tokens, temperature, top_k, top_p, repeat_penalty,
-                   seed, system, raw, logits=logits_file is not None or check)
+                   seed, system, raw, logits=logits_file is not None or check, expert_slots=expert_slots)
     progress = StepProgress(stderr())
     if tui:
         from .tui import run_tui

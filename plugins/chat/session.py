@@ -46,6 +46,7 @@ class Options:
     system: str | None = None
     raw: bool = False
     logits: bool = False           # keep each generated token's logits (--logits, --check)
+    expert_slots: int = 0          # a mixture of experts: card slots per layer (0: one for every expert)
 
     def check(self) -> "Options":
         if self.engine not in ENGINES:
@@ -56,6 +57,8 @@ class Options:
             raise UsageError(f"--max-tokens {self.max_tokens}: must be at least 1")
         if self.ctx < 1:
             raise UsageError(f"--ctx {self.ctx}: must be at least 1")
+        if self.expert_slots < 0:
+            raise UsageError(f"--expert-slots {self.expert_slots}: must be at least 0 (0: a slot for every expert)")
         return self
 
 
@@ -209,7 +212,8 @@ class Session:
 
 
 def image_options(opts: Options, model: Model, tgt, f_chunk: int) -> ImageOptions:
-    return sequence_options(model.config, tgt.config(), opts.fmt, opts.ctx, f_chunk, ring=opts.logits)
+    return sequence_options(model.config, tgt.config(), opts.fmt, opts.ctx, f_chunk, ring=opts.logits,
+                            expert_slots=opts.expert_slots)
 
 
 def _card_engine(opts: Options, model: Model, tgt, conv, progress):

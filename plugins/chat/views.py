@@ -2,7 +2,8 @@
 
 `turn_stats(ex)` is the data (prompt tokens, time to first token, host tok/s, the card's decode
 and prefill tok/s at its core clock, Mcycles per token, DRAM GB/s and unit utilisation from the
-run counters, context use, how the answer ended); `stats_line` renders it as one line and
+run counters, a mixture of experts' experts streamed and bytes per token fed, context use, how
+the answer ended); `stats_line` renders it as one line and
 `--json` serialises the same dict. `StepProgress` shows conversion and image loading: a bar on a
 terminal once a step has taken two seconds, plain lines on stderr when piped.
 """
@@ -36,6 +37,10 @@ def turn_stats(ex, session) -> dict:
             "dram_gbs": _r(dec.dram_gbs(hz)), "util": {UNIT_NAMES[k]: round(v, 3) for k, v in dec.util().items()},
             "runs": dec.runs + pre.runs,
         }
+        if t.experts is not None:          # a mixture of experts: what the host streamed into the card's slots
+            fed = t.prompt_tokens + max(len(t.tokens) - 1, 0)
+            out["card"]["experts"] = {"requests": t.experts.requests, "streamed": t.experts.streamed,
+                                      "bytes": t.experts.bytes, "bytes_per_token": round(t.experts.bytes / fed)}
     return out
 
 
@@ -58,6 +63,9 @@ def stats_line(st: dict) -> str:
             card.append(f"DRAM {c['dram_gbs']:.2f} GB/s")
         if c["util"]:
             card.append(" ".join(f"{k} {100 * v:.0f}%" for k, v in c["util"].items()))
+        if c.get("experts"):
+            card.append(f"{c['experts']['streamed']} experts streamed, {c['experts']['bytes_per_token'] / 1024:.1f} "
+                        "KiB/tok")
         parts.append("card " + ", ".join(card))
     parts.append(f"ctx {st['context']}/{st['context_max']}")
     if st["end"] not in ("eos", ""):
