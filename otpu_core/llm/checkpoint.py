@@ -65,8 +65,11 @@ def file_names(config: ModelConfig, gguf: bool) -> dict[str, str]:
     name = fam.gguf_name if gguf else fam.hf_name
     out = {canon: name(canon) for canon in GLOBAL_TENSORS}
     for i in range(config.layers):
-        for canon in KIND_TENSORS[config.kinds[i]]:
+        for canon in dict.fromkeys(list(KIND_TENSORS[config.kinds[i]]) + config.layer_tensors(i)):
             out[f"{canon}.{i}"] = name(canon).format(i=i)
+    prefix = config.extra.get("hf_prefix")
+    if prefix and not gguf:           # a multimodal wrapper's text decoder: model.X is model.language_model.X
+        out = {k: prefix + v[len("model."):] if v.startswith("model.") else v for k, v in out.items()}
     return out
 
 

@@ -1,0 +1,184 @@
+"""Gemma 4 (sliding and full attention, KV sharing, per-layer embeddings) from real files to the references.
+
+Loaders: tiny random models written as GGUF (llama.cpp's `gemma4` layout: key_length the full
+layers' heads and key_length_swa the sliding ones', sliding_window_pattern, shared_kv_layers,
+embedding_length_per_layer_input, per-layer feed_forward_length, rope_freqs with 1e30 for the
+unturned pairs of proportional RoPE) and as a Hugging Face directory (`Gemma4ForCausalLM`,
+`layer_types`, `rope_parameters` per layer type, and the multimodal wrapper's text_config with
+its model.language_model. names) read back tensor for tensor; bad input refused by file, key
+and value. Reference: the fp32 golden (token by token, its KV cache and window) against a
+whole-sequence float64 formula written here (causal and sliding masks, the shared layers reading
+the earlier layer's K and V, every norm, PLE, the layer scalar and the soft cap).
+"""
+import json
+
+import numpy as np
+import pytest
+
+import llmtiny
+from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program cache per module)
+from otpu_core.kernels import reference as R
+from otpu_core.llm import checkpoint, reference, synthetic
+from otpu_core.llm.errors import ModelError
+
+KINDS = ("sliding", "sliding", "attention", "sliding", "sliding", "attention")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gemma4")
+    cfg = llmtiny.config("gemma4", D=32)
+    gguf, w = llmtiny.write(d, cfg, "gguf")
+    hf, hw = llmtiny.write(d, cfg.with_(name="tiny-gemma4-hf"), "hf", dtype="BF16")
+    return {"gguf": (gguf, cfg, w), "hf": (hf, cfg, hw), "dir": d}
+
+
+# -- files ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["gguf", "hf"])
+def test_gemma4_files_read_back_as_written(models, kind):
+    path, cfg, w = models[kind]
+    ck = checkpoint.open_checkpoint(path)
+    c = ck.config
+    assert c.family == "gemma4" and c.kinds == KINDS and c.tied
+    assert (c.head_dim, c.global_head_dim, c.global_rope_pairs, c.global_rope_theta, c.rope_theta) == (32, 64, 8, 1e6,
+                                                                                                         1e4)
+    assert (c.sliding_window, c.kv_shared, c.ple_dim, c.layer_ffn, c.logit_softcap) == (32, 2, 32, (128,) * 4 + (256,) * 2,
+                                                                                        30.0)
+    assert [c.kv_source(i) for i in range(6)] == [0, 1, 2, 3, 3, 2]
+    shapes = c.tensor_shapes()
+    assert set(shapes) == set(cfg.tensor_shapes())
+    assert "wk.4" not in shapes and "wq.4" in shapes and shapes["wq.2"] == (4 * 64, 64) and shapes["wg.5"] == (256, 64)
+    assert shapes["ple"] == (c.vocab, 6 * 32) and shapes["ls.0"] == (1,)
+    tol = 2 ** -7 if kind == "hf" else 2 ** -10          # BF16 / F16 matrices (norms F32 in GGUF)
+    for name in cfg.tensor_shapes():
+        got = ck.get(name)
+        assert got.shape == w[name].shape, name
+        assert np.abs(got - w[name]).max() <= tol * np.abs(w[name]).max(), name
+
+
+def test_the_multimodal_wrapper_reads_its_text_decoder(models):
+    """Gemma4ForConditionalGeneration: the text config nested, the weights under model.language_model."""
+    _, cfg, w = models["hf"]
+    d = models["dir"] / "wrapped"
+    d.mkdir()
+    names = synthetic._file_names(cfg, gguf=False)
+    synthetic._safetensors(d / "model.safetensors",
+                           {n.replace("model.", "model.language_model.", 1): w[k] for k, n in names.items()}, "F32")
+    text = synthetic.hf_config(cfg)
+    (d / "config.json").write_text(json.dumps({"architectures": ["Gemma4ForConditionalGeneration"],
+                                               "model_type": "gemma4", "text_config": text,
+                                               "tie_word_embeddings": True, "eos_token_id": [1, 3]}))
+    ck = checkpoint.open_checkpoint(d)
+    assert ck.config.kinds == KINDS and ck.config.eos_ids == (1, 3)
+    assert np.array_equal(ck.get("ple"), w["ple"]) and np.array_equal(ck.get("pg.5"), w["pg.5"])
+
+
+def _hf_dir(models, name, edit):
+    path, cfg, w = models["hf"]
+    d = synthetic.write_hf(models["dir"] / name, cfg, w, llmtiny.tokenizer())
+    js = json.loads((d / "config.json").read_text())
+    edit(js)
+    (d / "config.json").write_text(json.dumps(js))
+    return d
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda js: js["layer_types"].__setitem__(1, "chunked_attention"),
+     "layer_types[1] = 'chunked_attention' is not supported"),
+    (lambda js: js.__setitem__("attention_k_eq_v", True), "attention_k_eq_v = True"),
+    (lambda js: js.__setitem__("enable_moe_block", True), "enable_moe_block = True"),
+    (lambda js: js.__setitem__("hidden_activation", "silu"), "hidden_activation = 'silu'"),
+    (lambda js: js["rope_parameters"]["full_attention"].__setitem__("rope_type", "yarn"),
+     "rope_parameters['full_attention']"),
+    (lambda js: js.__setitem__("vocab_size_per_layer_input", 128), "vocab_size_per_layer_input = 128"),
+    (lambda js: js.__setitem__("num_kv_shared_layers", 6), "num_kv_shared_layers = 6"),
+    (lambda js: js.__setitem__("global_head_dim", 96), "tensor 'model.layers.2.self_attn.q_proj.weight' has shape "
+                                                       "[256, 64] but the config needs [384, 64]"),
+    (lambda js: js.__setitem__("hidden_size_per_layer_input", 0), None),
+])
+def test_bad_hf_configs_are_refused_by_key_and_value(models, edit, message):
+    d = _hf_dir(models, f"bad-{abs(hash(str(message)))}", edit)
+    if message is None:               # no PLE in the config while the file has its tensors: opens, without PLE
+        assert checkpoint.open_checkpoint(d).config.ple_dim == 0
+        return
+    with pytest.raises(ModelError) as e:
+        checkpoint.open_checkpoint(d)
+    assert message in e.value.message and str(d) in e.value.message
+
+
+def test_bad_gguf_is_refused_by_key_and_tensor(models):
+    _, cfg, w = models["gguf"]
+    bad = synthetic.write_gguf(models["dir"] / "ple.gguf", cfg.with_(ple_dim=16), w, llmtiny.tokenizer())
+    with pytest.raises(ModelError) as e:
+        checkpoint.open_checkpoint(bad)
+    assert "tensor 'per_layer_token_embd.weight' has shape [384, 192] but the config needs [384, 96]" in e.value.message
+
+
+# -- the reference against a whole-sequence formula ------------------------------------------------------------
+
+def _whole_sequence(cfg, W, tokens, window):
+    """float64 logits of every position at once, written from the Gemma 4 definition."""
+    n, d, L, ple = len(tokens), cfg.d, cfg.layers, cfg.ple_dim
+    pos = np.arange(n, dtype=np.float64)
+
+    def norm(x, w=None, eps=cfg.norm_eps):
+        y = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+        return y if w is None else y * w
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+    def rot(x, full):                                     # [n, heads, hd], rotate-half, per-kind frequencies
+        hd = x.shape[-1]
+        theta = 1e6 if full else 1e4
+        turned = 8 if full else hd // 2                   # proportional: the first quarter of the pairs
+        f = np.array([theta ** (-2 * j / hd) if j < turned else 0.0 for j in range(hd // 2)])
+        c, s = np.cos(np.outer(pos, f))[:, None, :], np.sin(np.outer(pos, f))[:, None, :]
+        a, b = x[..., :hd // 2], x[..., hd // 2:]
+        return np.concatenate([a * c - b * s, b * c + a * s], -1)
+
+    causal = np.tril(np.ones((n, n), bool))
+    local = causal & (np.arange(n)[None, :] > np.arange(n)[:, None] - window)
+    h = W["embed"][tokens].astype(np.float64) * np.float32(np.sqrt(d))
+    proj = norm((h @ W["plp"].T / np.sqrt(d)).reshape(n, L, ple), W["pln"])
+    per = (proj + W["ple"][tokens].reshape(n, L, ple) * np.sqrt(ple)) / np.sqrt(2)
+    kv = {}
+    for i, kind in enumerate(cfg.kinds):
+        full = kind == "attention"
+        hd = 64 if full else 32
+        x = norm(h, W[f"ln1.{i}"])
+        q = rot(norm((x @ W[f"wq.{i}"].T).reshape(n, cfg.heads, hd), W[f"qn.{i}"]), full)
+        if i < 4:
+            k = rot(norm((x @ W[f"wk.{i}"].T).reshape(n, cfg.kv_heads, hd), W[f"kn.{i}"]), full)
+            v = norm((x @ W[f"wv.{i}"].T).reshape(n, cfg.kv_heads, hd))
+            kv[kind] = (k, v)                              # the last of its kind before the shared layers wins
+        k, v = (np.repeat(a, cfg.group, 1) for a in kv[kind])
+        s = np.where((causal if full else local)[None], np.einsum("thd,uhd->htu", q, k), -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        att = np.einsum("htu,uhd->thd", p / p.sum(-1, keepdims=True), v).reshape(n, -1)
+        h = h + norm(att @ W[f"wo.{i}"].T, W[f"an.{i}"])
+        x = norm(h, W[f"ln2.{i}"])
+        h = h + norm((gelu(x @ W[f"wg.{i}"].T) * (x @ W[f"wu.{i}"].T)) @ W[f"wd.{i}"].T, W[f"fn.{i}"])
+        h = h + norm((gelu(h @ W[f"pg.{i}"].T) * per[:, i]) @ W[f"pp.{i}"].T, W[f"pn.{i}"])
+        h = h * W[f"ls.{i}"][0]
+    z = norm(h, W["final_norm"]) @ W["embed"].T
+    return cfg.logit_softcap * np.tanh(z / cfg.logit_softcap)
+
+
+@pytest.mark.parametrize("kind", ["gguf", "hf"])
+def test_fp32_golden_equals_the_whole_sequence_formula(models, kind):
+    """A window of 5 over 14 tokens (the sliding layers drop keys, the shared ones read layers 3 and
+    2) and a soft cap of 1 (it bends these logits): the token-by-token golden is the formula."""
+    path, _, _ = models[kind]
+    ck = checkpoint.open_checkpoint(path)
+    cfg = ck.config.with_(sliding_window=5, logit_softcap=1.0)
+    W = {n: ck.get(n).astype(np.float64) for n in cfg.tensor_shapes()}
+    tokens = llmtiny.prompts(1, cfg.vocab, length=14)[0]
+    got = reference.Golden(cfg, reference.SourceWeights(ck), positions=64).forward(tokens)
+    ref = _whole_sequence(cfg, W, tokens, window=5)
+    err, cos = R.max_abs(got, ref), R.cosine(got, ref)
+    print(f"gemma4 {kind} golden vs formula: max-abs {err:.3g}, cosine {cos:.15f}")
+    assert err < 1e-9 and cos > 1 - 1e-12, (err, cos)
+    unshared = _whole_sequence(cfg, W, tokens, window=64)     # the window matters: without it the logits move
+    assert R.max_abs(unshared, ref) > 1e-3
