@@ -14,6 +14,9 @@ hold the store and hand pages to sequences itself. Per turn:
   to stop (Ctrl-C: the card ends the reply within a token and the cache stays consistent);
 - `logits(seq)`: one step whose logits the host reads (teacher-forced checks, host sampling).
 
+A model with a table kept on the host (Gemma 4's per-layer embeddings) has a `RowServer`
+(llm/offload.py) that answers the card's mailbox while every run goes on; `rows_served` counts it.
+
 Programs are compiled on first use (`programs.compile_program`, disk-cached) and kept. Every run's
 counters are collected into the turn's `RunCost`, from which the stats line comes: cycles at
 the card's core clock, DRAM beats, unit busy cycles (counters on a card, the timing model on
@@ -31,6 +34,7 @@ from ..board import Prepared
 from ..target import Target
 from . import image, layout, programs
 from .convert import Converted
+from .offload import RowServer
 from .errors import ModelError
 from .layout import (MAX_STOP_IDS, S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP,
                      STATE_WORDS, ImageOptions, ImagePlan)
@@ -38,6 +42,7 @@ from .sampling import Sampling
 
 LOG2E = 1.4426950408889634
 POLL_MIN_S, POLL_MAX_S = 0.005, 0.2   # host polls of a running card: a quarter of the time a token takes
+SERVE_BUDGET = 1 << 14               # simulator instructions between two looks at the host's mailbox
 UTIL_COUNTERS = ("MXU_BUSY", "VPU_BUSY", "DMA_BUSY", "QNT_BUSY")
 
 
@@ -184,6 +189,11 @@ class Engine:
         self._programs: dict = {}
         self.program_cache = program_cache
         self._free_slots = list(range(opts.slots))
+        self.rows: RowServer | None = None
+        G = self.plan.gemma
+        if G is not None and G.mailbox is not None:     # the per-layer table stays on the host
+            self.rows = RowServer(backend, G.mailbox, G.landing.base.const, conv.tensors["ple"])
+            self.rows.reset()
 
     @property
     def prefix_reuse(self) -> bool:
@@ -249,7 +259,13 @@ class Engine:
 
     def _run(self, prog: Prepared, cost: RunCost, tokens: int):
         before = self.backend.counters()
-        stats = self.backend.run(prog)
+        if self.rows is None:
+            stats = self.backend.run(prog)
+        else:
+            self.backend.start(prog)
+            while self.backend.poll(SERVE_BUDGET):
+                self.rows.poll()
+            stats = self.backend.wait()
         cost.add(stats, before, self.backend.counters(), tokens)
         return stats
 
@@ -353,6 +369,8 @@ class Engine:
         sleep, last_seen = 2 * POLL_MIN_S, time.monotonic()
         while True:
             running = self.backend.poll()
+            if self.rows is not None:
+                self.rows.poll()
             pos_now = int(self._read_state(seq)[S_POS])
             if pos_now > seen_pos:
                 new = self._read_ids(seq, seen_pos + 1, pos_now - seen_pos)

@@ -27,6 +27,15 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
 - the program slots the generate loop chains through (a one-instruction HALT and two bucket
   programs, double-buffered).
 
+Gemma 4 (`GemmaBlocks`): one block per layer, since its layers differ in shape (sliding and full
+heads, the shared layers' double-wide MLP and no K/V projections or pool of their own): norms
+(ln1, the post-attention norm, ln2, the post-MLP norm, the PLE norm, the layer scalar), q/k
+norms, projections, the MLP, PLE gate and projection, then the layer's KV pool (full length for
+sliding layers too: the window decides what is read); plus the full layers' RoPE tables, the PLE
+model projection and norm, the host mailbox (kernels/mailbox.py) with the landing row the host
+writes a token's per-layer embeddings into (the table stays on the host), and a scratch row per
+prefill row for the per-layer inputs.
+
 Heads narrower than the block size D (LFM2's 64 on a D=128 card) are zero-padded to a whole
 block (`card_config`): each half of a head's real dims starts a half of the padded head, so
 rotate-half RoPE over the padded width turns the real pairs (the tables' padding frequencies
@@ -41,6 +50,8 @@ from dataclasses import dataclass, field
 
 from .. import formats, isa, ol
 from ..kernels.conv import ring_rows
+from ..kernels.mailbox import BYTES as MAILBOX_BYTES
+from ..kernels.mailbox import Mailbox
 from ..ol import Affine, KVCache, QTensor, Tensor
 from ..target import Config
 from .config import ModelConfig
@@ -163,6 +174,86 @@ class ConvLayerPlan:
         return ol.shift(self.ring, slot * self.slot_stride)
 
 
+@dataclass(eq=False)
+class GemmaLayerPlan:
+    """One Gemma 4 layer's block (static addresses); kv/wk/wv/kn are None in a KV-sharing layer."""
+    ln1: Tensor
+    an: Tensor
+    ln2: Tensor
+    fn: Tensor
+    qn: Tensor
+    kn: Tensor | None
+    ls: Tensor
+    pn: Tensor | None
+    wq: QTensor
+    wk: QTensor | None
+    wv: QTensor | None
+    wo: QTensor
+    wg: QTensor
+    wu: QTensor
+    wd: QTensor
+    pg: QTensor | None
+    pp: QTensor | None
+    kv: KVCache | None
+    hd: int
+    page_stride: int = 0
+    head_stride: int = 0
+
+    def page(self, p, g: int) -> KVCache:
+        return ol.shift(self.kv, Affine.of(p) * self.page_stride + g * self.head_stride)
+
+
+@dataclass(eq=False)
+class GemmaBlocks:
+    layers: list                 # GemmaLayerPlan per layer
+    gcos: Tensor                 # the full layers' RoPE tables [ctx, global_head_dim/2]
+    gsin: Tensor
+    plp: QTensor | None          # PLE: the model projection [layers*ple, d], its norm, the host's mailbox,
+    pln: Tensor | None           # the landing row [layers*ple] and per prefill row the per-layer inputs
+    mailbox: Mailbox | None
+    landing: Tensor | None
+    ple_in: Tensor | None
+
+
+def _kv_pool(lc: "_Cursor", hd: int, kv_heads: int, P: int, pages: int, D: int) -> tuple[KVCache, int, int]:
+    """Page 0 / head 0 of a KV pool, the head stride and the page stride."""
+    kv0 = KVCache(lc.take(P * hd), lc.take(4 * P * (hd // D)), lc.take(hd * P), lc.take(4 * P), P, hd)
+    head_stride = -(-(kv0.v_scale.const + 4 * P - kv0.k.const) // ALIGN) * ALIGN
+    lc.at = kv0.k.const + head_stride * kv_heads * pages
+    return kv0, head_stride, head_stride * kv_heads
+
+
+def _gemma_blocks(cfg: ModelConfig, cur: "_Cursor", opts: ImageOptions, wf: int, D: int, fc: int) -> GemmaBlocks:
+    d, P, ple = cfg.d, opts.page, cfg.ple_dim
+    ghd = cfg.global_head_dim or cfg.head_dim
+    gcos = Tensor(cur.take(4 * opts.ctx * ghd // 2), (opts.ctx, ghd // 2))
+    gsin = Tensor(cur.take(4 * opts.ctx * ghd // 2), (opts.ctx, ghd // 2))
+    plp = pln = mb = landing = ple_in = None
+    if ple:
+        plp, pln = _weight(cur, cfg.layers * ple, d, wf, D), Tensor(cur.take(4 * ple), (ple,))
+        mb = Mailbox(cur.take(MAILBOX_BYTES, 64))
+        landing = Tensor(cur.take(4 * cfg.layers * ple), (cfg.layers * ple,))
+        ple_in = Tensor(cur.take(4 * opts.rows * cfg.layers * ple), (opts.rows, cfg.layers * ple))
+    layers = []
+    for i in range(cfg.layers):
+        lc, hd, f, own = _Cursor(-(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN), cfg.head_dim_of(i), cfg.ffn_of(i), \
+            not cfg.shares_kv(i)
+        vec = lambda n: Tensor(lc.take(4 * n), (n,))          # noqa: E731
+        norms = [vec(d) for _ in range(4)]
+        qn, kn, ls = vec(hd), vec(hd) if own else None, vec(1)
+        pn = vec(d) if ple else None
+        q, kv = cfg.heads * hd, cfg.kv_heads * hd
+        wq = _weight(lc, q, d, wf, D)
+        wk, wv = (_weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)) if own else (None, None)
+        wo, wg, wu = _weight(lc, d, q, wf, D), _weight(lc, f, d, wf, D), _weight(lc, f, d, wf, D)
+        wd = _parts(lc, d, f, fc, wf, D)
+        pg, pp = (_weight(lc, ple, d, wf, D), _weight(lc, d, ple, wf, D)) if ple else (None, None)
+        kv0, hs, ps = _kv_pool(lc, hd, cfg.kv_heads, P, opts.pages, D) if own else (None, 0, 0)
+        layers.append(GemmaLayerPlan(*norms, qn, kn, ls, pn, wq, wk, wv, wo, wg, wu, wd, pg, pp, kv0, hd, ps, hs))
+        cur.at = lc.at
+    return GemmaBlocks(layers, gcos, gsin, plp, pln, mb, landing, ple_in)
+
+
 def card_config(cfg: ModelConfig, D: int) -> ModelConfig:
     """The model as the card runs it: heads narrower than a multiple of D zero-padded to one."""
     padded = -(-cfg.head_dim // D) * D
@@ -224,6 +315,7 @@ class ImagePlan:
     embed_kind: str = "head"          # embed_kind(): "f32", "head" or "int8"
     conv: ConvLayerPlan | None = None     # the convolution blocks
     lead_convs: int = 0                   # mixed models: convolution layers before the first attention layer
+    gemma: GemmaBlocks | None = None      # Gemma 4's per-layer blocks
 
     @property
     def mixed(self) -> bool: return self.layer is not None and self.conv is not None
@@ -234,7 +326,7 @@ class ImagePlan:
         return {"attention": self.layer, "conv": self.conv}[kind]
 
     @property
-    def f_chunk(self) -> int: return (self.layer or self.conv).wd.K
+    def f_chunk(self) -> int: return self.gemma.layers[0].wd.K if self.gemma else (self.layer or self.conv).wd.K
 
     def kv_bytes(self) -> int:
         return len(self.cfg.kind_layers("attention")) * self.opts.pages * self.layer.page_stride if self.layer else 0
@@ -284,8 +376,16 @@ def check_fits(cfg: ModelConfig, tcfg: Config, opts: ImageOptions) -> None:
         if v % D:
             raise ModelError(f"{cfg.name}: {what} {v} is not a multiple of the card's D={D}",
                              hint="the card quantises activations in whole D-blocks")
-    if f_chunk_for(cfg.ffn, D, opts.f_chunk) == 0 or cfg.ffn % f_chunk_for(cfg.ffn, D, opts.f_chunk):
-        raise ModelError(f"{cfg.name}: ffn {cfg.ffn} has no chunk that is a multiple of D={D} (at most 1024)")
+    fc = f_chunk_for(cfg.ffn, D, opts.f_chunk)
+    if fc == 0 or any(f % fc for f in set(cfg.layer_ffn) | {cfg.ffn}):
+        raise ModelError(f"{cfg.name}: ffn {cfg.ffn} has no chunk that is a multiple of D={D} (at most 1024) "
+                         "and divides every layer's MLP width")
+    if cfg.global_head_dim % D or cfg.ple_dim % D:
+        raise ModelError(f"{cfg.name}: the full layers' heads ({cfg.global_head_dim}) and the per-layer input width "
+                         f"({cfg.ple_dim}) must be multiples of the card's D={D}")
+    if "sliding" in cfg.kinds and cfg.sliding_window % opts.page:
+        raise ModelError(f"{cfg.name}: sliding window of {cfg.sliding_window} positions is not whole KV pages of "
+                         f"{opts.page}", hint="the card's windowed attention at a run-time position reads whole pages")
     if opts.page % D or opts.page < D:
         raise ModelError(f"KV page of {opts.page} tokens is not a multiple of D={D}")
     if opts.ctx % opts.page:
@@ -320,6 +420,10 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     mask = Tensor(cur.take(4 * P * P), (P, P))
     tri = Tensor(cur.take(4 * KMAX * KMAX), (KMAX, KMAX))
     n_attn, n_conv = len(cfg.kind_layers("attention")), len(cfg.kind_layers("conv"))
+    gemma = None
+    if "sliding" in cfg.kinds:
+        gemma = _gemma_blocks(cfg, cur, opts, fmt.layer_wf, D, f_chunk_for(cfg.ffn, D, opts.f_chunk))
+        n_attn = 0
 
     layers_at = -(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN
     d, q, kv, hd = cfg.d, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.head_dim
@@ -382,4 +486,4 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
                          f"DRAM; the card has {tcfg.DRAM_BYTES / 2**20:.0f} MiB",
                          hint="use fewer KV pages (--ctx) or a 4-bit --format")
     return ImagePlan(cfg, opts, D, fmt, layer, final_norm, head, embed, cos, sin, mask, tri, logits, mailbox, chain,
-                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind, conv, conv_runs(cfg)[0])
+                     slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind, conv, conv_runs(cfg)[0], gemma)

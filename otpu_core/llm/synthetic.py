@@ -56,10 +56,14 @@ def random_weights(cfg: ModelConfig, seed: int = 0, gain: float = 1.5) -> dict[s
     """Norm weights 1 + 0.1 N(0, 1); matrices N(0, gain^2 / fan_in); embeddings N(0, EMBED_STD^2)."""
     rng = np.random.default_rng(seed)
     out = {}
+    unit = cfg.spec.unit_scores
     for name, shape in cfg.tensor_shapes().items():
         kind = name.split(".")[0]
         if len(shape) == 1:
-            out[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+            # scores q.k without 1/sqrt(head_dim) (Gemma): q/k norm weights near head_dim^-1/4 keep them
+            # near unit size, as a trained model's are
+            scale = shape[0] ** -0.25 if unit and kind in ("qn", "kn") else 1.0
+            out[name] = (scale * (1.0 + 0.1 * rng.standard_normal(shape))).astype(np.float32)
         else:
             scale = EMBED_STD if kind == "embed" else gain / np.sqrt(shape[1])
             out[name] = (scale * rng.standard_normal(shape)).astype(np.float32)
