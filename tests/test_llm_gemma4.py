@@ -292,3 +292,32 @@ def test_gemma4_safetensors_two_sequences_in_one_step(models):
         one.release(s)
         ref = quant_golden(eng, conv).forward(p)[-1]
         assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
+
+
+# -- otpu-chat --------------------------------------------------------------------------------------------------
+
+def test_otpu_chat_runs_a_gemma4_file(tmp_path, monkeypatch, capsys):
+    """otpu-chat --model on a Gemma 4 GGUF (D=128 on the chat target's card: its 4096-instruction IMEM holds the
+    unrolled layers with the sampler), sampled with the family's defaults, --check against the quantised golden."""
+    from otpu_chat import cli as chat_cli
+    from otpu_core.cli import run_app
+    monkeypatch.setenv("OTPU_TARGET", "ypcb-00338")
+    path, _ = llmtiny.write(tmp_path, llmtiny.config("gemma4", D=128, sliding_window=256, name="chat-gemma4"), "gguf")
+    assert run_app(chat_cli.app, "otpu-chat", ["-p", "Tell me about tuples", "--model", str(path), "-n", "6", "--json",
+                                               "--check", "--dev", "sim:gemma4chat"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    chk = doc["check"]
+    print(f"otpu-chat gemma4 --check: min cosine {chk['min_cosine']}, max-abs {chk['max_abs']}, "
+          f"top-1 {chk['top1_agreement']}")
+    assert doc["model"] == "chat-gemma4" and len(doc["ids"]) == doc["stats"]["tokens"] == 6
+    assert chk["steps"] == 6 and chk["first_difference"] is None and chk["top1_agreement"] == 1.0
+    assert doc["stats"]["card"]["decode_tok_s"] > 0
+    # the min cosine (~0.9998 here) is the quantised golden's own floor: perturbing its embedding rows by
+    # 3e-7 (fp32 rounding) moves it against itself by as much, as activations cross int8 rounding boundaries
+
+
+def test_a_window_that_is_not_whole_pages_is_refused(models):
+    _, cfg, _ = models["gguf"]
+    with pytest.raises(ModelError) as e:
+        layout.plan(cfg, load_target(T).config(), layout.ImageOptions(page=64, ctx=128, pages=2))
+    assert "sliding window of 32 positions is not whole KV pages of 64" in e.value.message

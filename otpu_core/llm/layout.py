@@ -109,11 +109,12 @@ def sequence_options(cfg: ModelConfig, tcfg: Config, fmt: str, ctx: int | None, 
                      pages: int | None = None, ring: bool = False, page: int = 256) -> ImageOptions:
     """The image a tool builds for `slots` sequences of up to `ctx` positions (None: the model's
     context; the model's context caps it), rounded up to whole pages; `pages` defaults to every
-    slot's full context. Prefill runs take up to MCOLS rows."""
+    slot's full context. Prefill runs take up to MCOLS rows (one with Gemma's unrolled layers: a run
+    of more rows does not fit IMEM)."""
     limit = min(ctx or cfg.context, cfg.context)
     ctx = -(-limit // page) * page
     return ImageOptions(fmt=fmt, slots=slots, pages=pages or slots * (ctx // page), page=page, ctx=ctx, ring=ring,
-                        rows=tcfg.MCOLS, f_chunk=f_chunk)
+                        rows=1 if "sliding" in cfg.kinds else tcfg.MCOLS, f_chunk=f_chunk)
 
 
 @dataclass(eq=False)
