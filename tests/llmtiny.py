@@ -52,10 +52,11 @@ def config(family: str = "qwen3", D: int = 32, **kw) -> ModelConfig:
     if family == "lfm2":             # `c A c A c`; heads half a block wide, so the card zero-pads them
         base.update(layers=5, layer_kinds=("conv", "attention", "conv", "attention", "conv"), conv_taps=3,
                     head_dim=D // 2, heads=4, kv_heads=2, tied=True)
-    if family == "gemma4":           # `s A s A`, the last two reading layers 0 and 1's KV (double-wide MLP)
-        base.update(layers=4, layer_kinds=("sliding", "attention", "sliding", "attention"),
+    if family == "gemma4":           # `s s A s s A`, the last three reading layers 1, 1 and 2's KV (double-wide MLP);
+        # runs of one shape (layers 0-1, 3-4) are hardware loops on the card
+        base.update(layers=6, layer_kinds=("sliding", "sliding", "attention") * 2,
                     tied=True, sliding_window=D, global_head_dim=2 * D, global_rope_theta=1e6, global_rope_pairs=D // 4,
-                    kv_shared=2, ple_dim=D, layer_ffn=(4 * D,) * 2 + (8 * D,) * 2, logit_softcap=30.0, norm_eps=1e-6,
+                    kv_shared=3, ple_dim=D, layer_ffn=(4 * D,) * 3 + (8 * D,) * 3, logit_softcap=30.0, norm_eps=1e-6,
                     bos_id=None)
     base.update(kw)
     return ModelConfig(family, **base)

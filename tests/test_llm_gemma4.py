@@ -28,7 +28,7 @@ from otpu_core.llm.errors import ModelError
 from otpu_core.llm.sampling import Sampling
 from otpu_core.target import load as load_target
 
-KINDS = ("sliding", "attention", "sliding", "attention")
+KINDS = ("sliding", "sliding", "attention") * 2
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +50,13 @@ def test_gemma4_files_read_back_as_written(models, kind):
     assert c.family == "gemma4" and c.kinds == KINDS and c.tied
     assert (c.head_dim, c.global_head_dim, c.global_rope_pairs, c.global_rope_theta, c.rope_theta) == (32, 64, 8, 1e6,
                                                                                                          1e4)
-    assert (c.sliding_window, c.kv_shared, c.ple_dim, c.layer_ffn, c.logit_softcap) == (32, 2, 32, (128,) * 2 + (256,) * 2,
+    assert (c.sliding_window, c.kv_shared, c.ple_dim, c.layer_ffn, c.logit_softcap) == (32, 3, 32, (128,) * 3 + (256,) * 3,
                                                                                         30.0)
-    assert [c.kv_source(i) for i in range(4)] == [0, 1, 0, 1]
+    assert [c.kv_source(i) for i in range(6)] == [0, 1, 2, 1, 1, 2]
     shapes = c.tensor_shapes()
     assert set(shapes) == set(cfg.tensor_shapes())
-    assert "wk.2" not in shapes and "wq.2" in shapes and shapes["wq.1"] == (4 * 64, 64) and shapes["wg.3"] == (256, 64)
-    assert shapes["ple"] == (c.vocab, 4 * 32) and shapes["ls.0"] == (1,)
+    assert "wk.3" not in shapes and "wq.3" in shapes and shapes["wq.2"] == (4 * 64, 64) and shapes["wg.5"] == (256, 64)
+    assert shapes["ple"] == (c.vocab, 6 * 32) and shapes["ls.0"] == (1,)
     tol = 2 ** -7 if kind == "hf" else 2 ** -10          # BF16 / F16 matrices (norms F32 in GGUF)
     for name in cfg.tensor_shapes():
         got = ck.get(name)
@@ -78,7 +78,7 @@ def test_the_multimodal_wrapper_reads_its_text_decoder(models):
                                                "tie_word_embeddings": True, "eos_token_id": [1, 3]}))
     ck = checkpoint.open_checkpoint(d)
     assert ck.config.kinds == KINDS and ck.config.eos_ids == (1, 3)
-    assert np.array_equal(ck.get("ple"), w["ple"]) and np.array_equal(ck.get("pg.3"), w["pg.3"])
+    assert np.array_equal(ck.get("ple"), w["ple"]) and np.array_equal(ck.get("pg.5"), w["pg.5"])
 
 
 def _hf_dir(models, name, edit):
@@ -99,8 +99,8 @@ def _hf_dir(models, name, edit):
     (lambda js: js["rope_parameters"]["full_attention"].__setitem__("rope_type", "yarn"),
      "rope_parameters['full_attention']"),
     (lambda js: js.__setitem__("vocab_size_per_layer_input", 128), "vocab_size_per_layer_input = 128"),
-    (lambda js: js.__setitem__("num_kv_shared_layers", 4), "num_kv_shared_layers = 4"),
-    (lambda js: js.__setitem__("global_head_dim", 96), "tensor 'model.layers.1.self_attn.q_proj.weight' has shape "
+    (lambda js: js.__setitem__("num_kv_shared_layers", 6), "num_kv_shared_layers = 6"),
+    (lambda js: js.__setitem__("global_head_dim", 96), "tensor 'model.layers.2.self_attn.q_proj.weight' has shape "
                                                        "[256, 64] but the config needs [384, 64]"),
     (lambda js: js.__setitem__("hidden_size_per_layer_input", 0), None),
 ])
@@ -119,7 +119,7 @@ def test_bad_gguf_is_refused_by_key_and_tensor(models):
     bad = synthetic.write_gguf(models["dir"] / "ple.gguf", cfg.with_(ple_dim=16), w, llmtiny.tokenizer())
     with pytest.raises(ModelError) as e:
         checkpoint.open_checkpoint(bad)
-    assert "tensor 'per_layer_token_embd.weight' has shape [384, 128] but the config needs [384, 64]" in e.value.message
+    assert "tensor 'per_layer_token_embd.weight' has shape [384, 192] but the config needs [384, 96]" in e.value.message
 
 
 # -- the reference against a whole-sequence formula ------------------------------------------------------------
@@ -156,7 +156,7 @@ def _whole_sequence(cfg, W, tokens, window):
         hd = 64 if full else 32
         x = norm(h, W[f"ln1.{i}"])
         q = rot(norm((x @ W[f"wq.{i}"].T).reshape(n, cfg.heads, hd), W[f"qn.{i}"]), full)
-        if i < 2:
+        if i < 3:
             k = rot(norm((x @ W[f"wk.{i}"].T).reshape(n, cfg.kv_heads, hd), W[f"kn.{i}"]), full)
             v = norm((x @ W[f"wv.{i}"].T).reshape(n, cfg.kv_heads, hd))
             kv[kind] = (k, v)                              # the last of its kind before the shared layers wins
@@ -175,8 +175,8 @@ def _whole_sequence(cfg, W, tokens, window):
 
 @pytest.mark.parametrize("kind", ["gguf", "hf"])
 def test_fp32_golden_equals_the_whole_sequence_formula(models, kind):
-    """A window of 5 over 14 tokens (the sliding layers drop keys, the shared ones read layers 0 and
-    1) and a soft cap of 1 (it bends these logits): the token-by-token golden is the formula."""
+    """A window of 5 over 14 tokens (the sliding layers drop keys, the shared ones read layers 1 and
+    2) and a soft cap of 1 (it bends these logits): the token-by-token golden is the formula."""
     path, _, _ = models[kind]
     ck = checkpoint.open_checkpoint(path)
     cfg = ck.config.with_(sliding_window=5, logit_softcap=1.0)
@@ -216,7 +216,7 @@ def u32(x): return np.asarray(x, np.float32).view(np.uint32)
 
 
 def kv_bytes(eng, be):
-    """Every KV pool (the layers that keep one: 0 and 1)."""
+    """Every KV pool (the layers that keep one: 0, 1 and 2)."""
     return np.concatenate([be.read(L.kv.k.const, eng.opts.pages * L.page_stride)
                            for L in eng.plan.gemma.layers if L.kv is not None])
 
@@ -233,7 +233,8 @@ def _greedy(golden, prompt, n):
 
 def test_gemma4_gguf_32_greedy_tokens_on_the_card(models):
     """20 prompt tokens (prefill runs of 1 row: the unrolled layers leave no IMEM for more), then 32 generated across the 32-token page (so the
-    sliding layers drop the first page and the shared layers read layers 0 and 1 over two pages):
+    sliding layers drop the first page, the shared layers read layers 1 and 2 over two pages, and the
+    runs of layers 0-1 and 3-4 are hardware loops):
     the loop's logits bit for bit those of one-row host-driven steps on a second card, its tokens
     the quantised golden's greedy run, every token's per-layer row served by the host through the
     mailbox; the fp32 golden's distance reported."""
@@ -244,7 +245,7 @@ def test_gemma4_gguf_32_greedy_tokens_on_the_card(models):
     eng.submit(seq, prompt)
     turn = eng.generate(seq, GREEDY, 32, want_logits=True)
     assert len(turn.tokens) == 32 and turn.decode.runs == 1 and len(seq.pages) == 2
-    assert eng.rows.stats.requests == 20 + 31 and eng.rows.stats.bytes == 51 * 4 * 4 * 32
+    assert eng.rows.stats.requests == 20 + 31 and eng.rows.stats.bytes == 51 * 4 * 6 * 32
     steps, *_, be2 = make(path)
     s2 = steps.new_sequence()
     steps.submit(s2, prompt)
@@ -276,26 +277,23 @@ def test_gemma4_gguf_32_greedy_tokens_on_the_card(models):
                                               f"top-1 {top1:.2f}, within 1e-7 {exact:.2f}"
 
 
-def test_gemma4_safetensors_two_sequences_in_one_step(models):
-    """The HF directory: two slots batched in one step equal each alone and match the quantised golden."""
+def test_gemma4_safetensors_on_the_card(models):
+    """The HF directory (BF16): two sequences in two slots, each step's logits the quantised golden's.
+    (Two sequences in one step are not run: with Gemma's two head widths each row group keeps seven
+    position offsets live through the layer loops, and two groups exceed the card's address registers.)"""
     path, _, _ = models["hf"]
-    pa, pb = llmtiny.prompts(2, 384, length=5)
-    eng, ck, conv, _ = make(path, slots=2, rows=2)
-    a, b = eng.new_sequence(), eng.new_sequence()
-    eng.submit(a, pa), eng.submit(b, pb)
-    both = eng.logits([a, b])
-    one, *_ = make(path, slots=2, rows=2)
-    for p, got in ((pa, both[0]), (pb, both[1])):
-        s = one.new_sequence()
-        one.submit(s, p)
-        assert np.array_equal(u32(one.logits(s)), u32(got))
-        one.release(s)
+    eng, ck, conv, _ = make(path, slots=2)
+    for p in llmtiny.prompts(2, 384, length=5):
+        s = eng.new_sequence()
+        eng.submit(s, p)
+        got = eng.logits(s)
         ref = quant_golden(eng, conv).forward(p)[-1]
         assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
 
 
 # -- otpu-chat --------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow          # ~20 s: the D=128 programs are compiled
 def test_otpu_chat_runs_a_gemma4_file(tmp_path, monkeypatch, capsys):
     """otpu-chat --model on a Gemma 4 GGUF (D=128 on the chat target's card: its 4096-instruction IMEM holds the
     unrolled layers with the sampler), sampled with the family's defaults, --check against the quantised golden."""

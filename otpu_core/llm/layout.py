@@ -199,6 +199,13 @@ class GemmaLayerPlan:
     hd: int
     page_stride: int = 0
     head_stride: int = 0
+    stride: int = 0              # the block's bytes: the next layer of its shape starts this far on
+
+    def at(self, l) -> "GemmaLayerPlan":
+        """The block l strides on (affine: a loop over a run of layers of one shape)."""
+        delta = Affine.of(l) * self.stride
+        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
+                                            for f in dataclasses.fields(self)[:18] if getattr(self, f.name) is not None})
 
     def page(self, p, g: int) -> KVCache:
         return ol.shift(self.kv, Affine.of(p) * self.page_stride + g * self.head_stride)
@@ -222,6 +229,24 @@ def _kv_pool(lc: "_Cursor", hd: int, kv_heads: int, P: int, pages: int, D: int) 
     head_stride = -(-(kv0.v_scale.const + 4 * P - kv0.k.const) // ALIGN) * ALIGN
     lc.at = kv0.k.const + head_stride * kv_heads * pages
     return kv0, head_stride, head_stride * kv_heads
+
+
+def ln1_at(norms: list) -> int:
+    return norms[0].base.const
+
+
+def gemma_runs(cfg: ModelConfig, blocks: list) -> list[tuple[int, int]]:
+    """(first layer, count) of each run of consecutive layers one loop body serves: one kind, KV of
+    their own (or all of one earlier layer's), one MLP width, blocks a stride apart."""
+    runs: list[list] = []
+    for i in range(cfg.layers):
+        key = (cfg.kinds[i], cfg.kv_source(i) if cfg.shares_kv(i) else -1, cfg.ffn_of(i))
+        if runs and runs[-1][2] == key and \
+                ln1_at([blocks[i].ln1]) - ln1_at([blocks[runs[-1][0]].ln1]) == runs[-1][1] * blocks[i].stride:
+            runs[-1][1] += 1
+        else:
+            runs.append([i, 1, key])
+    return [(a, n) for a, n, _ in runs]
 
 
 def _gemma_blocks(cfg: ModelConfig, cur: "_Cursor", opts: ImageOptions, wf: int, D: int, fc: int) -> GemmaBlocks:
@@ -250,8 +275,10 @@ def _gemma_blocks(cfg: ModelConfig, cur: "_Cursor", opts: ImageOptions, wf: int,
         wd = _parts(lc, d, f, fc, wf, D)
         pg, pp = (_weight(lc, ple, d, wf, D), _weight(lc, d, ple, wf, D)) if ple else (None, None)
         kv0, hs, ps = _kv_pool(lc, hd, cfg.kv_heads, P, opts.pages, D) if own else (None, 0, 0)
-        layers.append(GemmaLayerPlan(*norms, qn, kn, ls, pn, wq, wk, wv, wo, wg, wu, wd, pg, pp, kv0, hd, ps, hs))
-        cur.at = lc.at
+        start = ln1_at(norms)
+        stride = -(-(lc.at - start) // BLOCK_ALIGN) * BLOCK_ALIGN
+        layers.append(GemmaLayerPlan(*norms, qn, kn, ls, pn, wq, wk, wv, wo, wg, wu, wd, pg, pp, kv0, hd, ps, hs, stride))
+        cur.at = start + stride
     return GemmaBlocks(layers, gcos, gsin, plp, pln, mb, landing, ple_in)
 
 

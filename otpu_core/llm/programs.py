@@ -50,7 +50,8 @@ from ..kernels.mlp import geglu_mlp, swiglu_mlp
 from ..kernels.norm import rmsnorm, rmsnorm_quantized
 from ..kernels.rope import rope
 from ..kernels.sampling import SampleParams, head_choice
-from ..ol import KVCache, Tensor, Tile
+from ..ol import Affine, KVCache, Tensor, Tile
+from .layout import gemma_runs
 from .layout import S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP, ImagePlan
 
 
@@ -252,19 +253,19 @@ def _conv(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = None) 
     return ol.dot(c, Ly.cout)
 
 
-def _mlp(plan: ImagePlan, Ly, h: Tile, split: bool) -> Tile:
-    """The SwiGLU MLP; `split`: as unrolled groups of at most UNROLL chunks (no hardware loop, for
-    a body already at the loop depth limit)."""
+def _mlp(plan: ImagePlan, Ly, h: Tile, split: bool, mlp=swiglu_mlp) -> Tile:
+    """The gated MLP (SwiGLU, or `mlp` = geglu_mlp); `split`: as unrolled groups of at most UNROLL
+    chunks (no hardware loop, for a body already at the loop depth limit)."""
     fc = plan.f_chunk
-    chunks = plan.cfg.ffn // fc
+    chunks = Ly.wg.N // fc
     if not split or chunks <= MLP_UNROLL:
-        return swiglu_mlp(rmsnorm_quantized(h, ol.load(Ly.ln2), plan.cfg.norm_eps, Ly.wg), Ly.wg, Ly.wu, Ly.wd, fc)
+        return mlp(rmsnorm_quantized(h, ol.load(Ly.ln2), plan.cfg.norm_eps, Ly.wg), Ly.wg, Ly.wu, Ly.wd, fc)
     x = rmsnorm_quantized(h, ol.load(Ly.ln2), plan.cfg.norm_eps, Ly.wg)
     y = None
     for c0 in range(0, chunks, MLP_UNROLL):
         n = min(MLP_UNROLL, chunks - c0)
         down = dataclasses.replace(Ly.wd.part(c0), part_stride=Ly.wd.part_stride)
-        part = swiglu_mlp(x, Ly.wg.rows(c0 * fc, n * fc), Ly.wu.rows(c0 * fc, n * fc), down, fc)
+        part = mlp(x, Ly.wg.rows(c0 * fc, n * fc), Ly.wu.rows(c0 * fc, n * fc), down, fc)
         y = part if y is None else y + part
     return y
 
@@ -284,14 +285,13 @@ def _gemma_ple(plan: ImagePlan, h: Tile, rows: _Rows) -> None:
                  (proj + row * math.sqrt(ple)) * math.sqrt(0.5))
 
 
-def _gemma_attention(plan: ImagePlan, li: int, h: Tile, rows: _Rows, tables: dict) -> Tile:
+def _gemma_attention(plan: ImagePlan, kind: str, Ly, src, h: Tile, rows: _Rows, tables: dict) -> Tile:
     """One Gemma layer's attention for every row (q/k/v norms, RoPE of its kind, appends to its own
-    pages, the window or the shared layer's pages), o_proj and the post-attention norm."""
-    cfg, G = plan.cfg, plan.gemma
-    Ly, src = G.layers[li], G.layers[cfg.kv_source(li)]
+    pages, the window or the shared layer's pages `src`), o_proj and the post-attention norm."""
+    cfg = plan.cfg
     H, KV, hd, grp_size, mcols = cfg.heads, cfg.kv_heads, Ly.hd, cfg.group, ol.config().MCOLS
-    window = cfg.sliding_window if cfg.kinds[li] == "sliding" else None
-    cos, sin = tables[cfg.kinds[li]]
+    window = cfg.sliding_window if kind == "sliding" else None
+    cos, sin = tables[kind]
     xn = rmsnorm_quantized(h, ol.load(Ly.ln1), cfg.norm_eps, Ly.wq)
     q = ol.dot(xn, Ly.wq)
     own = Ly.kv is not None
@@ -323,30 +323,40 @@ def _gemma_attention(plan: ImagePlan, li: int, h: Tile, rows: _Rows, tables: dic
     return rmsnorm(ol.dot(att, Ly.wo), ol.load(Ly.an), cfg.norm_eps)
 
 
-def _gemma_layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
-    """Gemma 4's layers, unrolled (each its own block): attention, the MLP, the per-layer input, the scalar."""
+def _gemma_layer(plan: ImagePlan, kind: str, Ly, src, li, h: Tile, rows: _Rows, tables: dict, looped: bool) -> None:
+    """One Gemma layer on h (in place): attention, the MLP, the per-layer input (layer li's slice of
+    each row's scratch, li affine in a loop), the scalar. `looped`: inside a layer loop, whose
+    depth leaves the MLP's chunks unrolled."""
     cfg, G, eps = plan.cfg, plan.gemma, plan.cfg.norm_eps
+    h += _gemma_attention(plan, kind, Ly, src, h, rows, tables)
+    h += rmsnorm(_mlp(plan, Ly, h, looped, geglu_mlp), ol.load(Ly.fn), eps)
+    if cfg.ple_dim:
+        ple = cfg.ple_dim
+        per = rows.tile(ple)
+        for r in range(rows.R):
+            row = ol.shift(Tensor(G.ple_in.base + 4 * r * G.ple_in.rs, (ple,)), Affine.of(li) * (4 * ple))
+            ol.load(row, out=per if rows.R == 1 else per[r])
+        y = ol.dot(gelu_tanh(ol.dot(h, Ly.pg)) * per, Ly.pp)
+        h += rmsnorm(y, ol.load(Ly.pn), eps)
+        del y, per
+    ls = ol.load(Ly.ls)
+    h.set(h * ls[0:1] if rows.R == 1 else h * (ol.zeros((rows.R,)) + ls[0:1])[:, None])
+
+
+def _gemma_layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
+    """Gemma 4's layers: each run of layers of one shape (layout.gemma_runs) one hardware loop over
+    its blocks (a shared layer reads the same earlier layer's pages every pass), a lone layer straight."""
+    cfg, G = plan.cfg, plan.gemma
     if cfg.ple_dim:
         _gemma_ple(plan, h, rows)
     tables = {"sliding": (rows.table_rows(plan.cos), rows.table_rows(plan.sin)),
               "attention": (rows.table_rows(G.gcos), rows.table_rows(G.gsin))}
-    for li in range(cfg.layers):
-        Ly = G.layers[li]
-        h += _gemma_attention(plan, li, h, rows, tables)
-        m = geglu_mlp(rmsnorm_quantized(h, ol.load(Ly.ln2), eps, Ly.wg), Ly.wg, Ly.wu, Ly.wd, plan.f_chunk)
-        h += rmsnorm(m, ol.load(Ly.fn), eps)
-        del m
-        if cfg.ple_dim:
-            ple = cfg.ple_dim
-            per = rows.tile(ple)
-            for r in range(rows.R):
-                src = Tensor(G.ple_in.base + 4 * (r * G.ple_in.rs + ple * li), (ple,))
-                ol.load(src, out=per if rows.R == 1 else per[r])
-            y = ol.dot(gelu_tanh(ol.dot(h, Ly.pg)) * per, Ly.pp)
-            h += rmsnorm(y, ol.load(Ly.pn), eps)
-            del y, per
-        ls = ol.load(Ly.ls)
-        h = h * ls[0:1] if rows.R == 1 else h * (ol.zeros((rows.R,)) + ls[0:1])[:, None]
+    for first, n in gemma_runs(cfg, G.layers):
+        kind, shared = cfg.kinds[first], cfg.shares_kv(first)
+        for l in (ol.range(n) if n > 1 else range(1)):
+            Ly = G.layers[first].at(l)
+            src = G.layers[cfg.kv_source(first)] if shared else Ly
+            _gemma_layer(plan, kind, Ly, src, Affine.of(l) + first, h, rows, tables, n > 1)
     return h
 
 
