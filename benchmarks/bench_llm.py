@@ -226,7 +226,7 @@ def _modelled(cfg: ModelConfig, t, fmt: str, rng) -> tuple[float, float, dict]:
     """(decode tok/s at 544, 512-token prefill tok/s, the decode step's unit utilisation)."""
     from otpu_core.llm.offload import RowServer
     hz = t.core_hz
-    rows = layout.sequence_options(cfg, t.config(), fmt, 768, 0).rows      # 4, or 1 for Gemma's layers
+    rows = layout.prefill_rows(cfg, t.config())          # 4, or 1 for Gemma's layers
     plan = layout.plan(cfg, t.config(), layout.ImageOptions(fmt=fmt, pages=3, ctx=768, rows=rows))
     be = IsaBackend(t, timing=True)
     random_image(be, plan, rng)

@@ -319,3 +319,33 @@ def test_a_window_that_is_not_whole_pages_is_refused(models):
     with pytest.raises(ModelError) as e:
         layout.plan(cfg, load_target(T).config(), layout.ImageOptions(page=64, ctx=128, pages=2))
     assert "sliding window of 32 positions is not whole KV pages of 64" in e.value.message
+
+
+@pytest.mark.slow          # the simulated card's Board path: ~30 s
+def test_diag_model_section_runs_gemma4(tmp_path):
+    """otpu-diag's model row on a Gemma 4 file: the card (the Board on a simulated card, its PLE rows served
+    through the mailbox by the same engine) bit for bit the golden simulator."""
+    from otpu_core.cli import run_app
+    from otpu_diag import cli as diag_cli
+    out = tmp_path / "d.json"
+    path, _ = llmtiny.write(tmp_path, llmtiny.config("gemma4", D=32, sliding_window=256), "gguf")  # its 256-token pages
+    assert run_app(diag_cli.app, "otpu-diag", ["--dev", "sim:g4diag", "--target", "sim-small", "--only", "model",
+                                                "--model", str(path), "--tokens", "2", "--json", str(out)]) == 0
+    rows = [r for r in json.loads(out.read_text())["rows"] if r["section"] == "model"]
+    assert [r["status"] for r in rows] == ["PASS"], rows
+
+
+def test_one_sequence_a_step_and_serve_says_so(models):
+    """Two row groups in one step exceed the address registers with Gemma's two head widths: the engine and
+    otpu-serve refuse by name instead of failing to compile."""
+    from otpu_core.errors import UsageError
+    from otpu_core.llm.models import open_model
+    from otpu_serve.cards import ServeOptions, image_options
+    path, _, _ = models["gguf"]
+    eng, *_ = make(path, slots=2, rows=2)
+    a, b = eng.new_sequence(), eng.new_sequence()
+    eng.submit(a, [5]), eng.submit(b, [6])
+    with pytest.raises(ModelError, match="2 sequences in one step; a gemma4 model steps 1 at a time"):
+        eng.logits([a, b])
+    with pytest.raises(UsageError, match="--max-batch 8: a gemma4 model steps 1 sequence"):
+        image_options(ServeOptions(devs=["sim:x"], model=str(path)), open_model(str(path)), load_target(T), 128)

@@ -105,16 +105,27 @@ class ImageOptions:
     f_chunk: int = 0            # 0: the largest multiple of D dividing ffn, at most 1024
 
 
+def max_row_groups(cfg: ModelConfig) -> int | None:
+    """How many sequences one step may batch, when the model limits it: Gemma 4's row groups keep the
+    position offsets of both head widths live through its layer loops, and a second group exceeds the
+    card's address registers."""
+    return 1 if "sliding" in cfg.kinds else None
+
+
+def prefill_rows(cfg: ModelConfig, tcfg: Config) -> int:
+    """Rows one prefill run takes: MCOLS, or one with Gemma's layers (a run of more rows does not fit IMEM)."""
+    return 1 if "sliding" in cfg.kinds else tcfg.MCOLS
+
+
 def sequence_options(cfg: ModelConfig, tcfg: Config, fmt: str, ctx: int | None, f_chunk: int, slots: int = 1,
                      pages: int | None = None, ring: bool = False, page: int = 256) -> ImageOptions:
     """The image a tool builds for `slots` sequences of up to `ctx` positions (None: the model's
     context; the model's context caps it), rounded up to whole pages; `pages` defaults to every
-    slot's full context. Prefill runs take up to MCOLS rows (one with Gemma's unrolled layers: a run
-    of more rows does not fit IMEM)."""
+    slot's full context. Prefill runs take `prefill_rows` rows."""
     limit = min(ctx or cfg.context, cfg.context)
     ctx = -(-limit // page) * page
     return ImageOptions(fmt=fmt, slots=slots, pages=pages or slots * (ctx // page), page=page, ctx=ctx, ring=ring,
-                        rows=1 if "sliding" in cfg.kinds else tcfg.MCOLS, f_chunk=f_chunk)
+                        rows=prefill_rows(cfg, tcfg), f_chunk=f_chunk)
 
 
 @dataclass(eq=False)
