@@ -57,7 +57,10 @@ class SourceWeights:
         return self.get("embed")[tok].astype(np.float64)
 
     def ple_row(self, tok: int) -> np.ndarray:
-        return self.get("ple")[tok]
+        """A row of the per-layer table, kept float32 (E2B's is 9.4 GB as float32, twice that as float64)."""
+        if "ple32" not in self._cache:
+            self._cache["ple32"] = self.ckpt.get("ple")
+        return self._cache["ple32"][tok].astype(np.float64)
 
     def down_parts(self, layer: int) -> list[np.ndarray]:
         return [self.get(f"wd.{layer}")]
