@@ -16,11 +16,11 @@ max-abs and top-1 reported. Tiny models on sim-small (D=32).
 """
 import json
 
+import llmtiny
 import numpy as np
 import pytest
-
-import llmtiny
 from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program cache per module)
+
 from otpu_core.board import IsaBackend
 from otpu_core.kernels import reference as R
 from otpu_core.llm import checkpoint, convert, engine, layout, reference, synthetic
@@ -298,6 +298,7 @@ def test_otpu_chat_runs_a_gemma4_file(tmp_path, monkeypatch, capsys):
     """otpu-chat --model on a Gemma 4 GGUF (D=128 on the chat target's card: its 4096-instruction IMEM holds the
     unrolled layers with the sampler), sampled with the family's defaults, --check against the quantised golden."""
     from otpu_chat import cli as chat_cli
+
     from otpu_core.cli import run_app
     monkeypatch.setenv("OTPU_TARGET", "ypcb-00338")
     path, _ = llmtiny.write(tmp_path, llmtiny.config("gemma4", D=128, sliding_window=256, name="chat-gemma4"), "gguf")
@@ -325,8 +326,9 @@ def test_a_window_that_is_not_whole_pages_is_refused(models):
 def test_diag_model_section_runs_gemma4(tmp_path):
     """otpu-diag's model row on a Gemma 4 file: the card (the Board on a simulated card, its PLE rows served
     through the mailbox by the same engine) bit for bit the golden simulator."""
-    from otpu_core.cli import run_app
     from otpu_diag import cli as diag_cli
+
+    from otpu_core.cli import run_app
     out = tmp_path / "d.json"
     path, _ = llmtiny.write(tmp_path, llmtiny.config("gemma4", D=32, sliding_window=256), "gguf")  # its 256-token pages
     assert run_app(diag_cli.app, "otpu-diag", ["--dev", "sim:g4diag", "--target", "sim-small", "--only", "model",
@@ -338,9 +340,10 @@ def test_diag_model_section_runs_gemma4(tmp_path):
 def test_one_sequence_a_step_and_serve_says_so(models):
     """Two row groups in one step exceed the address registers with Gemma's two head widths: the engine and
     otpu-serve refuse by name instead of failing to compile."""
+    from otpu_serve.cards import ServeOptions, image_options
+
     from otpu_core.errors import UsageError
     from otpu_core.llm.models import open_model
-    from otpu_serve.cards import ServeOptions, image_options
     path, _, _ = models["gguf"]
     eng, *_ = make(path, slots=2, rows=2)
     a, b = eng.new_sequence(), eng.new_sequence()

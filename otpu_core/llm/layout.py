@@ -260,6 +260,10 @@ def gemma_runs(cfg: ModelConfig, blocks: list) -> list[tuple[int, int]]:
     return [(a, n) for a, n, _ in runs]
 
 
+def _vector(cur: "_Cursor", n: int) -> Tensor:
+    return Tensor(cur.take(4 * n), (n,))
+
+
 def _gemma_blocks(cfg: ModelConfig, cur: "_Cursor", opts: ImageOptions, wf: int, D: int, fc: int) -> GemmaBlocks:
     d, P, ple = cfg.d, opts.page, cfg.ple_dim
     ghd = cfg.global_head_dim or cfg.head_dim
@@ -275,10 +279,9 @@ def _gemma_blocks(cfg: ModelConfig, cur: "_Cursor", opts: ImageOptions, wf: int,
     for i in range(cfg.layers):
         lc, hd, f, own = _Cursor(-(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN), cfg.head_dim_of(i), cfg.ffn_of(i), \
             not cfg.shares_kv(i)
-        vec = lambda n: Tensor(lc.take(4 * n), (n,))          # noqa: E731
-        norms = [vec(d) for _ in range(4)]
-        qn, kn, ls = vec(hd), vec(hd) if own else None, vec(1)
-        pn = vec(d) if ple else None
+        norms = [_vector(lc, d) for _ in range(4)]
+        qn, kn, ls = _vector(lc, hd), _vector(lc, hd) if own else None, _vector(lc, 1)
+        pn = _vector(lc, d) if ple else None
         q, kv = cfg.heads * hd, cfg.kv_heads * hd
         wq = _weight(lc, q, d, wf, D)
         wk, wv = (_weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)) if own else (None, None)

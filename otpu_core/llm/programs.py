@@ -33,26 +33,25 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from .. import ol
-import math
-
 from ..kernels.activations import gelu_tanh, softcap
 from ..kernels.attention import PagedAttention
-from ..kernels.mailbox import host_row
 from ..kernels.conv import RingRows, short_conv
 from ..kernels.embedding import embed
+from ..kernels.mailbox import host_row
 from ..kernels.mlp import UNROLL as MLP_UNROLL
 from ..kernels.mlp import geglu_mlp, swiglu_mlp
 from ..kernels.norm import rmsnorm, rmsnorm_quantized
 from ..kernels.rope import rope
 from ..kernels.sampling import SampleParams, head_choice
 from ..ol import Affine, KVCache, Tensor, Tile
-from .layout import gemma_runs
-from .layout import S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP, ImagePlan
+from .layout import (S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP, ImagePlan,
+                     gemma_runs)
 
 
 @dataclass(frozen=True)
@@ -406,13 +405,15 @@ def step_kernel(plan: ImagePlan, spec: StepSpec, source: str = "") -> None:
     if not spec.logits:
         return
     chunk, V = min(plan.opts.head_chunk, plan.cfg.vocab), plan.cfg.vocab
+    cap = plan.cfg.logit_softcap
+
+    def capped(lg: Tile) -> Tile:
+        return softcap(lg, cap) if cap else lg
     r = -1
     for g, grp in enumerate(spec.groups):
         r += grp.n
         hn = rmsnorm_quantized(_row(h, r), ol.load(plan.final_norm), plan.cfg.norm_eps, plan.head)
         full, tail = divmod(V, chunk)
-        cap = plan.cfg.logit_softcap
-        capped = (lambda lg: softcap(lg, cap)) if cap else (lambda lg: lg)         # noqa: E731
         for ci in ol.range(full):
             ol.store(plan.logits.window(g, 1, ci * chunk, chunk), capped(ol.dot(hn, plan.head.rows(ci * chunk, chunk))))
         if tail:
