@@ -102,6 +102,8 @@ def _hf_dir(models, name, edit):
     (lambda js: js.__setitem__("num_kv_shared_layers", 6), "num_kv_shared_layers = 6"),
     (lambda js: js.__setitem__("global_head_dim", 96), "tensor 'model.layers.2.self_attn.q_proj.weight' has shape "
                                                        "[256, 64] but the config needs [384, 64]"),
+    (lambda js: js.__setitem__("per_layer_config", {"2": {"head_dim": 64, "num_key_value_heads": 1}}),
+     "per_layer_config['2']"),
     (lambda js: js.__setitem__("hidden_size_per_layer_input", 0), None),
 ])
 def test_bad_hf_configs_are_refused_by_key_and_value(models, edit, message):
@@ -386,3 +388,44 @@ def test_card_formats_against_the_fp32_golden(models, capsys):
             print(f"\ngemma4 tiny {fmt:5s}: mean KL from fp32 {kl:.5f} nats, top-1 agreement {top1:.3f}")
     assert rows["int8"][0] < min(rows["fp4"][0], rows["fp4x6"][0]), rows
     assert rows["int8"][0] < 2e-3 and max(r[0] for r in rows.values()) < 0.1, rows
+
+
+def test_fp32_golden_matches_transformers(tmp_path):
+    """The library that defines the model: a tiny random Gemma4ForCausalLM (window 5, three shared layers,
+    double-wide MLP, proportional RoPE, PLE, random layer scalars) saved by transformers itself and read
+    back through our loader; the fp32 golden's logits against transformers' fp32 forward."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "Gemma4ForCausalLM"):
+        pytest.skip(f"transformers {transformers.__version__} has no Gemma 4")
+    torch.manual_seed(0)
+    cfg = transformers.Gemma4TextConfig(
+        vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, global_head_dim=64, layer_types=list(("sliding_attention",) * 2
+                                                                                  + ("full_attention",)) * 2,
+        sliding_window=5, rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                           "full_attention": {"rope_type": "proportional", "partial_rotary_factor":
+                                                              0.25, "rope_theta": 1e6}},
+        num_kv_shared_layers=3, use_double_wide_mlp=True, hidden_size_per_layer_input=32,
+        vocab_size_per_layer_input=384, final_logit_softcapping=30.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        initializer_range=0.2, max_position_embeddings=1024, attn_implementation="eager", dtype=torch.float32)
+    model = transformers.Gemma4ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:                    # norms around 1 (q/k ones around hd^-1/4: unscaled scores)
+                p.copy_((1.0 + 0.1 * torch.randn_like(p)) * (p.shape[0] ** -0.25 if "q_norm" in name or "k_norm"
+                                                              in name else 1.0))
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                b.copy_(1.0 + 0.1 * torch.randn_like(b))
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    tokens = llmtiny.prompts(1, 384, length=14)[0]
+    with torch.no_grad():
+        want = model(torch.tensor([tokens])).logits[0].double().numpy()
+    ck = checkpoint.open_checkpoint(tmp_path)
+    assert ck.config.kinds == KINDS and ck.config.global_head_dim == 64 and ck.config.kv_shared == 3
+    got = reference.Golden(ck.config, reference.SourceWeights(ck), positions=64).forward(tokens)
+    err, cos = R.max_abs(got, want), R.cosine(got, want)
+    print(f"gemma4 fp32 golden vs transformers {transformers.__version__}: max-abs {err:.3g} "
+          f"(logits up to {np.abs(want).max():.2f}), cosine {cos:.13f}")
+    assert err < 2e-5 and cos > 1 - 1e-10, (err, cos)

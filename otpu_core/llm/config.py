@@ -337,6 +337,7 @@ def _from_hf_gemma(top: dict, fam: Family, where: str, generation: dict | None, 
         if t not in names:
             raise ModelError(f"{where}: layer_types[{i}] = {t!r} is not supported", hint=f"supported: {', '.join(names)}")
     types = types[:-1] + ["full_attention"]          # as transformers: the last layer is always a full one
+    global_hd = _gemma_per_layer(cfg, types, global_hd, where)
     rope = cfg.get("rope_parameters") or {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
                                           "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                                              "rope_theta": 1_000_000.0}}
@@ -379,6 +380,25 @@ def _from_hf_gemma(top: dict, fam: Family, where: str, generation: dict | None, 
         kv_shared=shared, ple_dim=ple, layer_ffn=layer_ffn, logit_softcap=float(cap) if cap else 0.0,
         extra={"hf_prefix": "model.language_model."} if "text_config" in top else {})
     return out.check(where)
+
+
+def _gemma_per_layer(cfg: dict, types: list[str], global_hd: int, where: str) -> int:
+    """The full layers' head width from `per_layer_config` (what save_pretrained writes instead of
+    global_head_dim: {layer: {"head_dim": n}} for the full layers), which must be one width."""
+    plc = cfg.get("per_layer_config")
+    if plc is None:
+        return global_hd
+    widths = set()
+    for key, over in (plc.items() if isinstance(plc, dict) else [("?", plc)]):
+        if not (isinstance(over, dict) and set(over) <= {"head_dim"} and str(key).isdigit()
+                and int(key) < len(types) and types[int(key)] == "full_attention"):
+            raise ModelError(f"{where}: per_layer_config[{key!r}] = {over!r} is not supported",
+                             hint="supported: {layer: {\"head_dim\": n}} for full-attention layers")
+        widths.add(int(over.get("head_dim", global_hd)))
+    if len(widths) > 1:
+        raise ModelError(f"{where}: per_layer_config gives the full layers head widths {sorted(widths)}; "
+                         "they must share one")
+    return widths.pop() if widths else global_hd
 
 
 def _hf_layer_kinds(cfg: dict, fam: Family, layers: int, where: str) -> tuple[str, ...]:
