@@ -48,10 +48,10 @@ def test_gemma4_files_read_back_as_written(models, kind):
     ck = checkpoint.open_checkpoint(path)
     c = ck.config
     assert c.family == "gemma4" and c.kinds == KINDS and c.tied
-    assert (c.head_dim, c.global_head_dim, c.global_rope_pairs, c.global_rope_theta, c.rope_theta) == (32, 64, 8, 1e6,
-                                                                                                         1e4)
-    assert (c.sliding_window, c.kv_shared, c.ple_dim, c.layer_ffn, c.logit_softcap) == (32, 3, 32, (128,) * 3 + (256,) * 3,
-                                                                                        30.0)
+    assert (c.head_dim, c.global_head_dim, c.global_rope_pairs) == (32, 64, 8)
+    assert (c.global_rope_theta, c.rope_theta) == (1e6, 1e4)
+    assert (c.sliding_window, c.kv_shared, c.ple_dim, c.logit_softcap) == (32, 3, 32, 30.0)
+    assert c.layer_ffn == (128,) * 3 + (256,) * 3
     assert [c.kv_source(i) for i in range(6)] == [0, 1, 2, 1, 1, 2]
     shapes = c.tensor_shapes()
     assert set(shapes) == set(cfg.tensor_shapes())
@@ -234,9 +234,9 @@ def _greedy(golden, prompt, n):
 
 
 def test_gemma4_gguf_32_greedy_tokens_on_the_card(models):
-    """20 prompt tokens (prefill runs of 1 row: the unrolled layers leave no IMEM for more), then 32 generated across the 32-token page (so the
-    sliding layers drop the first page, the shared layers read layers 1 and 2 over two pages, and the
-    runs of layers 0-1 and 3-4 are hardware loops):
+    """20 prompt tokens (prefill runs of 1 row: a run of more rows leaves no IMEM), then 32 generated across the
+    32-token page (so the sliding layers drop the first page, the shared layers read layers 1 and 2 over two
+    pages, and the runs of layers 0-1 and 3-4 are hardware loops):
     the loop's logits bit for bit those of one-row host-driven steps on a second card, its tokens
     the quantised golden's greedy run, every token's per-layer row served by the host through the
     mailbox; the fp32 golden's distance reported."""
@@ -298,7 +298,7 @@ def test_gemma4_safetensors_on_the_card(models):
 @pytest.mark.slow          # ~20 s: the D=128 programs are compiled
 def test_otpu_chat_runs_a_gemma4_file(tmp_path, monkeypatch, capsys):
     """otpu-chat --model on a Gemma 4 GGUF (D=128 on the chat target's card: its 4096-instruction IMEM holds the
-    unrolled layers with the sampler), sampled with the family's defaults, --check against the quantised golden."""
+    layers with the sampler), sampled with the family's defaults, --check against the quantised golden."""
     from otpu_chat import cli as chat_cli
 
     from otpu_core.cli import run_app

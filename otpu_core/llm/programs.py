@@ -10,8 +10,8 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
   blocks, a two-kind model's as nested loops over each kind's blocks (`_layers`); in an attention layer each row appends its K and
   V^T to its page, then every row attends causally over its own prefix; in a convolution layer
   (LFM2) each group's rows run the short convolution over its slot's ring (kernels/conv.py).
-  Gemma 4's layers are unrolled, one block each (`_gemma_layers`): sliding layers attend over
-  their window of pages, the KV-sharing ones over an earlier layer's pages, scores with q.k
+  Gemma 4's layers have a block each, a run of one shape a hardware loop (`_gemma_layers`):
+  sliding layers attend over their window of pages, the KV-sharing ones over an earlier layer's pages, scores with q.k
   unscaled, the sandwich norms, GeGLU, the per-layer inputs (the token's row of the table is
   asked of the host through the mailbox, kernels/mailbox.host_row) and the layer scalar; its
   logits are soft-capped wherever they are made.
@@ -417,7 +417,8 @@ def step_kernel(plan: ImagePlan, spec: StepSpec, source: str = "") -> None:
         for ci in ol.range(full):
             ol.store(plan.logits.window(g, 1, ci * chunk, chunk), capped(ol.dot(hn, plan.head.rows(ci * chunk, chunk))))
         if tail:
-            ol.store(plan.logits.window(g, 1, full * chunk, tail), capped(ol.dot(hn, plan.head.rows(full * chunk, tail))))
+            ol.store(plan.logits.window(g, 1, full * chunk, tail),
+                     capped(ol.dot(hn, plan.head.rows(full * chunk, tail))))
 
 
 def generate_kernel(plan: ImagePlan, spec: GenSpec, source: str = "") -> None:
