@@ -57,6 +57,12 @@ def config(family: str = "qwen3", D: int = 32, **kw) -> ModelConfig:
                     rotary_dim=D // 4, lin_k_heads=1, lin_v_heads=2, lin_k_dim=64, lin_v_dim=D, tied=True)
     if family == "qwen3moe":         # 8 experts of width 2D a layer, 2 per token (Qwen3-30B-A3B: 128 of 768, 8)
         base.update(experts=8, experts_used=2, ffn=2 * D, tied=False)
+    if family == "gemma4":           # `s s A s s A`, the last three reading layers 1, 1 and 2's KV (double-wide MLP);
+        # runs of one shape (layers 0-1, 3-4) are hardware loops on the card
+        base.update(layers=6, layer_kinds=("sliding", "sliding", "attention") * 2,
+                    tied=True, sliding_window=D, global_head_dim=2 * D, global_rope_theta=1e6, global_rope_pairs=D // 4,
+                    kv_shared=3, ple_dim=D, layer_ffn=(4 * D,) * 3 + (8 * D,) * 3, logit_softcap=30.0, norm_eps=1e-6,
+                    bos_id=None)
     base.update(kw)
     return ModelConfig(family, **base)
 

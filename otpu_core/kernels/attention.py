@@ -11,7 +11,8 @@ and its padding masked with a large negative score before its row maximum is tak
 run-time length (resident decode: one program per 256-position bucket, the position in an
 argument register) the last block is a whole block masked by a row of an additive mask table.
 Paged attention takes a sliding window (Gemma's local layers): only the pages holding the last
-W positions are read, the first of them masked before the window.
+W positions are read, the first of them masked before the window. `scale` replaces the
+1/sqrt(d) of the scores (Gemma's q and k are normed, its scores are q.k: scale 1).
 """
 from __future__ import annotations
 
@@ -41,10 +42,10 @@ def mask_table(block: int = ATTN_BLOCK) -> np.ndarray:
 class _Flash:
     """The online-softmax state of one query group (m, l, acc) and the block step that updates it."""
 
-    def __init__(self, q2: Tile, d: int):
+    def __init__(self, q2: Tile, d: int, scale: float | None = None):
         D = ol.config().D
         self.D = D
-        qscale = ol.full((d,), ol.LOG2E / math.sqrt(d))
+        qscale = ol.full((d,), ol.LOG2E * (1.0 / math.sqrt(d) if scale is None else scale))
         self.qs = ol.quantize(q2 * qscale[None, :])
         g = q2.shape[0]
         self.acc = ol.zeros((g, d))
@@ -161,7 +162,7 @@ class PagedAttention:
     scores while the VPU works through u's softmax (the same instructions, another order)."""
 
     def __init__(self, q: Tile, pages: list[KVCache], *, last_n: int | None = None, last_mask: Tensor | None = None,
-                 window: int | None = None):
+                 window: int | None = None, scale: float | None = None):
         if not pages:
             raise CompileError("paged_attention needs at least one page")
         P = pages[0].cap
@@ -178,7 +179,7 @@ class PagedAttention:
                                f"whole pages of {P}")
         self.q, self.pages, self.P = q, pages, P
         self.last_n, self.last_mask = last_n if last_n is not None else P, last_mask
-        self.window = window
+        self.window, self.scale = window, scale
         self._pending = None
 
     def _window(self) -> tuple[int, int, bool]:
@@ -196,7 +197,7 @@ class PagedAttention:
 
     def start(self) -> "PagedAttention":
         q2 = _query(self.q, self.pages[0].d)
-        f = _Flash(q2, self.pages[0].d)
+        f = _Flash(q2, self.pages[0].d, self.scale)
         P = self.P
         first, lo, front = self._window()
         pages = self.pages[first:]

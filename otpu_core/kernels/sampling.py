@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from .. import ol
 from ..ol import CompileError, QTensor, Stationary, Tensor, Tile
+from .activations import softcap
 
 KNOCKED_OUT = float("-inf")
 PAIR = 2
@@ -191,10 +192,11 @@ def _penalised(lg: Tile, seen: Tensor, c0, n: int, prm: SampleParams) -> Tile:
 
 
 def head_choice(x: Stationary, head: QTensor, chunk: int = 8192, sample: SampleParams | None = None,
-                each=None, penalty: SampleParams | None = None) -> Tile:
+                each=None, penalty: SampleParams | None = None, cap: float = 0.0) -> Tile:
     """The next token from the LM head for one activation row x: (value, index) of the argmax, or
-    a draw with `sample`. `each(c0, n, logits)` sees every chunk's raw logits (e.g. to store
-    them); `penalty` (or `sample.seen`) applies the repetition penalty before choosing."""
+    a draw with `sample`. `each(c0, n, logits)` sees every chunk's logits (e.g. to store them);
+    `penalty` (or `sample.seen`) applies the repetition penalty before choosing; `cap` > 0 soft-caps
+    the logits first (Gemma: what `each`, the penalty and the draw see)."""
     if x.M != 1:
         raise CompileError(f"head_choice takes one activation row, not {x.M}")
     chunk = min(chunk, head.N)
@@ -203,6 +205,8 @@ def head_choice(x: Stationary, head: QTensor, chunk: int = 8192, sample: SampleP
 
     def make_chunk(c0, n):
         lg = ol.dot(x, head.rows(c0, n))
+        if cap:
+            lg = softcap(lg, cap)
         if each is not None:
             each(c0, n, lg)
         return _penalised(lg, pen.seen, c0, n, pen) if pen is not None else lg

@@ -22,7 +22,7 @@ import numpy as np
 
 from .config import ModelConfig
 from .errors import ModelError
-from .families import GLOBAL_TENSORS
+from .families import GLOBAL_TENSORS, KIND_TENSORS
 
 HASH_CHUNK = 16 << 20
 
@@ -66,8 +66,14 @@ def file_names(config: ModelConfig, gguf: bool) -> dict[str, str]:
     name = fam.gguf_name if gguf else fam.hf_name
     out = {canon: name(canon) for canon in GLOBAL_TENSORS}
     for i in range(config.layers):
-        for canon, kind, e in config.layer_names(i):
+        names = {canon: (kind, e) for canon, kind, e in config.layer_names(i)}
+        for kind in KIND_TENSORS[config.kinds[i]]:       # the kind's others too (a shared layer's k, v)
+            names.setdefault(f"{kind}.{i}", (kind, None))
+        for canon, (kind, e) in names.items():
             out[canon] = name(kind).format(i=i, e=e)
+    prefix = config.extra.get("hf_prefix")
+    if prefix and not gguf:           # a multimodal wrapper's text decoder: model.X is model.language_model.X
+        out = {k: prefix + v[len("model."):] if v.startswith("model.") else v for k, v in out.items()}
     return out
 
 

@@ -10,6 +10,12 @@ DeltaNet's heads (`lin_k_heads` of `lin_k_dim` for q and k, `lin_v_heads` of `li
 for a mixture of experts, the experts per layer and how many each token uses (`ffn` is then
 each expert's width; the k chosen experts' router probabilities are renormalised to sum to 1,
 Qwen3-MoE's `norm_topk_prob`, which llama.cpp's qwen3moe always does).
+Gemma 4's fields: `sliding_window` (the "sliding" layers attend to that many last positions),
+the full layers' own head width (`global_head_dim`), RoPE base and rotated pairs
+(`global_rope_theta`, `global_rope_pairs`: proportional RoPE turns the first pairs with
+theta^(-2i/head_dim) and leaves the rest), `kv_shared` (the last layers read the KV of the
+last earlier layer of their kind, `kv_source`), `ple_dim` (the per-layer input width),
+`layer_ffn` (per-layer MLP widths: the double-wide MLP of the shared layers) and `logit_softcap`.
 `real_head_dim` is set only on the card's view of a model whose heads were zero-padded to the
 block size (`layout.card_config`): RoPE then turns the real dims only and the q/k norms divide
 by the real width. `tensor_shapes()` says what
@@ -26,8 +32,8 @@ import numpy as np
 
 from . import families
 from .errors import ModelError
-from .families import (EXPERT_TENSORS, GLOBAL_TENSORS, KIND_TENSORS, KINDS, MLP_TENSORS, MOE_TENSORS,
-                       QK_NORM_TENSORS, Family)
+from .families import (EXPERT_TENSORS, GLOBAL_TENSORS, KIND_TENSORS, KINDS, KV_TENSORS, MLP_TENSORS, MOE_TENSORS,
+                       PLE_GLOBAL_TENSORS, PLE_LAYER_TENSORS, QK_NORM_TENSORS, SANDWICH_TENSORS, Family)
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,14 @@ class ModelConfig:
     lin_v_dim: int = 0
     experts: int = 0                                 # routed experts per layer (0: a dense MLP)
     experts_used: int = 0                            # experts each token uses (top-k)
+    sliding_window: int = 0                          # "sliding" layers: positions attended (the current one too)
+    global_head_dim: int = 0                         # "attention" layers of a model with sliding ones (0: head_dim)
+    global_rope_theta: float = 0.0                   # their RoPE base (0: rope_theta)
+    global_rope_pairs: int = 0                       # their rotated pairs, the rest unturned (0: all)
+    kv_shared: int = 0                               # the last kv_shared layers read an earlier layer's KV
+    ple_dim: int = 0                                 # per-layer input width (Gemma's PLE; 0: none)
+    layer_ffn: tuple[int, ...] = ()                  # per-layer MLP width (() = ffn everywhere)
+    logit_softcap: float = 0.0                       # logits = cap * tanh(logits / cap) (0: none)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -83,6 +97,23 @@ class ModelConfig:
     @property
     def rope_dim(self) -> int: return self.real_head_dim or self.head_dim
 
+    def head_dim_of(self, layer: int) -> int:
+        """A layer's head width: the full layers' own in a model with sliding layers."""
+        return self.global_head_dim if self.global_head_dim and self.kinds[layer] == "attention" else self.head_dim
+
+    def ffn_of(self, layer: int) -> int: return self.layer_ffn[layer] if self.layer_ffn else self.ffn
+
+    def kv_source(self, layer: int) -> int:
+        """The layer whose KV cache `layer` attends over: itself, or for the last `kv_shared` layers the
+        last layer of its kind before them."""
+        first = self.layers - self.kv_shared
+        if not self.kv_shared or layer < first:
+            return layer
+        kind = self.kinds[layer]
+        return max(i for i in range(first) if self.kinds[i] == kind)
+
+    def shares_kv(self, layer: int) -> bool: return self.kv_source(layer) != layer
+
     @property
     def rot_dim(self) -> int:
         """The dims RoPE turns: the first rotary_dim of a head (partial RoPE), else the real head."""
@@ -102,10 +133,14 @@ class ModelConfig:
         return self.norm_eps * self.rope_dim / self.head_dim if self.real_head_dim else self.norm_eps
 
     def layer_tensors(self, layer: int = 0) -> list[str]:
+        spec, shared = self.spec, self.shares_kv(layer)
         kinds = KIND_TENSORS[self.kinds[layer]]
         if self.experts:
             kinds = tuple(k for k in kinds if k not in MLP_TENSORS) + MOE_TENSORS
-        return [k for k in kinds if self.qk_norm or k not in QK_NORM_TENSORS]
+        out = [k for k in kinds if (self.qk_norm or k not in QK_NORM_TENSORS) and not (shared and k in KV_TENSORS)]
+        out += list(SANDWICH_TENSORS) if spec.sandwich_norms else []
+        out += list(PLE_LAYER_TENSORS) if self.ple_dim else []
+        return out + (["ls"] if spec.layer_scalar else [])
 
     def layer_names(self, layer: int) -> list[tuple[str, str, int | None]]:
         """(canonical name, tensor kind, expert or None) of every tensor of a layer: `wq.3`, `eg.3.5`."""
@@ -118,22 +153,27 @@ class ModelConfig:
         return out
 
     def global_tensors(self) -> list[str]:
-        return [k for k in GLOBAL_TENSORS if not (self.tied and k == "head")]
+        return [k for k in GLOBAL_TENSORS if not (self.tied and k == "head")
+                and (self.ple_dim or k not in PLE_GLOBAL_TENSORS)]
 
     def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
         """Canonical name (layer tensors as `wq.3`) -> Hugging Face shape [out, in] or (n,)."""
-        s, q, kv = self, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        s, ple = self, self.ple_dim
         vd, hv = self.lin_v_heads * self.lin_v_dim, self.lin_v_heads
-        per = {"ln1": (s.d,), "wq": (2 * q if self.attn_gate else q, s.d), "wk": (kv, s.d), "wv": (kv, s.d), "wo": (s.d, q), "qn": (s.head_dim,),
-               "kn": (s.head_dim,), "ln2": (s.d,), "wg": (s.ffn, s.d), "wu": (s.ffn, s.d), "wd": (s.d, s.ffn),
-               "cin": (3 * s.d, s.d), "conv": (s.d, s.conv_taps), "cout": (s.d, s.d),
-               "gqkv": (s.gdn_conv_dim, s.d), "gz": (vd, s.d), "gb": (hv, s.d), "ga": (hv, s.d),
-               "gconv": (s.gdn_conv_dim, s.conv_taps), "galog": (hv,), "gdt": (hv,), "gnorm": (s.lin_v_dim,),
-               "gout": (s.d, vd),
-               "router": (s.experts, s.d), "eg": (s.ffn, s.d), "eu": (s.ffn, s.d), "ed": (s.d, s.ffn)}
-        out = {"embed": (s.vocab, s.d), "final_norm": (s.d,), "head": (s.vocab, s.d)}
+        out = {"embed": (s.vocab, s.d), "final_norm": (s.d,), "head": (s.vocab, s.d),
+               "ple": (s.vocab, s.layers * ple), "plp": (s.layers * ple, s.d), "pln": (ple,)}
         out = {k: v for k, v in out.items() if k in self.global_tensors()}
         for i in range(s.layers):
+            hd, f = s.head_dim_of(i), s.ffn_of(i)
+            q, kv = s.heads * hd, s.kv_heads * hd
+            per = {"ln1": (s.d,), "wq": (2 * q if self.attn_gate else q, s.d), "wk": (kv, s.d), "wv": (kv, s.d),
+                   "wo": (s.d, q), "qn": (hd,), "kn": (hd,), "ln2": (s.d,), "wg": (f, s.d), "wu": (f, s.d),
+                   "wd": (s.d, f), "cin": (3 * s.d, s.d), "conv": (s.d, s.conv_taps), "cout": (s.d, s.d),
+                   "gqkv": (s.gdn_conv_dim, s.d), "gz": (vd, s.d), "gb": (hv, s.d), "ga": (hv, s.d),
+                   "gconv": (s.gdn_conv_dim, s.conv_taps), "galog": (hv,), "gdt": (hv,), "gnorm": (s.lin_v_dim,),
+                   "gout": (s.d, vd),
+                   "router": (s.experts, s.d), "eg": (s.ffn, s.d), "eu": (s.ffn, s.d), "ed": (s.d, s.ffn),
+                   "an": (s.d,), "fn": (s.d,), "ls": (1,), "pg": (ple, s.d), "pp": (s.d, ple), "pn": (s.d,)}
             for name, k, _ in self.layer_names(i):
                 out[name] = per[k]
         return out
@@ -147,10 +187,19 @@ class ModelConfig:
             f = f / np.asarray(self.rope_factors, np.float64)
         return np.concatenate([f, np.zeros(half - real // 2)])
 
-    def rope_tables(self, positions: int) -> tuple[np.ndarray, np.ndarray]:
-        """cos, sin float64 [positions, head_dim/2] (rotate-half layout)."""
-        ang = np.outer(np.arange(positions, dtype=np.float64), self.inv_freq())
+    def rope_tables(self, positions: int, kind: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """cos, sin float64 [positions, head_dim/2] (rotate-half layout); `kind` "attention" in a model
+        with sliding layers: the full layers' tables (their head width, base and rotated pairs)."""
+        ang = np.outer(np.arange(positions, dtype=np.float64),
+                       self.global_inv_freq() if kind == "attention" and self.sliding_window else self.inv_freq())
         return np.cos(ang), np.sin(ang)
+
+    def global_inv_freq(self) -> np.ndarray:
+        """The full layers' frequencies: theta_g^(-2i/head_dim) for the first `global_rope_pairs` pairs, 0 after."""
+        hd = self.global_head_dim or self.head_dim
+        pairs = self.global_rope_pairs or hd // 2
+        f = 1.0 / (self.global_rope_theta or self.rope_theta) ** (np.arange(pairs, dtype=np.float64) * 2.0 / hd)
+        return np.concatenate([f, np.zeros(hd // 2 - pairs)])
 
     def check(self, where: str) -> "ModelConfig":
         bad = [(k, getattr(self, k)) for k in ("vocab", "d", "layers", "heads", "kv_heads", "head_dim", "ffn")
@@ -198,7 +247,29 @@ class ModelConfig:
         if self.experts and not (isinstance(self.experts_used, int) and 1 <= self.experts_used <= self.experts):
             raise ModelError(f"{where}: {self.experts_used!r} experts per token; it must be 1..{self.experts} "
                              f"(the experts of a layer)")
+        self._check_gemma(where)
         return self
+
+    def _check_gemma(self, where: str) -> None:
+        if "sliding" in self.kinds and not (isinstance(self.sliding_window, int) and self.sliding_window >= 1):
+            raise ModelError(f"{where}: sliding_window {self.sliding_window!r}; sliding layers need a positive integer")
+        for what, v in (("global_head_dim", self.global_head_dim), ("ple_dim", self.ple_dim)):
+            if not isinstance(v, int) or v < 0 or v % 2:
+                raise ModelError(f"{where}: {what} = {v!r}; it must be an even integer >= 0")
+        if not 0 <= self.global_rope_pairs <= (self.global_head_dim or self.head_dim) // 2:
+            raise ModelError(f"{where}: {self.global_rope_pairs} rotated RoPE pairs in heads of "
+                             f"{self.global_head_dim or self.head_dim}")
+        if not (isinstance(self.kv_shared, int) and 0 <= self.kv_shared < self.layers):
+            raise ModelError(f"{where}: num_kv_shared_layers = {self.kv_shared!r}; it must be 0..{self.layers - 1}")
+        first = self.layers - self.kv_shared
+        for i in range(first, self.layers if self.kv_shared else 0):
+            if self.kinds[i] not in self.kinds[:first]:
+                raise ModelError(f"{where}: layer {i} shares the KV of an earlier {self.kinds[i]} layer, and none of "
+                                 f"the first {first} layers is one")
+        if self.layer_ffn and (len(self.layer_ffn) != self.layers or min(self.layer_ffn) < 1):
+            raise ModelError(f"{where}: per-layer MLP widths {list(self.layer_ffn)} for {self.layers} layers")
+        if not self.logit_softcap >= 0:
+            raise ModelError(f"{where}: final_logit_softcapping {self.logit_softcap}; it must be positive")
 
     def with_(self, **kw) -> "ModelConfig": return replace(self, **kw)
 
@@ -253,6 +324,8 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
     if not archs:
         raise ModelError(f"{where}: missing key 'architectures'")
     fam = families.for_hf(archs[0], where)
+    if "sliding" in dict(fam.layer_types).values():
+        return _from_hf_gemma(cfg, fam, where, generation, name)
     for key, allowed in (("hidden_act", ("silu",)), ("attention_bias", (False,)), ("mlp_bias", (False,))):
         if key in cfg and cfg[key] not in allowed:
             raise ModelError(f"{where}: {key} = {cfg[key]!r}; this layer supports {', '.join(map(str, allowed))}")
@@ -310,6 +383,103 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
         bos_id=cfg.get("bos_token_id") if isinstance(cfg.get("bos_token_id"), int) else None, eos_ids=eos,
         pad_id=cfg.get("pad_token_id") if isinstance(cfg.get("pad_token_id"), int) else None, name=name,
     ).check(where)
+
+
+HF_ACTIVATIONS = {"silu": ("silu",), "gelu_tanh": ("gelu_pytorch_tanh", "gelu_tanh")}
+GEMMA_ROPE_TYPES = ("default", "proportional")
+
+
+def _from_hf_gemma(top: dict, fam: Family, where: str, generation: dict | None, name: str) -> ModelConfig:
+    """Gemma 4's text decoder from its config.json (`Gemma4ForCausalLM`, or the text_config of
+    `Gemma4ForConditionalGeneration`, whose weights live under model.language_model.), with the
+    defaults transformers' Gemma4TextConfig takes; every feature this layer does not run refused."""
+    cfg = top.get("text_config") or top
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{where}: text_config is {type(cfg).__name__}; it must be an object")
+    act = cfg.get("hidden_activation", cfg.get("hidden_act", "gelu_pytorch_tanh"))
+    if act not in HF_ACTIVATIONS[fam.act]:
+        raise ModelError(f"{where}: hidden_activation = {act!r}; this layer supports {', '.join(HF_ACTIVATIONS[fam.act])}")
+    for key, allowed in (("attention_bias", (False,)), ("attention_k_eq_v", (False,)), ("enable_moe_block", (False,)),
+                         ("use_bidirectional_attention", (None,)), ("num_experts", (None, 0))):
+        if cfg.get(key, allowed[0]) not in allowed:
+            raise ModelError(f"{where}: {key} = {cfg[key]!r}; this layer runs the dense causal decoder only "
+                             f"({key} = {allowed[0]})")
+    d, heads, layers = (int(_need(cfg, k, where)) for k in ("hidden_size", "num_attention_heads", "num_hidden_layers"))
+    vocab = int(_need(cfg, "vocab_size", where))
+    head_dim = int(cfg.get("head_dim") or 256)
+    global_hd = int(cfg.get("global_head_dim") or 512)
+    types = cfg.get("layer_types")
+    if types is None:                 # transformers' default: every sixth layer full
+        types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers:
+        raise ModelError(f"{where}: layer_types must list {layers} layer types, not {types!r}")
+    names = dict(fam.layer_types)
+    for i, t in enumerate(types):
+        if t not in names:
+            raise ModelError(f"{where}: layer_types[{i}] = {t!r} is not supported", hint=f"supported: {', '.join(names)}")
+    types = types[:-1] + ["full_attention"]          # as transformers: the last layer is always a full one
+    global_hd = _gemma_per_layer(cfg, types, global_hd, where)
+    rope = cfg.get("rope_parameters") or {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                                          "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                             "rope_theta": 1_000_000.0}}
+    thetas, pairs = {}, {}
+    for t, hd in (("sliding_attention", head_dim), ("full_attention", global_hd)):
+        r = rope.get(t) if isinstance(rope, dict) else None
+        if not isinstance(r, dict) or "rope_theta" not in r:
+            raise ModelError(f"{where}: rope_parameters['{t}'] needs a rope_theta")
+        kind, frac = r.get("rope_type", "default"), float(r.get("partial_rotary_factor", 1.0))
+        if kind not in GEMMA_ROPE_TYPES or float(r.get("factor", 1.0)) != 1.0 or (kind == "default" and frac != 1.0):
+            raise ModelError(f"{where}: rope_parameters['{t}'] = {r!r} is not supported",
+                             hint="supported: rope_type default (whole heads) or proportional, no scaling factor")
+        thetas[t], pairs[t] = float(r["rope_theta"]), int(frac * hd // 2)
+    if pairs["sliding_attention"] != head_dim // 2:
+        raise ModelError(f"{where}: proportional RoPE on the sliding layers is not supported")
+    ple = int(cfg.get("hidden_size_per_layer_input", 256) or 0)
+    if ple and int(cfg.get("vocab_size_per_layer_input", 262_144)) != vocab:
+        raise ModelError(f"{where}: vocab_size_per_layer_input = {cfg.get('vocab_size_per_layer_input', 262_144)} "
+                         f"differs from vocab_size {vocab}", hint="the per-layer table must have a row per token")
+    shared = int(cfg.get("num_kv_shared_layers", 0) or 0)
+    ffn = int(_need(cfg, "intermediate_size", where))
+    layer_ffn = ()
+    if cfg.get("use_double_wide_mlp"):
+        layer_ffn = tuple(ffn * (2 if shared and i >= layers - shared else 1) for i in range(layers))
+    cap = cfg.get("final_logit_softcapping")
+    gen = generation or {}
+    eos = _ids(gen.get("eos_token_id", top.get("eos_token_id", cfg.get("eos_token_id", 1))))
+    bos = cfg.get("bos_token_id", 2)
+    pad = cfg.get("pad_token_id", 0)
+    out = ModelConfig(
+        family=fam.name, vocab=vocab, d=d, layers=layers, heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or 4),
+        head_dim=head_dim, ffn=ffn, norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        rope_theta=thetas["sliding_attention"], layer_kinds=tuple(names[t] for t in types),
+        tied=bool(top.get("tie_word_embeddings", cfg.get("tie_word_embeddings", True))),
+        context=int(cfg.get("max_position_embeddings", 131_072)), bos_id=bos if isinstance(bos, int) else None,
+        eos_ids=eos, pad_id=pad if isinstance(pad, int) else None, name=name,
+        sliding_window=int(cfg.get("sliding_window", 512)), global_head_dim=global_hd if global_hd != head_dim else 0,
+        global_rope_theta=thetas["full_attention"],
+        global_rope_pairs=pairs["full_attention"] if pairs["full_attention"] != global_hd // 2 else 0,
+        kv_shared=shared, ple_dim=ple, layer_ffn=layer_ffn, logit_softcap=float(cap) if cap else 0.0,
+        extra={"hf_prefix": "model.language_model."} if "text_config" in top else {})
+    return out.check(where)
+
+
+def _gemma_per_layer(cfg: dict, types: list[str], global_hd: int, where: str) -> int:
+    """The full layers' head width from `per_layer_config` (what save_pretrained writes instead of
+    global_head_dim: {layer: {"head_dim": n}} for the full layers), which must be one width."""
+    plc = cfg.get("per_layer_config")
+    if plc is None:
+        return global_hd
+    widths = set()
+    for key, over in (plc.items() if isinstance(plc, dict) else [("?", plc)]):
+        if not (isinstance(over, dict) and set(over) <= {"head_dim"} and str(key).isdigit()
+                and int(key) < len(types) and types[int(key)] == "full_attention"):
+            raise ModelError(f"{where}: per_layer_config[{key!r}] = {over!r} is not supported",
+                             hint="supported: {layer: {\"head_dim\": n}} for full-attention layers")
+        widths.add(int(over.get("head_dim", global_hd)))
+    if len(widths) > 1:
+        raise ModelError(f"{where}: per_layer_config gives the full layers head widths {sorted(widths)}; "
+                         "they must share one")
+    return widths.pop() if widths else global_hd
 
 
 def _hf_layer_kinds(cfg: dict, fam: Family, layers: int, where: str) -> tuple[str, ...]:
@@ -383,6 +553,8 @@ def from_gguf(meta: dict[str, Any], where: str, tied: bool, rope_factors: tuple[
     if arch is None:
         raise ModelError(f"{where}: missing key 'general.architecture'")
     fam = families.for_gguf(str(arch), where)
+    if "sliding" in dict(fam.layer_types).values():
+        return _from_gguf_gemma(meta, str(arch), fam, where, tied, rope_factors, vocab, name)
 
     def get(key: str, default=None, required: bool = True):
         full = f"{arch}.{key}"
@@ -471,3 +643,62 @@ def _gguf_int(v, key: str, where: str) -> int:
 
 def _opt_int(v) -> int | None:
     return None if v is None else int(v)
+
+
+UNROTATED = 1e29     # llama.cpp's converter marks proportional RoPE's unturned pairs with a divisor of 1e30
+
+
+def _from_gguf_gemma(meta: dict[str, Any], arch: str, fam: Family, where: str, tied: bool,
+                     rope_factors: tuple[float, ...] | None, vocab: int | None, name: str) -> ModelConfig:
+    """Gemma 4 as llama.cpp's converter writes it: key_length the full layers' heads, key_length_swa the
+    sliding ones', sliding_window_pattern per layer, rope_freqs (full layers only) 1 for a turned pair
+    and 1e30 for an unturned one, feed_forward_length per layer with the double-wide MLP."""
+    def get(key: str, default=None):
+        full = f"{arch}.{key}"
+        if full in meta:
+            return meta[full]
+        if default is None:
+            raise ModelError(f"{where}: missing key '{full}'")
+        return default
+
+    layers = int(get("block_count"))
+    pattern = get("attention.sliding_window_pattern")
+    if not isinstance(pattern, (list, tuple)) or len(pattern) != layers:
+        raise ModelError(f"{where}: {arch}.attention.sliding_window_pattern must list {layers} flags")
+    hd_full, hd_swa = int(get("attention.key_length")), int(get("attention.key_length_swa"))
+    for key, want in (("attention.value_length", hd_full), ("attention.value_length_swa", hd_swa),
+                      ("rope.dimension_count", hd_full), ("rope.dimension_count_swa", hd_swa)):
+        if int(get(key, want)) != want:
+            raise ModelError(f"{where}: {arch}.{key} = {get(key)}; this layer needs {want} (whole heads)")
+    kv = get("attention.head_count_kv")
+    kvs = {int(x) for x in kv} if isinstance(kv, (list, tuple)) else {int(kv)}
+    if len(kvs) != 1:
+        raise ModelError(f"{where}: {arch}.attention.head_count_kv {list(kv)}: full and sliding layers with their own "
+                         "KV head counts are not supported")
+    ff = get("feed_forward_length")
+    layer_ffn = tuple(int(x) for x in ff) if isinstance(ff, (list, tuple)) else ()
+    if layer_ffn and len(layer_ffn) != layers:
+        raise ModelError(f"{where}: {arch}.feed_forward_length has {len(layer_ffn)} entries for {layers} layers")
+    pairs = 0
+    if rope_factors is not None:
+        turned = [f == 1.0 for f in rope_factors]
+        if len(rope_factors) != hd_full // 2 or any(not t and f < UNROTATED for t, f in zip(turned, rope_factors)) \
+                or turned != sorted(turned, reverse=True):
+            raise ModelError(f"{where}: rope_freqs.weight must hold {hd_full // 2} divisors, 1 for the turned pairs "
+                             "then 1e30 (proportional RoPE)")
+        pairs = sum(turned) if sum(turned) != hd_full // 2 else 0
+    cap = float(get("final_logit_softcapping", 0.0))
+    eos = _ids(meta.get("tokenizer.ggml.eos_token_id")) + _ids(meta.get("tokenizer.ggml.eot_token_id"))
+    return ModelConfig(
+        family=fam.name, vocab=int(get("vocab_size", vocab)), d=int(get("embedding_length")), layers=layers,
+        heads=int(get("attention.head_count")), kv_heads=kvs.pop(), head_dim=hd_swa,
+        ffn=layer_ffn[0] if layer_ffn else int(ff), norm_eps=float(get("attention.layer_norm_rms_epsilon")),
+        rope_theta=float(get("rope.freq_base_swa")), tied=tied, context=int(get("context_length", 4096)),
+        layer_kinds=tuple("sliding" if p else "attention" for p in pattern),
+        bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")), eos_ids=tuple(dict.fromkeys(eos)),
+        pad_id=_opt_int(meta.get("tokenizer.ggml.padding_token_id")), name=name,
+        sliding_window=int(get("attention.sliding_window")), global_head_dim=hd_full if hd_full != hd_swa else 0,
+        global_rope_theta=float(get("rope.freq_base")), global_rope_pairs=pairs,
+        kv_shared=int(get("attention.shared_kv_layers", 0)), ple_dim=int(get("embedding_length_per_layer_input", 0)),
+        layer_ffn=layer_ffn if len(set(layer_ffn)) > 1 else (), logit_softcap=cap,
+    ).check(where)

@@ -39,7 +39,7 @@ from .errors import ModelError
 from .families import NORM_TENSORS
 from .layout import CardFormat, card_config, card_format, embed_kind, f_chunk_for
 
-CONVERT_VERSION = 2
+CONVERT_VERSION = 3
 ROW_CHUNK = 8192                   # rows quantised at once (bounds the float64 temporaries)
 Progress = Callable[[int, int, str], None]   # (done, total, what)
 
@@ -72,6 +72,9 @@ def _plan_tensors(ckpt: Checkpoint, fmt: CardFormat) -> list[tuple[str, str, int
         for name, k, _ in cfg.layer_names(i):
             wf = None if k in NORM_TENSORS else fmt.head_wf if k == "router" else fmt.layer_wf
             out.append((name, name, wf))
+    for k in cfg.global_tensors():        # Gemma's PLE: the projection on the card, the table (fp32) for the host
+        if k in ("plp", "pln", "ple"):
+            out.append((k, k, fmt.layer_wf if k == "plp" else None))
     out.append(("final_norm", "final_norm", None))
     out.append(("head", "head", fmt.head_wf))
     kind = embed_kind(cfg, fmt)

@@ -14,6 +14,9 @@ hold the store and hand pages to sequences itself. Per turn:
   to stop (Ctrl-C: the card ends the reply within a token and the cache stays consistent);
 - `logits(seq)`: one step whose logits the host reads (teacher-forced checks, host sampling).
 
+A model with a table kept on the host (Gemma 4's per-layer embeddings) has a `RowServer`
+(llm/offload.py) that answers the card's mailbox while every run goes on; `rows_served` counts it.
+
 Programs are compiled on first use (`programs.compile_program`, disk-cached) and kept. Every run's
 counters are collected into the turn's `RunCost`, from which the stats line comes: cycles at
 the card's core clock, DRAM beats, unit busy cycles (counters on a card, the timing model on
@@ -37,6 +40,7 @@ from ..board import Prepared
 from ..target import Target
 from . import image, layout, programs
 from .convert import Converted
+from .offload import RowServer
 from .errors import ModelError
 from .offload import ExpertServer
 from .layout import (MAX_STOP_IDS, S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP,
@@ -45,7 +49,7 @@ from .sampling import Sampling
 
 LOG2E = 1.4426950408889634
 POLL_MIN_S, POLL_MAX_S = 0.005, 0.2   # host polls of a running card: a quarter of the time a token takes
-SERVE_BUDGET = 4096                   # simulator instructions between two looks at the expert mailbox
+SERVE_BUDGET = 4096                   # simulator instructions between two looks at the host's mailboxes
 UTIL_COUNTERS = ("MXU_BUSY", "VPU_BUSY", "DMA_BUSY", "QNT_BUSY")
 
 
@@ -199,6 +203,12 @@ class Engine:
         self._programs: dict = {}
         self.program_cache = program_cache
         self._free_slots = list(range(opts.slots))
+        self.rows: RowServer | None = None
+        G = self.plan.gemma
+        if G is not None and G.mailbox is not None:     # the per-layer table stays on the host
+            self.rows = RowServer(backend, G.mailbox, G.landing.base.const, conv.tensors["ple"])
+            self.rows.reset()
+        self.servers = [x for x in (self.experts, self.rows) if x is not None]   # the host's mailbox ends
 
     @property
     def prefix_reuse(self) -> bool:
@@ -265,12 +275,13 @@ class Engine:
 
     def _run(self, prog: Prepared, cost: RunCost, tokens: int):
         before = self.backend.counters()
-        if self.experts is None:
+        if not self.servers:
             stats = self.backend.run(prog)
-        else:                              # serve the expert mailbox until the program halts
+        else:                              # serve the host's mailboxes until the program halts
             self.backend.start(prog)
             while self.backend.poll(SERVE_BUDGET):
-                self.experts.poll()
+                for server in self.servers:
+                    server.poll()
             stats = self.backend.wait()
         cost.add(stats, before, self.backend.counters(), tokens)
         return stats
@@ -311,6 +322,10 @@ class Engine:
         seqs = list(seqs) if many else [seqs]
         if len({s.slot for s in seqs}) != len(seqs):
             raise ModelError("two of the sequences share a slot")
+        limit = layout.max_row_groups(self.cfg)
+        if limit is not None and len(seqs) > limit:
+            raise ModelError(f"{len(seqs)} sequences in one step; a {self.cfg.family} model steps {limit} at a time "
+                             "on the card")
         if len(seqs) > self.plan.logits.rows:
             raise ModelError(f"{len(seqs)} sequences in one step; the image has {self.plan.logits.rows} logits rows")
         cost = cost if cost is not None else RunCost()
@@ -376,7 +391,7 @@ class Engine:
         sleep, last_seen = 2 * POLL_MIN_S, time.monotonic()
         while True:
             running = self.backend.poll()
-            served = self.experts is not None and self.experts.poll()
+            served = any([server.poll() for server in self.servers])    # every mailbox looked at
             pos_now = int(self._read_state(seq)[S_POS])
             if pos_now > seen_pos:
                 new = self._read_ids(seq, seen_pos + 1, pos_now - seen_pos)
@@ -403,8 +418,8 @@ class Engine:
                 stopping = True
             if not running:
                 break
-            if board and not served:       # a card waiting on an expert: look again soon
-                time.sleep(sleep if self.experts is None else POLL_MIN_S)
+            if board and not served:       # a card waiting on the host: look again soon
+                time.sleep(sleep if not self.servers else POLL_MIN_S)
         stats = self.backend.wait()
         turn.decode.add(stats, before, self.backend.counters(), len(turn.tokens))
         st = self._read_state(seq)

@@ -1,4 +1,4 @@
-"""Model families as data: what differs between Qwen3, Llama, SmolLM3, LFM2 and Qwen3-MoE decoders, and tensor names.
+"""Model families as data: what differs between Qwen3, Llama, SmolLM3, LFM2, Qwen3.5, Qwen3-MoE and Gemma 4 decoders, and tensor names.
 
 A family is a row of facts, not code: the architecture names a Hugging Face `config.json` or a
 GGUF file uses for it, whether it has per-head q/k RMSNorm, whether llama.cpp's converter
@@ -9,11 +9,12 @@ name, so a new dense family of this shape is one more entry in `FAMILIES`.
 
 Layer kinds: a layer is one of `KINDS` (its mixer: "attention", the GQA block; "conv", LFM2's
 gated short convolution; "deltanet", Qwen3.5's Gated DeltaNet: a short SiLU convolution over
-the q/k/v projection, then the gated delta rule with its state per head), each with the
-canonical tensors `KIND_TENSORS` lists; every kind ends in the same SwiGLU MLP. A family whose
-config names the kind of each layer (LFM2's and Qwen3.5's `layer_types`) maps those names
-through `layer_types`; the others are attention throughout. A new kind (sliding attention) is a
-`KINDS` entry, its tensors and its mixer in the references and the card program.
+the q/k/v projection, then the gated delta rule with its state per head; "sliding", attention
+over the last `sliding_window` positions, Gemma 4's local layers, whose full layers are
+"attention"), each with the canonical tensors `KIND_TENSORS` lists; every kind ends in the same
+gated MLP. A family whose config names the kind of each layer (LFM2's, Qwen3.5's and Gemma 4's
+`layer_types`) maps those names through `layer_types`; the others are attention throughout. A
+new kind is a `KINDS` entry, its tensors and its mixer in the references and the card program.
 
 Qwen3.5's attention differs by data too: `attn_gate` (q_proj gives per head the query and an
 output gate, the attention output is multiplied by sigmoid(gate)), `partial_rope` (RoPE on the
@@ -26,6 +27,13 @@ Mixture of experts: a family with `moe` (Qwen3-MoE) replaces every layer's SwiGL
 router (`router`, [experts, d]) and `experts` SwiGLU experts (`eg`, `eu`, `ed`; canonical names
 carry the expert after the layer, `eg.3.5`). Hugging Face stores one tensor per expert; GGUF
 stacks a layer's experts in one tensor ([experts, out, in]), which the loader splits.
+
+Gemma 4's decoder differs in fields, not names: the MLP's activation (`act`: gelu with the tanh
+approximation), the embedding scaled by sqrt(hidden) (`embed_scaled`), norms after the mixer
+and after the MLP too (`sandwich_norms`: canonical `an`, `fn`), a scale-free RMSNorm of v
+(`v_norm`), scores not divided by sqrt(head_dim) (`unit_scores`: q and k are normed), a scalar
+per layer multiplying the layer's output (`layer_scalar`: `ls`), and, when the config has a
+per-layer input width, the per-layer embeddings (`PLE_LAYER_TENSORS`, `PLE_GLOBAL_TENSORS`).
 
 Tensor names: `LAYER_TENSORS` and `GLOBAL_TENSORS` map the layer's canonical names (`wq`,
 `ln1`, ...) to the Hugging Face and llama.cpp (GGUF) names; a family's `hf_names` /
@@ -57,6 +65,12 @@ class Family:
     hf_norm_offset: tuple[str, ...] = ()            # canonical norms Hugging Face stores as w - 1
     gguf_tiled_v: bool = False                      # DeltaNet value heads tiled in GGUF (llama.cpp's reorder)
     moe: bool = False                # routed experts instead of the dense MLP in every layer
+    act: str = "silu"                # the gated MLP's activation: "silu" or "gelu_tanh"
+    embed_scaled: bool = False       # the embedding row times sqrt(hidden size) (Gemma)
+    sandwich_norms: bool = False     # RMSNorms of the mixer's and the MLP's outputs too (`an`, `fn`)
+    v_norm: bool = False             # v RMSNormed per head without a weight
+    unit_scores: bool = False        # attention scores q.k without the 1/sqrt(head_dim)
+    layer_scalar: bool = False       # each layer's output times its scalar `ls`
 
     def hf_name(self, canon: str) -> str:
         return dict(self.hf_names).get(canon) or {**LAYER_TENSORS, **GLOBAL_TENSORS}[canon][0]
@@ -90,6 +104,13 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            gguf_tiled_v=True),
     Family("qwen3moe", ("Qwen3MoeForCausalLM",), ("qwen3moe",), qk_norm=True, gguf_permuted_qk=False,
            sampling=Sampling(0.7, 20, 0.8, 1.0), moe=True),
+    Family("gemma4", ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"), ("gemma4",), qk_norm=True,
+           gguf_permuted_qk=False, sampling=Sampling(1.0, 64, 0.95, 1.0),
+           layer_types=(("full_attention", "attention"), ("sliding_attention", "sliding")),
+           act="gelu_tanh", embed_scaled=True, sandwich_norms=True, v_norm=True, unit_scores=True, layer_scalar=True,
+           hf_names=(("ln2", "model.layers.{i}.pre_feedforward_layernorm.weight"),
+                     ("an", "model.layers.{i}.post_attention_layernorm.weight"),
+                     ("fn", "model.layers.{i}.post_feedforward_layernorm.weight"))),
 )}
 
 # canonical layer tensor -> (Hugging Face name, GGUF name); {i} is the layer index
@@ -121,6 +142,13 @@ LAYER_TENSORS: dict[str, tuple[str, str]] = {
     "eg": ("model.layers.{i}.mlp.experts.{e}.gate_proj.weight", "blk.{i}.ffn_gate_exps.weight"),
     "eu": ("model.layers.{i}.mlp.experts.{e}.up_proj.weight", "blk.{i}.ffn_up_exps.weight"),
     "ed": ("model.layers.{i}.mlp.experts.{e}.down_proj.weight", "blk.{i}.ffn_down_exps.weight"),
+    # Gemma 4: the norms after the mixer and the MLP, the layer's output scalar, the per-layer input
+    "an": ("model.layers.{i}.post_attention_norm.weight", "blk.{i}.post_attention_norm.weight"),
+    "fn": ("model.layers.{i}.post_feedforward_norm.weight", "blk.{i}.post_ffw_norm.weight"),
+    "ls": ("model.layers.{i}.layer_scalar", "blk.{i}.layer_output_scale.weight"),
+    "pg": ("model.layers.{i}.per_layer_input_gate.weight", "blk.{i}.inp_gate.weight"),
+    "pp": ("model.layers.{i}.per_layer_projection.weight", "blk.{i}.proj.weight"),
+    "pn": ("model.layers.{i}.post_per_layer_input_norm.weight", "blk.{i}.post_norm.weight"),
 }
 MLP_TENSORS = ("ln2", "wg", "wu", "wd")
 KIND_TENSORS: dict[str, tuple[str, ...]] = {
@@ -128,7 +156,11 @@ KIND_TENSORS: dict[str, tuple[str, ...]] = {
     "conv": ("ln1", "cin", "conv", "cout") + MLP_TENSORS,     # in_proj rows: B, C, x (d each); conv: [d, taps]
     # in_proj_qkv rows: q (Hk x dk), k (Hk x dk), v (Hv x dv), the convolution's channels in that order
     "deltanet": ("ln1", "gqkv", "gz", "gb", "ga", "gconv", "galog", "gdt", "gnorm", "gout") + MLP_TENSORS,
+    "sliding": ("ln1", "wq", "wk", "wv", "wo", "qn", "kn") + MLP_TENSORS,
 }
+KV_TENSORS = ("wk", "wv", "kn")              # absent from a layer that reads an earlier layer's KV
+SANDWICH_TENSORS = ("an", "fn")
+PLE_LAYER_TENSORS = ("pg", "pp", "pn")       # gate [ple, d], projection [d, ple], its norm [d]
 KINDS = tuple(KIND_TENSORS)
 EXPERT_TENSORS = ("eg", "eu", "ed")        # one per expert (GGUF: stacked, experts first)
 MOE_TENSORS = ("ln2", "router") + EXPERT_TENSORS    # a moe family's layers end in these instead of MLP_TENSORS
@@ -136,9 +168,15 @@ GLOBAL_TENSORS: dict[str, tuple[str, str]] = {
     "embed": ("model.embed_tokens.weight", "token_embd.weight"),
     "final_norm": ("model.norm.weight", "output_norm.weight"),
     "head": ("lm_head.weight", "output.weight"),
+    # Gemma 4's per-layer embeddings: the table [vocab, layers*ple], the model projection, its norm
+    "ple": ("model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight"),
+    "plp": ("model.per_layer_model_projection.weight", "per_layer_model_proj.weight"),
+    "pln": ("model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight"),
 }
+PLE_GLOBAL_TENSORS = ("ple", "plp", "pln")
 QK_NORM_TENSORS = ("qn", "kn")
-NORM_TENSORS = ("ln1", "ln2", "qn", "kn", "conv", "gconv", "galog", "gdt", "gnorm")   # kept fp32 (taps, gates too)
+NORM_TENSORS = ("ln1", "ln2", "qn", "kn", "conv", "gconv", "galog", "gdt", "gnorm", "an", "fn", "ls", "pn",
+                "pln")   # kept fp32 (conv taps, gates, scalars too)
 DEPTHWISE_TENSORS = ("conv", "gconv")     # nn.Conv1d's [channels, 1, taps] in Hugging Face files, [channels, taps] here
 # tensors whose presence means a computation this layer does not do (refused, never ignored)
 REFUSED_SUFFIXES = (".bias",)

@@ -6,7 +6,10 @@ taps as [taps, d] and its rings zeroed; a DeltaNet block's taps as [taps, C], it
 and norm, its rings and states zeroed) and zeroes its KV pool (stale bits in a scale would turn into NaN
 when the attention multiplies padding by zero), the final norm, LM head and embedding table,
 the tables (RoPE cos/sin in fp32 from the float64 angles, attention mask rows, the sampler's
-triangle of ones, a two-kind model's layer order), the chain table and the HALT program, and clears every slot's I/O area. It
+triangle of ones, a two-kind model's layer order), the chain table and the HALT program, and clears every slot's I/O area.
+Gemma 4's blocks are one per layer (`write_gemma_layers`): its norms, scalar, projections, PLE
+weights, and the full layers' RoPE tables; its per-layer embedding table is not written (the
+host serves its rows, llm/offload.RowServer). It
 works through any Backend (`write(addr, data)`), so the same bytes reach the golden simulator's
 DRAM and a card's.
 """
@@ -20,6 +23,7 @@ from .. import isa
 from ..kernels.attention import mask_table
 from .convert import Converted
 from .errors import ModelError
+from ..kernels.mailbox import BYTES as MAILBOX_BYTES
 from .layout import KMAX, ImagePlan, conv_runs
 
 ZERO_CHUNK = 16 << 20
@@ -69,11 +73,38 @@ def clear_io(backend, plan: ImagePlan) -> None:
     _zeros(backend, plan.mailbox.base.const, 4 * plan.mailbox.cols)
 
 
+def write_gemma_layers(backend, plan: ImagePlan, conv: Converted,
+                       progress: Callable[[int, int, str], None] | None = None) -> None:
+    cfg, T, G = plan.cfg, conv.tensors, plan.gemma
+    for l, Ly in enumerate(G.layers):
+        if progress is not None:
+            progress(l, cfg.layers + 2, f"layer {l}")
+        for k in ("ln1", "an", "ln2", "fn", "qn", "kn", "ls", "pn"):
+            if getattr(Ly, k) is not None:
+                backend.write(getattr(Ly, k).base.const, np.asarray(T[f"{k}.{l}"], np.float32))
+        for k in ("wq", "wk", "wv", "wo", "wg", "wu", "pg", "pp"):
+            if getattr(Ly, k) is not None:
+                _packed(backend, getattr(Ly, k), T[f"{k}.{l}"], f"{k}.{l}")
+        for c, part in enumerate(T[f"wd.{l}"]):
+            _packed(backend, Ly.wd.part(c), part, f"wd.{l}")
+        if Ly.kv is not None:
+            _zeros(backend, Ly.kv.k.const, plan.opts.pages * Ly.page_stride)
+    cos, sin = cfg.rope_tables(plan.opts.ctx, "attention")
+    backend.write(G.gcos.base.const, cos.astype(np.float32))
+    backend.write(G.gsin.base.const, sin.astype(np.float32))
+    if G.plp is not None:
+        _packed(backend, G.plp, T["plp"], "plp")
+        backend.write(G.pln.base.const, np.asarray(T["pln"], np.float32))
+        _zeros(backend, G.mailbox.base, MAILBOX_BYTES)
+
+
 def write_model(backend, plan: ImagePlan, conv: Converted, seq_wc: bool = False,
                 progress: Callable[[int, int, str], None] | None = None) -> None:
     cfg, T = plan.cfg, conv.tensors
     total = cfg.layers + 2
-    for l, kind in enumerate(cfg.kinds):
+    if plan.gemma is not None:
+        write_gemma_layers(backend, plan, conv, progress)
+    for l, kind in enumerate(cfg.kinds if plan.gemma is None else ()):
         if progress is not None:
             progress(l, total, f"layer {l}")
         block = cfg.kind_layers(kind).index(l)

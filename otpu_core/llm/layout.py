@@ -35,6 +35,15 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
 - the program slots the generate loop chains through (a one-instruction HALT and two bucket
   programs, double-buffered).
 
+Gemma 4 (`GemmaBlocks`): one block per layer, since its layers differ in shape (sliding and full
+heads, the shared layers' double-wide MLP and no K/V projections or pool of their own): norms
+(ln1, the post-attention norm, ln2, the post-MLP norm, the PLE norm, the layer scalar), q/k
+norms, projections, the MLP, PLE gate and projection, then the layer's KV pool (full length for
+sliding layers too: the window decides what is read); plus the full layers' RoPE tables, the PLE
+model projection and norm, the host mailbox (kernels/mailbox.py) with the landing row the host
+writes a token's per-layer embeddings into (the table stays on the host), and a scratch row per
+prefill row for the per-layer inputs.
+
 Heads narrower than the block size D (LFM2's 64 on a D=128 card) are zero-padded to a whole
 block (`card_config`): each half of a head's real dims starts a half of the padded head, so
 rotate-half RoPE over the padded width turns the real pairs (the tables' padding frequencies
@@ -50,6 +59,8 @@ from dataclasses import dataclass, field
 from .. import formats, isa, ol
 from ..kernels.conv import ring_rows
 from ..kernels.moe import ExpertBlob, OffloadLayout
+from ..kernels.mailbox import BYTES as MAILBOX_BYTES
+from ..kernels.mailbox import Mailbox
 from ..ol import Affine, KVCache, QTensor, Tensor
 from ..target import Config
 from .config import ModelConfig
@@ -104,16 +115,28 @@ class ImageOptions:
     expert_slots: int = 0       # mixture of experts: slots per layer (0: one for every expert)
 
 
+def max_row_groups(cfg: ModelConfig) -> int | None:
+    """How many sequences one step may batch, when the model limits it: Gemma 4's row groups keep the
+    position offsets of both head widths live through its layer loops, and a second group exceeds the
+    card's address registers."""
+    return 1 if "sliding" in cfg.kinds else None
+
+
+def prefill_rows(cfg: ModelConfig, tcfg: Config) -> int:
+    """Rows one prefill run takes: MCOLS, or one with Gemma's layers (a run of more rows does not fit IMEM)."""
+    return 1 if "sliding" in cfg.kinds else tcfg.MCOLS
+
+
 def sequence_options(cfg: ModelConfig, tcfg: Config, fmt: str, ctx: int | None, f_chunk: int, slots: int = 1,
                      pages: int | None = None, ring: bool = False, page: int = 256,
                      expert_slots: int = 0) -> ImageOptions:
     """The image a tool builds for `slots` sequences of up to `ctx` positions (None: the model's
     context; the model's context caps it), rounded up to whole pages; `pages` defaults to every
-    slot's full context. Prefill runs take up to MCOLS rows."""
+    slot's full context. Prefill runs take `prefill_rows` rows."""
     limit = min(ctx or cfg.context, cfg.context)
     ctx = -(-limit // page) * page
     return ImageOptions(fmt=fmt, slots=slots, pages=pages or slots * (ctx // page), page=page, ctx=ctx, ring=ring,
-                        rows=tcfg.MCOLS, f_chunk=f_chunk, expert_slots=expert_slots)
+                        rows=prefill_rows(cfg, tcfg), f_chunk=f_chunk, expert_slots=expert_slots)
 
 
 @dataclass(eq=False)
@@ -209,6 +232,116 @@ class GdnLayerPlan:
         return ol.shift(self.state, slot * self.slot_stride)
 
 
+@dataclass(eq=False)
+class GemmaLayerPlan:
+    """One Gemma 4 layer's block (static addresses); kv/wk/wv/kn are None in a KV-sharing layer."""
+    ln1: Tensor
+    an: Tensor
+    ln2: Tensor
+    fn: Tensor
+    qn: Tensor
+    kn: Tensor | None
+    ls: Tensor
+    pn: Tensor | None
+    wq: QTensor
+    wk: QTensor | None
+    wv: QTensor | None
+    wo: QTensor
+    wg: QTensor
+    wu: QTensor
+    wd: QTensor
+    pg: QTensor | None
+    pp: QTensor | None
+    kv: KVCache | None
+    hd: int
+    page_stride: int = 0
+    head_stride: int = 0
+    stride: int = 0              # the block's bytes: the next layer of its shape starts this far on
+
+    def at(self, l) -> "GemmaLayerPlan":
+        """The block l strides on (affine: a loop over a run of layers of one shape)."""
+        delta = Affine.of(l) * self.stride
+        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
+                                            for f in dataclasses.fields(self)[:18] if getattr(self, f.name) is not None})
+
+    def page(self, p, g: int) -> KVCache:
+        return ol.shift(self.kv, Affine.of(p) * self.page_stride + g * self.head_stride)
+
+
+@dataclass(eq=False)
+class GemmaBlocks:
+    layers: list                 # GemmaLayerPlan per layer
+    gcos: Tensor                 # the full layers' RoPE tables [ctx, global_head_dim/2]
+    gsin: Tensor
+    plp: QTensor | None          # PLE: the model projection [layers*ple, d], its norm, the host's mailbox,
+    pln: Tensor | None           # the landing row [layers*ple] and per prefill row the per-layer inputs
+    mailbox: Mailbox | None
+    landing: Tensor | None
+    ple_in: Tensor | None
+
+
+def _kv_pool(lc: "_Cursor", hd: int, kv_heads: int, P: int, pages: int, D: int) -> tuple[KVCache, int, int]:
+    """Page 0 / head 0 of a KV pool, the head stride and the page stride."""
+    kv0 = KVCache(lc.take(P * hd), lc.take(4 * P * (hd // D)), lc.take(hd * P), lc.take(4 * P), P, hd)
+    head_stride = -(-(kv0.v_scale.const + 4 * P - kv0.k.const) // ALIGN) * ALIGN
+    lc.at = kv0.k.const + head_stride * kv_heads * pages
+    return kv0, head_stride, head_stride * kv_heads
+
+
+def ln1_at(norms: list) -> int:
+    return norms[0].base.const
+
+
+def gemma_runs(cfg: ModelConfig, blocks: list) -> list[tuple[int, int]]:
+    """(first layer, count) of each run of consecutive layers one loop body serves: one kind, KV of
+    their own (or all of one earlier layer's), one MLP width, blocks a stride apart."""
+    runs: list[list] = []
+    for i in range(cfg.layers):
+        key = (cfg.kinds[i], cfg.kv_source(i) if cfg.shares_kv(i) else -1, cfg.ffn_of(i))
+        if runs and runs[-1][2] == key and \
+                ln1_at([blocks[i].ln1]) - ln1_at([blocks[runs[-1][0]].ln1]) == runs[-1][1] * blocks[i].stride:
+            runs[-1][1] += 1
+        else:
+            runs.append([i, 1, key])
+    return [(a, n) for a, n, _ in runs]
+
+
+def _vector(cur: "_Cursor", n: int) -> Tensor:
+    return Tensor(cur.take(4 * n), (n,))
+
+
+def _gemma_blocks(cfg: ModelConfig, cur: "_Cursor", opts: ImageOptions, wf: int, D: int, fc: int) -> GemmaBlocks:
+    d, P, ple = cfg.d, opts.page, cfg.ple_dim
+    ghd = cfg.global_head_dim or cfg.head_dim
+    gcos = Tensor(cur.take(4 * opts.ctx * ghd // 2), (opts.ctx, ghd // 2))
+    gsin = Tensor(cur.take(4 * opts.ctx * ghd // 2), (opts.ctx, ghd // 2))
+    plp = pln = mb = landing = ple_in = None
+    if ple:
+        plp, pln = _weight(cur, cfg.layers * ple, d, wf, D), Tensor(cur.take(4 * ple), (ple,))
+        mb = Mailbox(cur.take(MAILBOX_BYTES, 64))
+        landing = Tensor(cur.take(4 * cfg.layers * ple), (cfg.layers * ple,))
+        ple_in = Tensor(cur.take(4 * opts.rows * cfg.layers * ple), (opts.rows, cfg.layers * ple))
+    layers = []
+    for i in range(cfg.layers):
+        lc, hd, f, own = _Cursor(-(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN), cfg.head_dim_of(i), cfg.ffn_of(i), \
+            not cfg.shares_kv(i)
+        norms = [_vector(lc, d) for _ in range(4)]
+        qn, kn, ls = _vector(lc, hd), _vector(lc, hd) if own else None, _vector(lc, 1)
+        pn = _vector(lc, d) if ple else None
+        q, kv = cfg.heads * hd, cfg.kv_heads * hd
+        wq = _weight(lc, q, d, wf, D)
+        wk, wv = (_weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)) if own else (None, None)
+        wo, wg, wu = _weight(lc, d, q, wf, D), _weight(lc, f, d, wf, D), _weight(lc, f, d, wf, D)
+        wd = _parts(lc, d, f, fc, wf, D)
+        pg, pp = (_weight(lc, ple, d, wf, D), _weight(lc, d, ple, wf, D)) if ple else (None, None)
+        kv0, hs, ps = _kv_pool(lc, hd, cfg.kv_heads, P, opts.pages, D) if own else (None, 0, 0)
+        start = ln1_at(norms)
+        stride = -(-(lc.at - start) // BLOCK_ALIGN) * BLOCK_ALIGN
+        layers.append(GemmaLayerPlan(*norms, qn, kn, ls, pn, wq, wk, wv, wo, wg, wu, wd, pg, pp, kv0, hd, ps, hs, stride))
+        cur.at = start + stride
+    return GemmaBlocks(layers, gcos, gsin, plp, pln, mb, landing, ple_in)
+
+
 def card_config(cfg: ModelConfig, D: int) -> ModelConfig:
     """The model as the card runs it: heads narrower than a multiple of D zero-padded to one."""
     padded = -(-cfg.head_dim // D) * D
@@ -273,6 +406,7 @@ class ImagePlan:
     gdn: GdnLayerPlan | None = None       # the Gated DeltaNet blocks
     gdn_rows: Tensor | None = None        # [rows, C] fp32: a multi-row run's convolved q/k/v channels
     offload: OffloadLayout | None = None  # a mixture of experts: mailbox, directory, slots
+    gemma: GemmaBlocks | None = None      # Gemma 4's per-layer blocks
 
     @property
     def other(self):
@@ -289,7 +423,9 @@ class ImagePlan:
 
     @property
     def f_chunk(self) -> int:
-        return self.offload.blob.f_chunk if self.offload is not None else (self.layer or self.conv or self.gdn).wd.K
+        if self.offload is not None:
+            return self.offload.blob.f_chunk
+        return self.gemma.layers[0].wd.K if self.gemma else (self.layer or self.conv or self.gdn).wd.K
 
     def kv_bytes(self) -> int:
         return len(self.cfg.kind_layers("attention")) * self.opts.pages * self.layer.page_stride if self.layer else 0
@@ -347,8 +483,16 @@ def check_fits(cfg: ModelConfig, tcfg: Config, opts: ImageOptions) -> None:
         if tcfg.DSTEP and (cfg.lin_k_dim not in isa.DSTEP_COLS or cfg.lin_v_dim > isa.DSTEP_MAX_ROWS):
             raise ModelError(f"{cfg.name}: DeltaNet heads of {cfg.lin_k_dim} keys x {cfg.lin_v_dim} values; DSTEP "
                              f"takes {', '.join(map(str, isa.DSTEP_COLS))} keys and at most {isa.DSTEP_MAX_ROWS} values")
-    if f_chunk_for(cfg.ffn, D, opts.f_chunk) == 0 or cfg.ffn % f_chunk_for(cfg.ffn, D, opts.f_chunk):
-        raise ModelError(f"{cfg.name}: ffn {cfg.ffn} has no chunk that is a multiple of D={D} (at most 1024)")
+    fc = f_chunk_for(cfg.ffn, D, opts.f_chunk)
+    if fc == 0 or any(f % fc for f in set(cfg.layer_ffn) | {cfg.ffn}):
+        raise ModelError(f"{cfg.name}: ffn {cfg.ffn} has no chunk that is a multiple of D={D} (at most 1024) "
+                         "and divides every layer's MLP width")
+    if cfg.global_head_dim % D or cfg.ple_dim % D:
+        raise ModelError(f"{cfg.name}: the full layers' heads ({cfg.global_head_dim}) and the per-layer input width "
+                         f"({cfg.ple_dim}) must be multiples of the card's D={D}")
+    if "sliding" in cfg.kinds and cfg.sliding_window % opts.page:
+        raise ModelError(f"{cfg.name}: sliding window of {cfg.sliding_window} positions is not whole KV pages of "
+                         f"{opts.page}", hint="the card's windowed attention at a run-time position reads whole pages")
     if opts.page % D or opts.page < D:
         raise ModelError(f"KV page of {opts.page} tokens is not a multiple of D={D}")
     if opts.ctx % opts.page:
@@ -386,6 +530,10 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     tri = Tensor(cur.take(4 * KMAX * KMAX), (KMAX, KMAX))
     n_attn, n_conv = len(cfg.kind_layers("attention")), len(cfg.kind_layers("conv"))
     n_gdn = len(cfg.kind_layers("deltanet"))
+    gemma = None
+    if "sliding" in cfg.kinds:
+        gemma = _gemma_blocks(cfg, cur, opts, fmt.layer_wf, D, f_chunk_for(cfg.ffn, D, opts.f_chunk))
+        n_attn = 0
 
     layers_at = -(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN
     d, q, kv, hd = cfg.d, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.head_dim
@@ -463,7 +611,7 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
                          (" or fewer --expert-slots" if cfg.experts else ""))
     return ImagePlan(cfg, opts, D, fmt, layer, final_norm, head, embed, cos, sin, mask, tri, logits, mailbox, chain,
                      slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind, conv, conv_runs(cfg)[0], gdn,
-                     gdn_rows, offload)
+                     gdn_rows, offload, gemma)
 
 
 def _gdn_plan(lc: _Cursor, cfg: ModelConfig, opts: ImageOptions, wf: int, D: int, mlp) -> GdnLayerPlan:

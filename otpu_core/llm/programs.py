@@ -15,6 +15,11 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
   a mixture of experts' MLP is `kernels.moe` (the router MM, top-k and the directory lookup on
   the card, a mailbox request when a chosen expert is absent; a run of several rows
   expert-major), its layer's first global expert id counted on the card.
+  Gemma 4's layers have a block each, a run of one shape a hardware loop (`_gemma_layers`):
+  sliding layers attend over their window of pages, the KV-sharing ones over an earlier layer's pages, scores with q.k
+  unscaled, the sandwich norms, GeGLU, the per-layer inputs (the token's row of the table is
+  asked of the host through the mailbox, kernels/mailbox.host_row) and the layer scalar; its
+  logits are soft-capped wherever they are made.
   Either way a run of R rows leaves the same bits as R runs of one row. Optionally the last
   row of each group writes its logits. Prefill is this with R rows and no logits.
 - `generate_kernel(plan, spec)`: a hardware loop of tokens (count = min(tokens left, room in the
@@ -33,24 +38,27 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from .. import ol
-from ..kernels.activations import sigmoid
+from ..kernels.activations import gelu_tanh, sigmoid, softcap
 from ..kernels.attention import PagedAttention
 from ..kernels.conv import RingRows, short_conv
 from ..kernels.deltanet import GdnWeights, gated_deltanet_step
 from ..kernels.embedding import embed
+from ..kernels.mailbox import host_row
 from ..kernels.mlp import UNROLL as MLP_UNROLL
-from ..kernels.mlp import swiglu_mlp
+from ..kernels.mlp import geglu_mlp, swiglu_mlp
 from ..kernels.moe import moe_ffn, moe_ffn_rows
 from ..kernels.norm import rmsnorm, rmsnorm_quantized
 from ..kernels.rope import rope
 from ..kernels.sampling import SampleParams, head_choice
-from ..ol import KVCache, Tensor, Tile
-from .layout import S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP, ImagePlan
+from ..ol import Affine, KVCache, Tensor, Tile
+from .layout import (S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP, ImagePlan,
+                     gemma_runs)
 
 
 @dataclass(frozen=True)
@@ -170,6 +178,8 @@ def _embed_rows(plan: ImagePlan, rows: _Rows) -> Tile:
                 e = ol.load(Tensor(t.base + ol.rld(tok, scale=4 * t.rs), (t.cols,)))
             else:                                 # int8 rows, gathered through the MXU
                 e = embed(plan.embed, tok)
+            if plan.cfg.spec.embed_scaled:
+                e = e * math.sqrt(plan.cfg.d)
             if rows.R == 1:
                 h = e
             else:
@@ -341,19 +351,19 @@ def _deltanet(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = No
     return ol.dot(y, Ly.gout)
 
 
-def _mlp(plan: ImagePlan, Ly, h: Tile, split: bool) -> Tile:
-    """The SwiGLU MLP; `split`: as unrolled groups of at most UNROLL chunks (no hardware loop, for
-    a body already at the loop depth limit)."""
+def _mlp(plan: ImagePlan, Ly, h: Tile, split: bool, mlp=swiglu_mlp) -> Tile:
+    """The gated MLP (SwiGLU, or `mlp` = geglu_mlp); `split`: as unrolled groups of at most UNROLL
+    chunks (no hardware loop, for a body already at the loop depth limit)."""
     fc = plan.f_chunk
-    chunks = plan.cfg.ffn // fc
+    chunks = Ly.wg.N // fc
     if not split or chunks <= MLP_UNROLL:
-        return swiglu_mlp(rmsnorm_quantized(h, ol.load(Ly.ln2), plan.cfg.norm_eps, Ly.wg), Ly.wg, Ly.wu, Ly.wd, fc)
+        return mlp(rmsnorm_quantized(h, ol.load(Ly.ln2), plan.cfg.norm_eps, Ly.wg), Ly.wg, Ly.wu, Ly.wd, fc)
     x = rmsnorm_quantized(h, ol.load(Ly.ln2), plan.cfg.norm_eps, Ly.wg)
     y = None
     for c0 in range(0, chunks, MLP_UNROLL):
         n = min(MLP_UNROLL, chunks - c0)
         down = dataclasses.replace(Ly.wd.part(c0), part_stride=Ly.wd.part_stride)
-        part = swiglu_mlp(x, Ly.wg.rows(c0 * fc, n * fc), Ly.wu.rows(c0 * fc, n * fc), down, fc)
+        part = mlp(x, Ly.wg.rows(c0 * fc, n * fc), Ly.wu.rows(c0 * fc, n * fc), down, fc)
         y = part if y is None else y + part
     return y
 
@@ -383,6 +393,96 @@ def _experts(plan: ImagePlan, Ly, h: Tile, first: Tile) -> Tile:
     return moe_ffn_rows(y, Ly.router, lay, first)
 
 
+def _gemma_ple(plan: ImagePlan, h: Tile, rows: _Rows) -> None:
+    """Each row's per-layer inputs into its scratch row: (norm(e Wp / sqrt(d)) + table row * sqrt(ple)) / sqrt(2),
+    the table row fetched from the host (one mailbox request per row)."""
+    cfg, G, ple = plan.cfg, plan.gemma, plan.cfg.ple_dim
+    pln = ol.load(G.pln)
+    for r, (g, j) in enumerate(rows.of):
+        grp, pos = rows.groups[g], rows.pos[g]
+        tok = ol.load(_word(plan.io(grp.slot)["ids"], pos.times(4) + 4 * j))
+        proj = (ol.dot(_row(h, r), G.plp) * (1.0 / math.sqrt(cfg.d))).reshape(cfg.layers, ple)
+        proj = rmsnorm(proj, pln, cfg.norm_eps)
+        row = host_row(G.mailbox, G.landing, tok).reshape(cfg.layers, ple)
+        ol.store(Tensor(G.ple_in.base + 4 * r * G.ple_in.rs, (cfg.layers, ple), ple),
+                 (proj + row * math.sqrt(ple)) * math.sqrt(0.5))
+
+
+def _gemma_attention(plan: ImagePlan, kind: str, Ly, src, h: Tile, rows: _Rows, tables: dict) -> Tile:
+    """One Gemma layer's attention for every row (q/k/v norms, RoPE of its kind, appends to its own
+    pages, the window or the shared layer's pages `src`), o_proj and the post-attention norm."""
+    cfg = plan.cfg
+    H, KV, hd, grp_size, mcols = cfg.heads, cfg.kv_heads, Ly.hd, cfg.group, ol.config().MCOLS
+    window = cfg.sliding_window if kind == "sliding" else None
+    cos, sin = tables[kind]
+    xn = rmsnorm_quantized(h, ol.load(Ly.ln1), cfg.norm_eps, Ly.wq)
+    q = ol.dot(xn, Ly.wq)
+    own = Ly.kv is not None
+    k, v = (ol.dot(xn, Ly.wk), ol.dot(xn, Ly.wv)) if own else (None, None)
+    del xn
+    qn = ol.load(Ly.qn)
+    kn, ones = (ol.load(Ly.kn), ol.full((hd,), 1.0)) if own else (None, None)
+    att = ol.empty(q.shape)
+    for r, (g, j) in enumerate(rows.of):
+        grp = rows.groups[g]
+        qr = rope(rmsnorm(_row(q, r).reshape(H, hd), qn, cfg.norm_eps), _row(cos, r), _row(sin, r))
+        if own:
+            kr = rope(rmsnorm(_row(k, r).reshape(KV, hd), kn, cfg.norm_eps), _row(cos, r), _row(sin, r))
+            vr = rmsnorm(_row(v, r).reshape(KV, hd), ones, cfg.norm_eps)
+            for kh in ol.static_range(KV):
+                slot = rows.token_slot(Ly.page(grp.pages[-1], kh), g, j)
+                ol.kv_append_k(slot, 0, kr[kh])
+                ol.kv_append_v(slot, 0, vr[kh])
+            del kr, vr
+        ar = _row(att, r).reshape(H, hd)
+        for kh in ol.static_range(KV):
+            pages = [src.page(p, kh) for p in grp.pages]
+            for h0 in range(kh * grp_size, (kh + 1) * grp_size, mcols):
+                h1 = min(h0 + mcols, (kh + 1) * grp_size)
+                ar[h0:h1].set(PagedAttention(qr[h0:h1], pages, last_mask=rows.mask_row(g, j), window=window,
+                                             scale=1.0 if cfg.spec.unit_scores else None).start().finish())
+        del qr
+    del q, k, v
+    return rmsnorm(ol.dot(att, Ly.wo), ol.load(Ly.an), cfg.norm_eps)
+
+
+def _gemma_layer(plan: ImagePlan, kind: str, Ly, src, li, h: Tile, rows: _Rows, tables: dict, looped: bool) -> None:
+    """One Gemma layer on h (in place): attention, the MLP, the per-layer input (layer li's slice of
+    each row's scratch, li affine in a loop), the scalar. `looped`: inside a layer loop, whose
+    depth leaves the MLP's chunks unrolled."""
+    cfg, G, eps = plan.cfg, plan.gemma, plan.cfg.norm_eps
+    h += _gemma_attention(plan, kind, Ly, src, h, rows, tables)
+    h += rmsnorm(_mlp(plan, Ly, h, looped, geglu_mlp), ol.load(Ly.fn), eps)
+    if cfg.ple_dim:
+        ple = cfg.ple_dim
+        per = rows.tile(ple)
+        for r in range(rows.R):
+            row = ol.shift(Tensor(G.ple_in.base + 4 * r * G.ple_in.rs, (ple,)), Affine.of(li) * (4 * ple))
+            ol.load(row, out=per if rows.R == 1 else per[r])
+        y = ol.dot(gelu_tanh(ol.dot(h, Ly.pg)) * per, Ly.pp)
+        h += rmsnorm(y, ol.load(Ly.pn), eps)
+        del y, per
+    ls = ol.load(Ly.ls)
+    h.set(h * ls[0:1] if rows.R == 1 else h * (ol.zeros((rows.R,)) + ls[0:1])[:, None])
+
+
+def _gemma_layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
+    """Gemma 4's layers: each run of layers of one shape (layout.gemma_runs) one hardware loop over
+    its blocks (a shared layer reads the same earlier layer's pages every pass), a lone layer straight."""
+    cfg, G = plan.cfg, plan.gemma
+    if cfg.ple_dim:
+        _gemma_ple(plan, h, rows)
+    tables = {"sliding": (rows.table_rows(plan.cos), rows.table_rows(plan.sin)),
+              "attention": (rows.table_rows(G.gcos), rows.table_rows(G.gsin))}
+    for first, n in gemma_runs(cfg, G.layers):
+        kind, shared = cfg.kinds[first], cfg.shares_kv(first)
+        for l in (ol.range(n) if n > 1 else range(1)):
+            Ly = G.layers[first].at(l)
+            src = G.layers[cfg.kv_source(first)] if shared else Ly
+            _gemma_layer(plan, kind, Ly, src, Affine.of(l) + first, h, rows, tables, n > 1)
+    return h
+
+
 def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
     """One kind: one hardware loop over its blocks. Two kinds (LFM2, Qwen3.5): the convolution
     (or DeltaNet) layers before the first attention layer, then a loop over the attention layers,
@@ -390,6 +490,8 @@ def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
     block from a counter on the card: a loop of run-time count cannot step addresses), so each kind's body is traced once whatever the order; a body inside the inner loop
     keeps its MLP unrolled (loops nest at most four deep, and the generate loop uses two)."""
     cfg = plan.cfg
+    if plan.gemma is not None:
+        return _gemma_layers(plan, h, rows)
     cos, sin = (rows.table_rows(plan.cos), rows.table_rows(plan.sin)) if plan.layer is not None else (None, None)
 
     mixers = {"conv": _conv, "deltanet": _deltanet}
@@ -445,15 +547,20 @@ def step_kernel(plan: ImagePlan, spec: StepSpec, source: str = "") -> None:
     if not spec.logits:
         return
     chunk, V = min(plan.opts.head_chunk, plan.cfg.vocab), plan.cfg.vocab
+    cap = plan.cfg.logit_softcap
+
+    def capped(lg: Tile) -> Tile:
+        return softcap(lg, cap) if cap else lg
     r = -1
     for g, grp in enumerate(spec.groups):
         r += grp.n
         hn = rmsnorm_quantized(_row(h, r), ol.load(plan.final_norm), plan.cfg.norm_eps, plan.head)
         full, tail = divmod(V, chunk)
         for ci in ol.range(full):
-            ol.store(plan.logits.window(g, 1, ci * chunk, chunk), ol.dot(hn, plan.head.rows(ci * chunk, chunk)))
+            ol.store(plan.logits.window(g, 1, ci * chunk, chunk), capped(ol.dot(hn, plan.head.rows(ci * chunk, chunk))))
         if tail:
-            ol.store(plan.logits.window(g, 1, full * chunk, tail), ol.dot(hn, plan.head.rows(full * chunk, tail)))
+            ol.store(plan.logits.window(g, 1, full * chunk, tail),
+                     capped(ol.dot(hn, plan.head.rows(full * chunk, tail))))
 
 
 def generate_kernel(plan: ImagePlan, spec: GenSpec, source: str = "") -> None:
@@ -482,7 +589,7 @@ def generate_kernel(plan: ImagePlan, spec: GenSpec, source: str = "") -> None:
                 prm = SampleParams(spec.k, word(S_TINV), word(S_TOPP), ol.load(_word(io["uniforms"], pos.times(4))),
                                    plan.tri, io["seen"] if spec.penalty else None, word(S_PEN_A), word(S_PEN_B))
             pair = head_choice(hn, plan.head, chunk, sample=prm if spec.sample else None, each=each,
-                               penalty=prm if spec.penalty and not spec.sample else None)
+                               penalty=prm if spec.penalty and not spec.sample else None, cap=plan.cfg.logit_softcap)
             idx = pair[1:2]
             ol.store(_word(io["ids"], pos.times(4) + 4), idx)
             if spec.penalty:

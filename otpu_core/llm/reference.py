@@ -11,6 +11,14 @@
   mixture of experts (Qwen3-MoE): the router's softmax over every expert, the k most probable
   (ties: the lower index), their probabilities renormalised to sum to 1, the weighted sum of
   their SwiGLU outputs.
+  Gemma 4 (every field of
+  families/config it has): the embedding times sqrt(hidden), sliding layers over their last
+  `sliding_window` positions and full layers with their own head width and (proportional) RoPE,
+  the last `kv_shared` layers attending over an earlier layer's KV, v normed without a weight,
+  scores without 1/sqrt(head_dim), the norms after the mixer and the MLP, GeGLU, the per-layer
+  embeddings (the table row times sqrt(ple) plus the normed projection of the embedding, over
+  sqrt(2); per layer gelu(gate h) times it, projected, normed, added), the layer scalar, and the
+  final logit soft cap.
 - quantised golden (`Golden(cfg, CardWeights(conv), CardNumerics(...))`): the same forward with
   the card's quantisation points applied exactly and nothing else: the weights the MXU
   multiplies (formats.py's dequantisation of the converted tensors), the embedding row the card reads,
@@ -56,6 +64,12 @@ class SourceWeights:
     def embed(self, tok: int) -> np.ndarray:
         return self.get("embed")[tok].astype(np.float64)
 
+    def ple_row(self, tok: int) -> np.ndarray:
+        """A row of the per-layer table, kept float32 (E2B's is 9.4 GB as float32, twice that as float64)."""
+        if "ple32" not in self._cache:
+            self._cache["ple32"] = self.ckpt.get("ple")
+        return self._cache["ple32"][tok].astype(np.float64)
+
     def down_parts(self, name: str) -> list[np.ndarray]:
         """A down projection (`wd.3`, an expert's `ed.3.5`) as the column parts the MLP sums."""
         return [self.get(name)]
@@ -86,6 +100,10 @@ class CardWeights:
         row = formats.PackedWeights(t.wf, t.d, 1, t.k, np.asarray(t.rows[tok:tok + 1]), np.asarray(t.scales[tok:tok + 1]))
         return row.dequantize()[0]
 
+    def ple_row(self, tok: int) -> np.ndarray:
+        """The per-layer table's row as the host serves it (fp32 rows)."""
+        return np.asarray(self.conv.tensors["ple"][tok], np.float64)
+
     def down_parts(self, name: str) -> list[np.ndarray]:
         return [p.dequantize() for p in self.conv.tensors[name]]
 
@@ -101,15 +119,19 @@ class CardNumerics:
 class Golden:
     def __init__(self, cfg: ModelConfig, weights, card: CardNumerics | None = None, positions: int | None = None):
         self.cfg, self.w, self.card = cfg, weights, card
-        cos, sin = cfg.rope_tables(positions or cfg.context)
-        self.cos, self.sin = cos, sin
+        n = positions or cfg.context
+        self.cos, self.sin = cfg.rope_tables(n)
+        self.tables = {kind: cfg.rope_tables(n, kind) for kind in set(cfg.kinds)}
         self.reset()
 
     def reset(self) -> None:
         c, n = self.cfg, self.cos.shape[0]
-        self.k = np.zeros((c.layers, n, c.kv_heads, c.head_dim))      # keys as stored (card: dequantised)
-        self.v = np.zeros((c.layers, n, c.kv_heads, c.head_dim))      # values (fp) or V codes (card)
-        self.vs = np.zeros((c.layers, n, c.kv_heads))                 # card: V scale per (token, head)
+        # per layer that keeps a KV cache: keys as stored (card: dequantised), values (fp) or V codes
+        # (card), the card's V scale per (token, head); a KV-sharing layer has none of its own
+        own = [i for i in range(c.layers) if not c.shares_kv(i)]
+        self.k = {i: np.zeros((n, c.kv_heads, c.head_dim_of(i))) for i in own}
+        self.v = {i: np.zeros((n, c.kv_heads, c.head_dim_of(i))) for i in own}
+        self.vs = {i: np.zeros((n, c.kv_heads)) for i in own}
         self.bx = np.zeros((c.layers, max(c.conv_taps - 1, 0), c.d))   # conv layers: B*x of the last taps-1 tokens
         if "deltanet" in c.kinds:                                     # DeltaNet: conv inputs of the last taps-1
             self.gx = np.zeros((c.layers, c.conv_taps - 1, c.gdn_conv_dim))   # tokens and the state per head
@@ -130,38 +152,45 @@ class Golden:
     def _store_kv(self, layer: int, k: np.ndarray, v: np.ndarray) -> None:
         t = self.n
         if self.card is None:
-            self.k[layer, t], self.v[layer, t] = k, v
+            self.k[layer][t], self.v[layer][t] = k, v
             return
-        self.k[layer, t] = R.quantize_rows(k, self.card.D)
+        self.k[layer][t] = R.quantize_rows(k, self.card.D)
         codes, scale = F.quantize(v.astype(np.float32))            # one scale per token and head (QST ROW)
-        self.v[layer, t], self.vs[layer, t] = codes, F.to_float(scale)
+        self.v[layer][t], self.vs[layer][t] = codes, F.to_float(scale)
 
     # -- attention ---------------------------------------------------------------------------------
-    def _attend(self, layer: int, q: np.ndarray) -> np.ndarray:
+    def _attend(self, layer: int, q: np.ndarray, lo: int = 0) -> np.ndarray:
+        """q over the cache of `layer` from position `lo` (a sliding window's first) to the current one."""
         cfg, n = self.cfg, self.n + 1
-        K, V = self.k[layer, :n], self.v[layer, :n]                       # [n, KV, hd]
-        if self.card is None:                                             # softmax(q K^T / sqrt(d)) V, per group
-            qg = q.reshape(cfg.kv_heads, cfg.group, cfg.head_dim)
-            s = np.einsum("kgd,nkd->kgn", qg, K) / np.sqrt(cfg.head_dim)
+        K, V = self.k[layer][:n], self.v[layer][:n]                       # [n, KV, hd]
+        hd = K.shape[2]
+        scale = 1.0 if cfg.spec.unit_scores else 1.0 / np.sqrt(hd)
+        if self.card is None:                                             # softmax(q K^T * scale) V, per group
+            qg = q.reshape(cfg.kv_heads, cfg.group, hd)
+            s = np.einsum("kgd,nkd->kgn", qg, K[lo:]) * scale
             p = np.exp(s - s.max(axis=-1, keepdims=True))
-            return (np.einsum("kgn,nkd->kgd", p, V) / p.sum(axis=-1)[..., None]).reshape(q.shape)
+            return (np.einsum("kgn,nkd->kgd", p, V[lo:]) / p.sum(axis=-1)[..., None]).reshape(q.shape)
         out = np.empty_like(q)
         for g in range(cfg.kv_heads):
             rows = slice(g * cfg.group, (g + 1) * cfg.group)
-            out[rows] = self._flash(q[rows], K[:, g], V[:, g], self.vs[layer, :n, g])
+            out[rows] = self._flash(q[rows], K[:, g], V[:, g], self.vs[layer][:n, g], scale, lo)
         return out
 
-    def _flash(self, q: np.ndarray, K: np.ndarray, Vq: np.ndarray, vs: np.ndarray) -> np.ndarray:
-        D, P, d = self.card.D, self.card.page, q.shape[1]
-        c = float(F.to_float(F.from_float(LOG2E / np.sqrt(d))))
+    def _flash(self, q: np.ndarray, K: np.ndarray, Vq: np.ndarray, vs: np.ndarray, scale: float,
+               lo: int = 0) -> np.ndarray:
+        """The card's blocks: pages of P tokens from the one holding `lo`, keys before `lo` masked."""
+        D, P = self.card.D, self.card.page
+        c = float(F.to_float(F.from_float(LOG2E * scale)))
         qq = R.quantize_rows(q * c, D)
         m = np.full(q.shape[0], MASKED)
         l = np.zeros(q.shape[0])
         acc = np.zeros(q.shape)
         n = K.shape[0]
-        for t0 in range(0, n, P):
+        for t0 in range(lo // P * P, n, P):
             t1 = min(n, t0 + P)
             s = qq @ K[t0:t1].T
+            if t0 < lo:
+                s[:, :lo - t0] = MASKED
             m_new = np.maximum(m, s.max(axis=1))
             p = np.exp2(s - m_new[:, None])
             alpha = np.exp2(m - m_new)
@@ -173,19 +202,26 @@ class Golden:
 
     # -- the layer kinds' mixers -------------------------------------------------------------------
     def _attention(self, li: int, xn: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
-        cfg, w = self.cfg, self.w
+        cfg, w, hd = self.cfg, self.w, self.cfg.head_dim_of(li)
+        src = cfg.kv_source(li)
         q = (xn @ w.get(f"wq.{li}").T).reshape(cfg.heads, -1)
-        q, gate = q[:, :cfg.head_dim], q[:, cfg.head_dim:]             # Qwen3.5: query and output gate per head
-        k = (xn @ w.get(f"wk.{li}").T).reshape(cfg.kv_heads, cfg.head_dim)
-        v = (xn @ w.get(f"wv.{li}").T).reshape(cfg.kv_heads, cfg.head_dim)
+        q, gate = q[:, :hd], q[:, hd:]             # Qwen3.5: query and output gate per head
         if cfg.qk_norm:
             q = R.rmsnorm(q, w.get(f"qn.{li}"), cfg.qk_eps)
-            k = R.rmsnorm(k, w.get(f"kn.{li}"), cfg.qk_eps)
         if cfg.uses_rope(li):
-            rot = cfg.rotary_dim or cfg.head_dim
-            q, k = _rope_part(q, c, s, rot), _rope_part(k, c, s, rot)
-        self._store_kv(li, k, v)
-        att = self._attend(li, q)
+            q = _rope_part(q, c, s, cfg.rotary_dim or hd)
+        if src == li:
+            k = (xn @ w.get(f"wk.{li}").T).reshape(cfg.kv_heads, hd)
+            v = (xn @ w.get(f"wv.{li}").T).reshape(cfg.kv_heads, hd)
+            if cfg.qk_norm:
+                k = R.rmsnorm(k, w.get(f"kn.{li}"), cfg.qk_eps)
+            if cfg.spec.v_norm:
+                v = R.rmsnorm(v, np.ones(hd), cfg.norm_eps)
+            if cfg.uses_rope(li):
+                k = _rope_part(k, c, s, cfg.rotary_dim or hd)
+            self._store_kv(li, k, v)
+        lo = max(0, self.n + 1 - cfg.sliding_window) if cfg.kinds[li] == "sliding" else 0
+        att = self._attend(src, q, lo)
         if gate.size:
             att = att * R.sigmoid(gate)
         return self._act(att.reshape(-1)) @ w.get(f"wo.{li}").T
@@ -216,10 +252,11 @@ class Golden:
         return self._act(y.reshape(-1)) @ w.get(f"gout.{li}").T
 
     # -- the MLPs -------------------------------------------------------------------------------------
-    def _swiglu(self, xn: np.ndarray, gate: str, up: str, down: str) -> np.ndarray:
-        """down(silu(xn Wg^T) * (xn Wu^T)), the hidden vector quantised part by part for W_down's parts."""
+    def _gated_mlp(self, xn: np.ndarray, gate: str, up: str, down: str) -> np.ndarray:
+        """down(act(xn Wg^T) * (xn Wu^T)) with the family's activation (SwiGLU, GeGLU), the hidden
+        vector quantised part by part for W_down's parts."""
         w = self.w
-        hh = R.silu(xn @ w.get(gate).T) * (xn @ w.get(up).T)
+        hh = _activation(self.cfg.spec)(xn @ w.get(gate).T) * (xn @ w.get(up).T)
         y = np.zeros(self.cfg.d)
         parts = w.down_parts(down)
         fc = parts[0].shape[1]
@@ -235,33 +272,58 @@ class Golden:
         best = np.argsort(-logits, kind="stable")[:self.cfg.experts_used]
         self.routes.append(tuple(int(e) for e in best))
         weights = p[best] / p[best].sum()
-        return sum(wj * self._swiglu(xn, f"eg.{li}.{e}", f"eu.{li}.{e}", f"ed.{li}.{e}")
+        return sum(wj * self._gated_mlp(xn, f"eg.{li}.{e}", f"eu.{li}.{e}", f"ed.{li}.{e}")
                    for wj, e in zip(weights, best))
 
     # -- the forward pass --------------------------------------------------------------------------
+    def _per_layer_inputs(self, tok: int, e: np.ndarray) -> np.ndarray:
+        """Gemma's per-layer inputs [layers, ple]: (norm(e Wp^T / sqrt(d)) + row * sqrt(ple)) / sqrt(2)."""
+        cfg, w, ple = self.cfg, self.w, self.cfg.ple_dim
+        proj = (self._act(e) @ w.get("plp").T).reshape(cfg.layers, ple) * (1.0 / np.sqrt(cfg.d))
+        proj = R.rmsnorm(proj, w.get("pln"), cfg.norm_eps)
+        return (proj + w.ple_row(tok).reshape(cfg.layers, ple) * np.sqrt(ple)) * np.sqrt(0.5)
+
+    def _post(self, name: str, y: np.ndarray) -> np.ndarray:
+        """A sandwich norm of a sub-block's output (identity for the families without them)."""
+        return R.rmsnorm(y, self.w.get(name), self.cfg.norm_eps) if self.cfg.spec.sandwich_norms else y
+
     def step(self, tok: int) -> np.ndarray:
         """Feed one token at the next position; its logits (float64 [vocab])."""
-        cfg, w, pos = self.cfg, self.w, self.n
+        cfg, w, pos, spec = self.cfg, self.w, self.n, self.cfg.spec
         if pos >= self.cos.shape[0]:
             raise ValueError(f"position {pos} past the {self.cos.shape[0]} RoPE positions of this reference")
         h = w.embed(tok).astype(np.float64)
-        c, s = self.cos[pos], self.sin[pos]
+        if spec.embed_scaled:
+            h = h * float(F.to_float(F.from_float(np.sqrt(cfg.d))))
+        per = self._per_layer_inputs(tok, h) if cfg.ple_dim else None
+        act = _activation(spec)
         for li, kind in enumerate(cfg.kinds):
+            c, s = self.tables[kind][0][pos], self.tables[kind][1][pos]
             xn = self._act(R.rmsnorm(h, w.get(f"ln1.{li}"), cfg.norm_eps))
-            if kind == "conv":
-                h = h + self._conv(li, xn)
-            elif kind == "deltanet":
-                h = h + self._deltanet(li, xn)
-            else:
-                h = h + self._attention(li, xn, c, s)
+            mixer = {"conv": self._conv, "deltanet": self._deltanet}.get(kind)
+            h = h + self._post(f"an.{li}", mixer(li, xn) if mixer else self._attention(li, xn, c, s))
             xn = self._act(R.rmsnorm(h, w.get(f"ln2.{li}"), cfg.norm_eps))
-            h = h + (self._experts(li, xn) if cfg.experts else self._swiglu(xn, f"wg.{li}", f"wu.{li}", f"wd.{li}"))
+            y = self._experts(li, xn) if cfg.experts else self._gated_mlp(xn, f"wg.{li}", f"wu.{li}", f"wd.{li}")
+            h = h + self._post(f"fn.{li}", y)
+            if per is not None:
+                g = act(self._act(h) @ w.get(f"pg.{li}").T) * per[li]
+                h = h + R.rmsnorm(self._act(g) @ w.get(f"pp.{li}").T, w.get(f"pn.{li}"), cfg.norm_eps)
+            if spec.layer_scalar:
+                h = h * w.get(f"ls.{li}")[0]
         self.n += 1
         hn = self._act(R.rmsnorm(h, w.get("final_norm"), cfg.norm_eps))
-        return hn @ w.get("head").T
+        logits = hn @ w.get("head").T
+        if cfg.logit_softcap:
+            logits = cfg.logit_softcap * np.tanh(logits / cfg.logit_softcap)
+        return logits
 
     def forward(self, tokens) -> np.ndarray:
         return np.stack([self.step(int(t)) for t in tokens])
+
+
+def _activation(spec):
+    """The gated MLP's (and Gemma's per-layer gate's) activation."""
+    return R.gelu_tanh if spec.act == "gelu_tanh" else R.silu
 
 
 def _rope_part(x: np.ndarray, c: np.ndarray, s: np.ndarray, rot: int) -> np.ndarray:

@@ -60,10 +60,14 @@ def random_weights(cfg: ModelConfig, seed: int = 0, gain: float = 1.5) -> dict[s
     """Norm weights 1 + 0.1 N(0, 1); matrices N(0, gain^2 / fan_in); embeddings N(0, EMBED_STD^2)."""
     rng = np.random.default_rng(seed)
     out = {}
+    unit = cfg.spec.unit_scores
     for name, shape in cfg.tensor_shapes().items():
         kind = name.split(".")[0]
         if len(shape) == 1:
-            out[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+            # scores q.k without 1/sqrt(head_dim) (Gemma): q/k norm weights near head_dim^-1/4 keep them
+            # near unit size, as a trained model's are
+            scale = shape[0] ** -0.25 if unit and kind in ("qn", "kn") else 1.0
+            out[name] = (scale * (1.0 + 0.1 * rng.standard_normal(shape))).astype(np.float32)
         else:
             scale = EMBED_STD if kind == "embed" else gain / np.sqrt(shape[1])
             out[name] = (scale * rng.standard_normal(shape)).astype(np.float32)
@@ -88,6 +92,8 @@ def hf_config(cfg: ModelConfig, rope_scaling: dict | None = None) -> dict:
     if cfg.family == "smollm3":
         out["no_rope_layers"] = [0 if i in cfg.nope_layers else 1 for i in range(cfg.layers)]
     fam = families.by_name(cfg.family)
+    if "sliding" in dict(fam.layer_types).values():
+        return _gemma_hf_config(cfg, out)
     if fam.layer_types:
         kind_name = {kind: name for name, kind in fam.layer_types}
         out["layer_types"] = [kind_name[k] for k in cfg.kinds]
@@ -104,6 +110,27 @@ def hf_config(cfg: ModelConfig, rope_scaling: dict | None = None) -> dict:
     if fam.moe:                       # Qwen3-MoE: every layer routed, the chosen experts' weights renormalised
         out.update(model_type="qwen3_moe", num_experts=cfg.experts, num_experts_per_tok=cfg.experts_used,
                    moe_intermediate_size=cfg.ffn, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
+    return out
+
+
+def _gemma_hf_config(cfg: ModelConfig, base: dict) -> dict:
+    """Gemma 4's text config.json keys (transformers' Gemma4TextConfig)."""
+    kind_name = {kind: name for name, kind in families.by_name(cfg.family).layer_types}
+    hd_full = cfg.global_head_dim or cfg.head_dim
+    full = {"rope_type": "default", "rope_theta": cfg.global_rope_theta or cfg.rope_theta}
+    if cfg.global_rope_pairs:
+        full = {"rope_type": "proportional", "partial_rotary_factor": 2 * cfg.global_rope_pairs / hd_full,
+                "rope_theta": full["rope_theta"]}
+    out = {k: v for k, v in base.items() if k not in ("hidden_act",)}
+    out.update(model_type="gemma4_text", hidden_activation="gelu_pytorch_tanh", global_head_dim=hd_full,
+               layer_types=[kind_name[k] for k in cfg.kinds], sliding_window=cfg.sliding_window,
+               rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+                                "full_attention": full},
+               num_kv_shared_layers=cfg.kv_shared, hidden_size_per_layer_input=cfg.ple_dim,
+               vocab_size_per_layer_input=cfg.vocab, use_double_wide_mlp=bool(cfg.layer_ffn),
+               final_logit_softcapping=cfg.logit_softcap or None, attention_k_eq_v=False, enable_moe_block=False,
+               pad_token_id=cfg.pad_id)
+    out.pop("rope_theta")
     return out
 
 
@@ -168,7 +195,7 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
     w.add_context_length(cfg.context)
     w.add_embedding_length(cfg.d)
     w.add_block_count(cfg.layers)
-    w.add_feed_forward_length(cfg.ffn)
+    w.add_feed_forward_length(list(cfg.layer_ffn) if cfg.layer_ffn else cfg.ffn)
     if fam.moe:
         w.add_expert_count(cfg.experts)
         w.add_expert_used_count(cfg.experts_used)
@@ -191,9 +218,12 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
         w.add_ssm_inner_size(cfg.lin_v_heads * cfg.lin_v_dim)
     if cfg.rotary_dim:
         w.add_rope_dimension_count(cfg.rotary_dim)
-    w.add_key_length(cfg.head_dim)
-    w.add_value_length(cfg.head_dim)
-    w.add_rope_freq_base(cfg.rope_theta)
+    if "sliding" in cfg.kinds:
+        rope_factors = _gemma_gguf_keys(w, cfg)
+    else:
+        w.add_key_length(cfg.head_dim)
+        w.add_value_length(cfg.head_dim)
+        w.add_rope_freq_base(cfg.rope_theta)
     w.add_layer_norm_rms_eps(cfg.norm_eps)
     w.add_vocab_size(cfg.vocab)
     if tk is not None:
@@ -247,6 +277,28 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
     w.write_tensors_to_file()
     w.close()
     return Path(path)
+
+
+def _gemma_gguf_keys(w, cfg: ModelConfig):
+    """llama.cpp's Gemma 4 keys; the full layers' proportional RoPE as the rope_freqs divisors it writes."""
+    hd_full = cfg.global_head_dim or cfg.head_dim
+    w.add_key_length(hd_full)
+    w.add_value_length(hd_full)
+    w.add_key_length_swa(cfg.head_dim)
+    w.add_value_length_swa(cfg.head_dim)
+    w.add_rope_dimension_count(hd_full)
+    w.add_rope_dimension_count_swa(cfg.head_dim)
+    w.add_rope_freq_base(cfg.global_rope_theta or cfg.rope_theta)
+    w.add_rope_freq_base_swa(cfg.rope_theta)
+    w.add_sliding_window(cfg.sliding_window)
+    w.add_sliding_window_pattern([k == "sliding" for k in cfg.kinds])
+    w.add_shared_kv_layers(cfg.kv_shared)
+    w.add_embedding_length_per_layer_input(cfg.ple_dim)
+    if cfg.logit_softcap:
+        w.add_final_logit_softcapping(cfg.logit_softcap)
+    if not cfg.global_rope_pairs:
+        return None
+    return [1.0] * cfg.global_rope_pairs + [1e30] * (hd_full // 2 - cfg.global_rope_pairs)
 
 
 def raw_blocks(a: np.ndarray, qt) -> np.ndarray:

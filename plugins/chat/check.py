@@ -84,7 +84,8 @@ def _run(engine_cls, conv, cfg, backend, tgt, opts, prompt_ids, tokens):
     seq = eng.new_sequence()
     eng.submit(seq, prompt_ids)
     turn = eng.generate(seq, Sampling(temperature=0), tokens, want_logits=True)
-    kv = backend.read(eng.plan.layer.kv.k.const, eng.plan.layer.page_stride)
+    first = eng.plan.layer or next(b for b in eng.plan.gemma.layers if b.kv is not None)   # the first KV page
+    kv = backend.read(first.kv.k.const, first.page_stride)
     return turn, kv
 
 
@@ -99,7 +100,7 @@ def model_row(ctx: CheckContext) -> Result:
     from otpu_core.corechecks import device
     from otpu_core.llm import convert
     from otpu_core.llm.engine import Engine
-    from otpu_core.llm.layout import ImageOptions
+    from otpu_core.llm.layout import ImageOptions, prefill_rows
     if "model.checkpoint" not in ctx.cache:
         prepare_model(ctx)
     model = ctx.cache["model.checkpoint"]
@@ -115,7 +116,7 @@ def model_row(ctx: CheckContext) -> Result:
     page = 256
     ctx_len = -(-(len(prompt_ids) + tokens + 1) // page) * page
     opts = ImageOptions(fmt=fmt, pages=ctx_len // page, page=page, ctx=ctx_len, ring=True,
-                        rows=tgt.config().MCOLS, f_chunk=conv.f_chunk)
+                        rows=prefill_rows(model.config, tgt.config()), f_chunk=conv.f_chunk)
     board = device.board(ctx)
     ctx.cache.pop("opcheck_image", None)          # the model image overwrites the op-check area
     card_turn, card_kv = _run(Engine, conv, model.config, BoardBackend(board), tgt, opts, prompt_ids, tokens)

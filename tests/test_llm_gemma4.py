@@ -1,0 +1,431 @@
+"""Gemma 4 (sliding and full attention, KV sharing, per-layer embeddings) from real files to the references.
+
+Loaders: tiny random models written as GGUF (llama.cpp's `gemma4` layout: key_length the full
+layers' heads and key_length_swa the sliding ones', sliding_window_pattern, shared_kv_layers,
+embedding_length_per_layer_input, per-layer feed_forward_length, rope_freqs with 1e30 for the
+unturned pairs of proportional RoPE) and as a Hugging Face directory (`Gemma4ForCausalLM`,
+`layer_types`, `rope_parameters` per layer type, and the multimodal wrapper's text_config with
+its model.language_model. names) read back tensor for tensor; bad input refused by file, key
+and value. Reference: the fp32 golden (token by token, its KV cache and window) against a
+whole-sequence float64 formula written here (causal and sliding masks, the shared layers reading
+the earlier layer's K and V, every norm, PLE, the layer scalar and the soft cap). Card: 32 greedy
+tokens from the generate loop, bit for bit the logits of host-driven one-row steps on a second card
+(KV pages byte-equal too) and token for token the quantised golden's greedy run, each token's
+per-layer embedding row served by the host through the WAITW mailbox; the fp32 golden's cosine,
+max-abs and top-1 reported. Tiny models on sim-small (D=32).
+"""
+import json
+
+import llmtiny
+import numpy as np
+import pytest
+from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program cache per module)
+
+from otpu_core.board import IsaBackend
+from otpu_core.kernels import reference as R
+from otpu_core.llm import checkpoint, convert, engine, layout, reference, synthetic
+from otpu_core.llm.errors import ModelError
+from otpu_core.llm.sampling import Sampling
+from otpu_core.target import load as load_target
+
+KINDS = ("sliding", "sliding", "attention") * 2
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gemma4")
+    cfg = llmtiny.config("gemma4", D=32)
+    gguf, w = llmtiny.write(d, cfg, "gguf")
+    hf, hw = llmtiny.write(d, cfg.with_(name="tiny-gemma4-hf"), "hf", dtype="BF16")
+    return {"gguf": (gguf, cfg, w), "hf": (hf, cfg, hw), "dir": d}
+
+
+# -- files ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["gguf", "hf"])
+def test_gemma4_files_read_back_as_written(models, kind):
+    path, cfg, w = models[kind]
+    ck = checkpoint.open_checkpoint(path)
+    c = ck.config
+    assert c.family == "gemma4" and c.kinds == KINDS and c.tied
+    assert (c.head_dim, c.global_head_dim, c.global_rope_pairs) == (32, 64, 8)
+    assert (c.global_rope_theta, c.rope_theta) == (1e6, 1e4)
+    assert (c.sliding_window, c.kv_shared, c.ple_dim, c.logit_softcap) == (32, 3, 32, 30.0)
+    assert c.layer_ffn == (128,) * 3 + (256,) * 3
+    assert [c.kv_source(i) for i in range(6)] == [0, 1, 2, 1, 1, 2]
+    shapes = c.tensor_shapes()
+    assert set(shapes) == set(cfg.tensor_shapes())
+    assert "wk.3" not in shapes and "wq.3" in shapes and shapes["wq.2"] == (4 * 64, 64) and shapes["wg.5"] == (256, 64)
+    assert shapes["ple"] == (c.vocab, 6 * 32) and shapes["ls.0"] == (1,)
+    tol = 2 ** -7 if kind == "hf" else 2 ** -10          # BF16 / F16 matrices (norms F32 in GGUF)
+    for name in cfg.tensor_shapes():
+        got = ck.get(name)
+        assert got.shape == w[name].shape, name
+        assert np.abs(got - w[name]).max() <= tol * np.abs(w[name]).max(), name
+
+
+def test_the_multimodal_wrapper_reads_its_text_decoder(models):
+    """Gemma4ForConditionalGeneration: the text config nested, the weights under model.language_model."""
+    _, cfg, w = models["hf"]
+    d = models["dir"] / "wrapped"
+    d.mkdir()
+    names = synthetic._file_names(cfg, gguf=False)
+    synthetic._safetensors(d / "model.safetensors",
+                           {n.replace("model.", "model.language_model.", 1): w[k] for k, n in names.items()}, "F32")
+    text = synthetic.hf_config(cfg)
+    (d / "config.json").write_text(json.dumps({"architectures": ["Gemma4ForConditionalGeneration"],
+                                               "model_type": "gemma4", "text_config": text,
+                                               "tie_word_embeddings": True, "eos_token_id": [1, 3]}))
+    ck = checkpoint.open_checkpoint(d)
+    assert ck.config.kinds == KINDS and ck.config.eos_ids == (1, 3)
+    assert np.array_equal(ck.get("ple"), w["ple"]) and np.array_equal(ck.get("pg.5"), w["pg.5"])
+
+
+def _hf_dir(models, name, edit):
+    path, cfg, w = models["hf"]
+    d = synthetic.write_hf(models["dir"] / name, cfg, w, llmtiny.tokenizer())
+    js = json.loads((d / "config.json").read_text())
+    edit(js)
+    (d / "config.json").write_text(json.dumps(js))
+    return d
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda js: js["layer_types"].__setitem__(1, "chunked_attention"),
+     "layer_types[1] = 'chunked_attention' is not supported"),
+    (lambda js: js.__setitem__("attention_k_eq_v", True), "attention_k_eq_v = True"),
+    (lambda js: js.__setitem__("enable_moe_block", True), "enable_moe_block = True"),
+    (lambda js: js.__setitem__("hidden_activation", "silu"), "hidden_activation = 'silu'"),
+    (lambda js: js["rope_parameters"]["full_attention"].__setitem__("rope_type", "yarn"),
+     "rope_parameters['full_attention']"),
+    (lambda js: js.__setitem__("vocab_size_per_layer_input", 128), "vocab_size_per_layer_input = 128"),
+    (lambda js: js.__setitem__("num_kv_shared_layers", 6), "num_kv_shared_layers = 6"),
+    (lambda js: js.__setitem__("global_head_dim", 96), "tensor 'model.layers.2.self_attn.q_proj.weight' has shape "
+                                                       "[256, 64] but the config needs [384, 64]"),
+    (lambda js: js.__setitem__("per_layer_config", {"2": {"head_dim": 64, "num_key_value_heads": 1}}),
+     "per_layer_config['2']"),
+    (lambda js: js.__setitem__("hidden_size_per_layer_input", 0), None),
+])
+def test_bad_hf_configs_are_refused_by_key_and_value(models, edit, message):
+    d = _hf_dir(models, f"bad-{abs(hash(str(message)))}", edit)
+    if message is None:               # no PLE in the config while the file has its tensors: opens, without PLE
+        assert checkpoint.open_checkpoint(d).config.ple_dim == 0
+        return
+    with pytest.raises(ModelError) as e:
+        checkpoint.open_checkpoint(d)
+    assert message in e.value.message and str(d) in e.value.message
+
+
+def test_bad_gguf_is_refused_by_key_and_tensor(models):
+    _, cfg, w = models["gguf"]
+    bad = synthetic.write_gguf(models["dir"] / "ple.gguf", cfg.with_(ple_dim=16), w, llmtiny.tokenizer())
+    with pytest.raises(ModelError) as e:
+        checkpoint.open_checkpoint(bad)
+    assert "tensor 'per_layer_token_embd.weight' has shape [384, 192] but the config needs [384, 96]" in e.value.message
+
+
+# -- the reference against a whole-sequence formula ------------------------------------------------------------
+
+def _whole_sequence(cfg, W, tokens, window):
+    """float64 logits of every position at once, written from the Gemma 4 definition."""
+    n, d, L, ple = len(tokens), cfg.d, cfg.layers, cfg.ple_dim
+    pos = np.arange(n, dtype=np.float64)
+
+    def norm(x, w=None, eps=cfg.norm_eps):
+        y = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+        return y if w is None else y * w
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+    def rot(x, full):                                     # [n, heads, hd], rotate-half, per-kind frequencies
+        hd = x.shape[-1]
+        theta = 1e6 if full else 1e4
+        turned = 8 if full else hd // 2                   # proportional: the first quarter of the pairs
+        f = np.array([theta ** (-2 * j / hd) if j < turned else 0.0 for j in range(hd // 2)])
+        c, s = np.cos(np.outer(pos, f))[:, None, :], np.sin(np.outer(pos, f))[:, None, :]
+        a, b = x[..., :hd // 2], x[..., hd // 2:]
+        return np.concatenate([a * c - b * s, b * c + a * s], -1)
+
+    causal = np.tril(np.ones((n, n), bool))
+    local = causal & (np.arange(n)[None, :] > np.arange(n)[:, None] - window)
+    h = W["embed"][tokens].astype(np.float64) * np.float32(np.sqrt(d))
+    proj = norm((h @ W["plp"].T / np.sqrt(d)).reshape(n, L, ple), W["pln"])
+    per = (proj + W["ple"][tokens].reshape(n, L, ple) * np.sqrt(ple)) / np.sqrt(2)
+    kv = {}
+    for i, kind in enumerate(cfg.kinds):
+        full = kind == "attention"
+        hd = 64 if full else 32
+        x = norm(h, W[f"ln1.{i}"])
+        q = rot(norm((x @ W[f"wq.{i}"].T).reshape(n, cfg.heads, hd), W[f"qn.{i}"]), full)
+        if i < 3:
+            k = rot(norm((x @ W[f"wk.{i}"].T).reshape(n, cfg.kv_heads, hd), W[f"kn.{i}"]), full)
+            v = norm((x @ W[f"wv.{i}"].T).reshape(n, cfg.kv_heads, hd))
+            kv[kind] = (k, v)                              # the last of its kind before the shared layers wins
+        k, v = (np.repeat(a, cfg.group, 1) for a in kv[kind])
+        s = np.where((causal if full else local)[None], np.einsum("thd,uhd->htu", q, k), -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        att = np.einsum("htu,uhd->thd", p / p.sum(-1, keepdims=True), v).reshape(n, -1)
+        h = h + norm(att @ W[f"wo.{i}"].T, W[f"an.{i}"])
+        x = norm(h, W[f"ln2.{i}"])
+        h = h + norm((gelu(x @ W[f"wg.{i}"].T) * (x @ W[f"wu.{i}"].T)) @ W[f"wd.{i}"].T, W[f"fn.{i}"])
+        h = h + norm((gelu(h @ W[f"pg.{i}"].T) * per[:, i]) @ W[f"pp.{i}"].T, W[f"pn.{i}"])
+        h = h * W[f"ls.{i}"][0]
+    z = norm(h, W["final_norm"]) @ W["embed"].T
+    return cfg.logit_softcap * np.tanh(z / cfg.logit_softcap)
+
+
+@pytest.mark.parametrize("kind", ["gguf", "hf"])
+def test_fp32_golden_equals_the_whole_sequence_formula(models, kind):
+    """A window of 5 over 14 tokens (the sliding layers drop keys, the shared ones read layers 1 and
+    2) and a soft cap of 1 (it bends these logits): the token-by-token golden is the formula."""
+    path, _, _ = models[kind]
+    ck = checkpoint.open_checkpoint(path)
+    cfg = ck.config.with_(sliding_window=5, logit_softcap=1.0)
+    W = {n: ck.get(n).astype(np.float64) for n in cfg.tensor_shapes()}
+    tokens = llmtiny.prompts(1, cfg.vocab, length=14)[0]
+    got = reference.Golden(cfg, reference.SourceWeights(ck), positions=64).forward(tokens)
+    ref = _whole_sequence(cfg, W, tokens, window=5)
+    err, cos = R.max_abs(got, ref), R.cosine(got, ref)
+    print(f"gemma4 {kind} golden vs formula: max-abs {err:.3g}, cosine {cos:.15f}")
+    assert err < 1e-9 and cos > 1 - 1e-12, (err, cos)
+    unshared = _whole_sequence(cfg, W, tokens, window=64)     # the window matters: without it the logits move
+    assert R.max_abs(unshared, ref) > 1e-3
+
+
+# -- the card -------------------------------------------------------------------------------------------------
+
+T = "sim-small"
+GREEDY = Sampling(temperature=0)
+
+
+def make(path, fmt="int8", target=T, rows=1, slots=1):
+    t = load_target(target)
+    ck = checkpoint.open_checkpoint(path)
+    conv = convert.convert(ck, fmt, t)
+    opts = layout.ImageOptions(fmt=fmt, page=32, ctx=128, pages=4 * slots, ring=True, rows=rows, slots=slots)
+    be = IsaBackend(t, timing=False)
+    return engine.Engine(conv, ck.config, be, t, opts), ck, conv, be
+
+
+def quant_golden(eng, conv):
+    numerics = reference.CardNumerics(eng.plan.D, eng.opts.page, eng.opts.fmt in ("int8x", "fp4x6"))
+    return reference.Golden(eng.plan.cfg, reference.CardWeights(conv, eng.plan.embed_kind), numerics,
+                            positions=eng.opts.ctx)
+
+
+def u32(x): return np.asarray(x, np.float32).view(np.uint32)
+
+
+def kv_bytes(eng, be):
+    """Every KV pool (the layers that keep one: 0, 1 and 2)."""
+    return np.concatenate([be.read(L.kv.k.const, eng.opts.pages * L.page_stride)
+                           for L in eng.plan.gemma.layers if L.kv is not None])
+
+
+def _greedy(golden, prompt, n):
+    golden.reset()
+    logits = golden.forward(prompt)[-1]
+    out = []
+    for _ in range(n):
+        out.append(int(np.argmax(logits)))
+        logits = golden.step(out[-1])
+    return out
+
+
+def test_gemma4_gguf_32_greedy_tokens_on_the_card(models):
+    """20 prompt tokens (prefill runs of 1 row: a run of more rows leaves no IMEM), then 32 generated across the
+    32-token page (so the sliding layers drop the first page, the shared layers read layers 1 and 2 over two
+    pages, and the runs of layers 0-1 and 3-4 are hardware loops):
+    the loop's logits bit for bit those of one-row host-driven steps on a second card, its tokens
+    the quantised golden's greedy run, every token's per-layer row served by the host through the
+    mailbox; the fp32 golden's distance reported."""
+    path, _, _ = models["gguf"]
+    prompt = llmtiny.prompts(1, 384, length=20)[0]
+    eng, ck, conv, be = make(path)
+    seq = eng.new_sequence()
+    eng.submit(seq, prompt)
+    turn = eng.generate(seq, GREEDY, 32, want_logits=True)
+    assert len(turn.tokens) == 32 and turn.decode.runs == 1 and len(seq.pages) == 2
+    assert eng.rows.stats.requests == 20 + 31 and eng.rows.stats.bytes == 51 * 4 * 6 * 32
+    steps, *_, be2 = make(path)
+    s2 = steps.new_sequence()
+    steps.submit(s2, prompt)
+    for i in range(32):
+        lg = steps.logits(s2)
+        assert np.array_equal(u32(lg), u32(turn.logits[i])), f"logits of token {i}"
+        steps.submit(s2, turn.tokens[i:i + 1])
+    assert np.array_equal(kv_bytes(steps, be2), kv_bytes(eng, be)), "KV pages"
+    quant = quant_golden(eng, conv)
+    assert _greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
+    got = np.stack(turn.logits)
+    fed = prompt + turn.tokens[:-1]
+    # vs the quantised golden most positions agree to fp32 rounding; where an activation lands on an int8
+    # rounding boundary the card's fp32 value and the golden's float64 one round to neighbouring codes and that
+    # position's logits move by ~0.01 (the next position is back: the KV cache got the same codes)
+    for name, g, bound, close in (("quantised", quant, 0.9995, 0.9),
+                                  ("fp32", reference.Golden(ck.config, reference.SourceWeights(ck),
+                                                            positions=eng.opts.ctx), 0.995, 0.0)):
+        g.reset()
+        ref = g.forward(fed)[len(prompt) - 1:]
+        coss = np.array([R.cosine(a, b) for a, b in zip(got, ref)])
+        cos, err = coss.min(), R.max_abs(got, ref)
+        top1 = float(np.mean(np.argmax(got, 1) == np.argmax(ref, 1)))
+        exact = float(np.mean(coss > 1 - 1e-7))
+        print(f"gemma4 card vs {name} golden: min cosine {cos:.7f}, max-abs {err:.3g}, top-1 {top1:.3f}, "
+              f"positions within 1e-7 {exact:.3f}; PLE rows served {eng.rows.stats.requests}, "
+              f"{eng.rows.stats.bytes} bytes")
+        assert cos > bound and exact >= close, f"vs {name} golden: min cosine {cos:.7f}, max-abs {err:.4g}, " \
+                                              f"top-1 {top1:.2f}, within 1e-7 {exact:.2f}"
+
+
+def test_gemma4_safetensors_on_the_card(models):
+    """The HF directory (BF16): two sequences in two slots, each step's logits the quantised golden's.
+    (Two sequences in one step are not run: with Gemma's two head widths each row group keeps seven
+    position offsets live through the layer loops, and two groups exceed the card's address registers.)"""
+    path, _, _ = models["hf"]
+    eng, ck, conv, _ = make(path, slots=2)
+    for p in llmtiny.prompts(2, 384, length=5):
+        s = eng.new_sequence()
+        eng.submit(s, p)
+        got = eng.logits(s)
+        ref = quant_golden(eng, conv).forward(p)[-1]
+        assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
+
+
+# -- otpu-chat --------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow          # ~20 s: the D=128 programs are compiled
+def test_otpu_chat_runs_a_gemma4_file(tmp_path, monkeypatch, capsys):
+    """otpu-chat --model on a Gemma 4 GGUF (D=128 on the chat target's card: its 4096-instruction IMEM holds the
+    layers with the sampler), sampled with the family's defaults, --check against the quantised golden."""
+    from otpu_chat import cli as chat_cli
+
+    from otpu_core.cli import run_app
+    monkeypatch.setenv("OTPU_TARGET", "ypcb-00338")
+    path, _ = llmtiny.write(tmp_path, llmtiny.config("gemma4", D=128, sliding_window=256, name="chat-gemma4"), "gguf")
+    assert run_app(chat_cli.app, "otpu-chat", ["-p", "Tell me about tuples", "--model", str(path), "-n", "6", "--json",
+                                               "--check", "--dev", "sim:gemma4chat"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    chk = doc["check"]
+    print(f"otpu-chat gemma4 --check: min cosine {chk['min_cosine']}, max-abs {chk['max_abs']}, "
+          f"top-1 {chk['top1_agreement']}")
+    assert doc["model"] == "chat-gemma4" and len(doc["ids"]) == doc["stats"]["tokens"] == 6
+    assert chk["steps"] == 6 and chk["first_difference"] is None and chk["top1_agreement"] == 1.0
+    assert doc["stats"]["card"]["decode_tok_s"] > 0
+    # the min cosine (~0.9998 here) is the quantised golden's own floor: perturbing its embedding rows by
+    # 3e-7 (fp32 rounding) moves it against itself by as much, as activations cross int8 rounding boundaries
+
+
+def test_a_window_that_is_not_whole_pages_is_refused(models):
+    _, cfg, _ = models["gguf"]
+    with pytest.raises(ModelError) as e:
+        layout.plan(cfg, load_target(T).config(), layout.ImageOptions(page=64, ctx=128, pages=2))
+    assert "sliding window of 32 positions is not whole KV pages of 64" in e.value.message
+
+
+@pytest.mark.slow          # the simulated card's Board path: ~30 s
+def test_diag_model_section_runs_gemma4(tmp_path):
+    """otpu-diag's model row on a Gemma 4 file: the card (the Board on a simulated card, its PLE rows served
+    through the mailbox by the same engine) bit for bit the golden simulator."""
+    from otpu_diag import cli as diag_cli
+
+    from otpu_core.cli import run_app
+    out = tmp_path / "d.json"
+    path, _ = llmtiny.write(tmp_path, llmtiny.config("gemma4", D=32, sliding_window=256), "gguf")  # its 256-token pages
+    assert run_app(diag_cli.app, "otpu-diag", ["--dev", "sim:g4diag", "--target", "sim-small", "--only", "model",
+                                                "--model", str(path), "--tokens", "2", "--json", str(out)]) == 0
+    rows = [r for r in json.loads(out.read_text())["rows"] if r["section"] == "model"]
+    assert [r["status"] for r in rows] == ["PASS"], rows
+
+
+def test_one_sequence_a_step_and_serve_says_so(models):
+    """Two row groups in one step exceed the address registers with Gemma's two head widths: the engine and
+    otpu-serve refuse by name instead of failing to compile."""
+    from otpu_serve.cards import ServeOptions, image_options
+
+    from otpu_core.errors import UsageError
+    from otpu_core.llm.models import open_model
+    path, _, _ = models["gguf"]
+    eng, *_ = make(path, slots=2, rows=2)
+    a, b = eng.new_sequence(), eng.new_sequence()
+    eng.submit(a, [5]), eng.submit(b, [6])
+    with pytest.raises(ModelError, match="2 sequences in one step; a gemma4 model steps 1 at a time"):
+        eng.logits([a, b])
+    with pytest.raises(UsageError, match="--max-batch 8: a gemma4 model steps 1 sequence"):
+        image_options(ServeOptions(devs=["sim:x"], model=str(path)), open_model(str(path)), load_target(T), 128)
+
+
+def _kl(p_logits, q_logits) -> np.ndarray:
+    """KL(p || q) per row, natural log, from logits."""
+    lp = p_logits - p_logits.max(1, keepdims=True)
+    lp = lp - np.log(np.exp(lp).sum(1, keepdims=True))
+    lq = q_logits - q_logits.max(1, keepdims=True)
+    lq = lq - np.log(np.exp(lq).sum(1, keepdims=True))
+    return (np.exp(lp) * (lp - lq)).sum(1)
+
+
+@pytest.mark.slow          # ~13 s: three conversions and images
+def test_card_formats_against_the_fp32_golden(models, capsys):
+    """int8, the public 4-bit E2M1 (int8 head) and the seed fp4x6 (int8x head) on the tiny Gemma 4, teacher-forced
+    over 48 tokens: KL from the fp32 golden and top-1 agreement, through the quantised golden (which the card
+    matches: 6 steps per format checked on the card too)."""
+    path, _, _ = models["gguf"]
+    ck = checkpoint.open_checkpoint(path)
+    tokens = llmtiny.prompts(1, ck.config.vocab, length=48, seed=3)[0]
+    fp = reference.Golden(ck.config, reference.SourceWeights(ck), positions=64).forward(tokens)
+    rows = {}
+    for fmt in ("int8", "fp4", "fp4x6"):
+        eng, _, conv, _ = make(path, fmt=fmt)
+        q = quant_golden(eng, conv).forward(tokens)
+        rows[fmt] = (float(_kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
+        seq = eng.new_sequence()
+        eng.submit(seq, tokens[:6])
+        got = eng.logits(seq)
+        assert R.cosine(got, q[5]) > 0.9999, (fmt, R.cosine(got, q[5]), R.max_abs(got, q[5]))
+    with capsys.disabled():
+        for fmt, (kl, top1) in rows.items():
+            print(f"\ngemma4 tiny {fmt:5s}: mean KL from fp32 {kl:.5f} nats, top-1 agreement {top1:.3f}")
+    assert rows["int8"][0] < min(rows["fp4"][0], rows["fp4x6"][0]), rows
+    assert rows["int8"][0] < 2e-3 and max(r[0] for r in rows.values()) < 0.1, rows
+
+
+def test_fp32_golden_matches_transformers(tmp_path):
+    """The library that defines the model: a tiny random Gemma4ForCausalLM (window 5, three shared layers,
+    double-wide MLP, proportional RoPE, PLE, random layer scalars) saved by transformers itself and read
+    back through our loader; the fp32 golden's logits against transformers' fp32 forward."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "Gemma4ForCausalLM"):
+        pytest.skip(f"transformers {transformers.__version__} has no Gemma 4")
+    torch.manual_seed(0)
+    cfg = transformers.Gemma4TextConfig(
+        vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, global_head_dim=64, layer_types=list(("sliding_attention",) * 2
+                                                                                  + ("full_attention",)) * 2,
+        sliding_window=5, rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                           "full_attention": {"rope_type": "proportional", "partial_rotary_factor":
+                                                              0.25, "rope_theta": 1e6}},
+        num_kv_shared_layers=3, use_double_wide_mlp=True, hidden_size_per_layer_input=32,
+        vocab_size_per_layer_input=384, final_logit_softcapping=30.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        initializer_range=0.2, max_position_embeddings=1024, attn_implementation="eager", dtype=torch.float32)
+    model = transformers.Gemma4ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:                    # norms around 1 (q/k ones around hd^-1/4: unscaled scores)
+                p.copy_((1.0 + 0.1 * torch.randn_like(p)) * (p.shape[0] ** -0.25 if "q_norm" in name or "k_norm"
+                                                              in name else 1.0))
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                b.copy_(1.0 + 0.1 * torch.randn_like(b))
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    tokens = llmtiny.prompts(1, 384, length=14)[0]
+    with torch.no_grad():
+        want = model(torch.tensor([tokens])).logits[0].double().numpy()
+    ck = checkpoint.open_checkpoint(tmp_path)
+    assert ck.config.kinds == KINDS and ck.config.global_head_dim == 64 and ck.config.kv_shared == 3
+    got = reference.Golden(ck.config, reference.SourceWeights(ck), positions=64).forward(tokens)
+    err, cos = R.max_abs(got, want), R.cosine(got, want)
+    print(f"gemma4 fp32 golden vs transformers {transformers.__version__}: max-abs {err:.3g} "
+          f"(logits up to {np.abs(want).max():.2f}), cosine {cos:.13f}")
+    assert err < 2e-5 and cos > 1 - 1e-10, (err, cos)
