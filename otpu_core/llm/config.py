@@ -105,8 +105,9 @@ class ModelConfig:
         """Canonical name (layer tensors as `wq.3`) -> Hugging Face shape [out, in] or (n,)."""
         s, q, kv = self, self.heads * self.head_dim, self.kv_heads * self.head_dim
         vd, hv = self.lin_v_heads * self.lin_v_dim, self.lin_v_heads
-        per = {"ln1": (s.d,), "wq": (2 * q if self.attn_gate else q, s.d), "wk": (kv, s.d), "wv": (kv, s.d), "wo": (s.d, q), "qn": (s.head_dim,),
-               "kn": (s.head_dim,), "ln2": (s.d,), "wg": (s.ffn, s.d), "wu": (s.ffn, s.d), "wd": (s.d, s.ffn),
+        per = {"ln1": (s.d,), "wq": (2 * q if self.attn_gate else q, s.d), "wk": (kv, s.d), "wv": (kv, s.d),
+               "wo": (s.d, q), "qn": (s.head_dim,), "kn": (s.head_dim,), "ln2": (s.d,), "wg": (s.ffn, s.d),
+               "wu": (s.ffn, s.d), "wd": (s.d, s.ffn),
                "cin": (3 * s.d, s.d), "conv": (s.d, s.conv_taps), "cout": (s.d, s.d),
                "gqkv": (s.gdn_conv_dim, s.d), "gz": (vd, s.d), "gb": (hv, s.d), "ga": (hv, s.d),
                "gconv": (s.gdn_conv_dim, s.conv_taps), "galog": (hv,), "gdt": (hv,), "gnorm": (s.lin_v_dim,),
@@ -267,7 +268,7 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
     if "conv" in kinds:
         if cfg.get("conv_bias", False):
             raise ModelError(f"{where}: conv_bias = true; this layer runs bias-free convolutions")
-        taps = _int(cfg, "conv_L_cache", where)
+        taps = int(_need(cfg, "conv_L_cache", where))
     if "deltanet" in kinds:
         taps = _int(cfg, "linear_conv_kernel_dim", where)
         lin = {k: _int(cfg, f"linear_{n}", where) for k, n in (("lin_k_heads", "num_key_heads"),

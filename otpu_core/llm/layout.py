@@ -26,9 +26,9 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
   fp32 (C = q, k, v channels), A_log, dt_bias and the gated norm's weight fp32, in_proj_qkv,
   in_proj_z, in_proj_b, in_proj_a, out_proj, the MLP, then per sequence slot its convolution
   ring [4 taps - 4, C] and its state, every value head's [dv, dk] fp32 rows (kernels/deltanet.py:
-  DSTEP reads and writes them in place). After the blocks: the final norm, the LM head and the embedding table (`embed_kind`:
-  fp32 rows gathered by one LD when the table is at most 64 MiB, else int8 rows gathered through
-  the MXU: the head itself when it is tied and int8);
+  DSTEP reads and writes them in place). After the blocks: the final norm, the LM head and the
+  embedding table (`embed_kind`: fp32 rows gathered by one LD when the table is at most 64 MiB,
+  else int8 rows gathered through the MXU: the head itself when it is tied and int8);
 - the program slots the generate loop chains through (a one-instruction HALT and two bucket
   programs, double-buffered).
 
@@ -337,8 +337,9 @@ def check_fits(cfg: ModelConfig, tcfg: Config, opts: ImageOptions) -> None:
             raise ModelError(f"{cfg.name}: the DeltaNet's value width {vd} (heads x head dim) is not a multiple of the "
                              f"card's D={D}", hint="the card quantises activations in whole D-blocks")
         if tcfg.DSTEP and (cfg.lin_k_dim not in isa.DSTEP_COLS or cfg.lin_v_dim > isa.DSTEP_MAX_ROWS):
+            cols = ", ".join(map(str, isa.DSTEP_COLS))
             raise ModelError(f"{cfg.name}: DeltaNet heads of {cfg.lin_k_dim} keys x {cfg.lin_v_dim} values; DSTEP "
-                             f"takes {', '.join(map(str, isa.DSTEP_COLS))} keys and at most {isa.DSTEP_MAX_ROWS} values")
+                             f"takes {cols} keys and at most {isa.DSTEP_MAX_ROWS} values")
     if f_chunk_for(cfg.ffn, D, opts.f_chunk) == 0 or cfg.ffn % f_chunk_for(cfg.ffn, D, opts.f_chunk):
         raise ModelError(f"{cfg.name}: ffn {cfg.ffn} has no chunk that is a multiple of D={D} (at most 1024)")
     if opts.page % D or opts.page < D:
@@ -394,7 +395,8 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         qn, kn = Tensor(lc.take(4 * hd), (hd,)), Tensor(lc.take(4 * hd), (hd,))
         gate = Tensor(lc.take(8), (2,))
         after = Tensor(lc.take(4), (1,)) if n_conv or n_gdn else None
-        wq, wk, wv = _weight(lc, 2 * q if cfg.attn_gate else q, d, wf, D), _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
+        wq = _weight(lc, 2 * q if cfg.attn_gate else q, d, wf, D)       # with the output gates' rows (Qwen3.5)
+        wk, wv = _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
         wo = _weight(lc, d, q, wf, D)
         wg, wu, wd = mlp(lc)
         kb_h = hd // D
