@@ -80,6 +80,22 @@ def test_gguf_value_heads_are_tiled_in_the_file(models):
         assert np.abs(ck.get(name) - w[name]).max() <= 2 ** -10 * np.abs(w[name]).max(), name
 
 
+def test_published_layouts_read_back(models):
+    """As Qwen3.5 is published: a multimodal Hugging Face directory (`Qwen3_5ForConditionalGeneration`,
+    `text_config`, the text tensors under model.language_model., a vision tower with biases and an MTP
+    layer beside them, both unread) and a GGUF whose block count includes the MTP layer."""
+    _, cfg, w = models["hf"]
+    d = synthetic.write_hf(models["dir"] / "multimodal", cfg, w, llmtiny.tokenizer(), multimodal=True)
+    assert "model.language_model.layers.0.linear_attn.in_proj_qkv.weight" in (d / "model.safetensors").read_bytes()[
+        :8192].decode("latin-1")
+    gg = synthetic.write_gguf(models["dir"] / "mtp.gguf", cfg, w, llmtiny.tokenizer(), mtp_layers=1)
+    for path in (d, gg):
+        ck = checkpoint.open_checkpoint(path)
+        assert ck.config.kinds == cfg.kinds and ck.config.layers == 5, path
+        for name in cfg.tensor_shapes():
+            assert np.abs(ck.get(name) - w[name]).max() <= 2 ** -10 * np.abs(w[name]).max(), (path, name)
+
+
 def _hf_dir(models, name, edit):
     path, cfg, w = models["hf"]
     d = synthetic.write_hf(models["dir"] / name, cfg, w, llmtiny.tokenizer())

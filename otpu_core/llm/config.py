@@ -227,6 +227,9 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
     if not archs:
         raise ModelError(f"{where}: missing key 'architectures'")
     fam = families.for_hf(archs[0], where)
+    if fam.hf_text_prefix and isinstance(cfg.get("text_config"), dict):     # a multimodal file: its text model
+        cfg = {"tie_word_embeddings": cfg.get("tie_word_embeddings", False), **cfg["text_config"],
+               "architectures": archs}
     for key, allowed in (("hidden_act", ("silu",)), ("attention_bias", (False,)), ("mlp_bias", (False,))):
         if key in cfg and cfg[key] not in allowed:
             raise ModelError(f"{where}: {key} = {cfg[key]!r}; this layer supports {', '.join(map(str, allowed))}")
@@ -351,7 +354,8 @@ def from_gguf(meta: dict[str, Any], where: str, tied: bool, rope_factors: tuple[
     kind = get("rope.scaling.type", "none", required=False)
     if str(kind) not in ("none", "llama3"):
         raise ModelError(f"{where}: {arch}.rope.scaling.type '{kind}' is not supported", hint="supported: none, llama3")
-    layers = int(get("block_count"))
+    # llama.cpp counts the MTP (NextN) layers, which follow the decoder's, in the block count
+    layers = int(get("block_count")) - int(get("nextn_predict_layers", 0, required=False))
     nope: tuple[int, ...] = ()
     step = int(get("no_rope_layer_step", fam.nope_every or 0, required=False))
     if step:

@@ -20,7 +20,10 @@ output gate, the attention output is multiplied by sigmoid(gate)), `partial_rope
 first part of each head only; the factor its config defaults to), `hf_norm_offset` (its
 Hugging Face RMSNorm weights are stored zero-centred, w - 1; llama.cpp's converter adds the 1
 back) and `gguf_tiled_v` (llama.cpp reorders the DeltaNet value heads from grouped by key head
-to tiled when there are more value heads than key heads; the loader puts them back).
+to tiled when there are more value heads than key heads; the loader puts them back). Its
+published checkpoints are multimodal (`Qwen3_5ForConditionalGeneration`): the text model's
+config is `text_config` and its tensors sit under `hf_text_prefix`; the vision tower and the
+MTP layer are not read.
 
 Tensor names: `LAYER_TENSORS` and `GLOBAL_TENSORS` map the layer's canonical names (`wq`,
 `ln1`, ...) to the Hugging Face and llama.cpp (GGUF) names; a family's `hf_names` /
@@ -51,6 +54,7 @@ class Family:
     partial_rope: float = 0.0                       # > 0: RoPE may cover part of a head (the default factor)
     hf_norm_offset: tuple[str, ...] = ()            # canonical norms Hugging Face stores as w - 1
     gguf_tiled_v: bool = False                      # DeltaNet value heads tiled in GGUF (llama.cpp's reorder)
+    hf_text_prefix: str = ""                        # multimodal files: the text model's tensors under this prefix
 
     def hf_name(self, canon: str) -> str:
         return dict(self.hf_names).get(canon) or {**LAYER_TENSORS, **GLOBAL_TENSORS}[canon][0]
@@ -76,7 +80,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                      ("wg", "model.layers.{i}.feed_forward.w1.weight"), ("wu", "model.layers.{i}.feed_forward.w3.weight"),
                      ("wd", "model.layers.{i}.feed_forward.w2.weight"), ("final_norm", "model.embedding_norm.weight")),
            gguf_names=(("final_norm", "token_embd_norm.weight"),)),
-    Family("qwen35", ("Qwen3_5ForCausalLM",), ("qwen35",), qk_norm=True, gguf_permuted_qk=False,
+    Family("qwen35", ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"), ("qwen35",), qk_norm=True,
+           gguf_permuted_qk=False, hf_text_prefix="model.language_model.",
            sampling=Sampling(0.7, 20, 0.8, 1.0),
            layer_types=(("full_attention", "attention"), ("linear_attention", "deltanet")),
            gguf_names=(("ln2", "blk.{i}.post_attention_norm.weight"),),
