@@ -29,6 +29,7 @@ from otpu_core.llm import checkpoint, convert, engine, layout, reference, synthe
 from otpu_core.llm import config as config_mod
 from otpu_core.llm.errors import ModelError
 from otpu_core.llm.sampling import Sampling
+from otpu_core.llm.tokenizer import from_gguf
 from otpu_core.target import load as load_target
 from otpu_chat import cli as chat_cli
 
@@ -387,3 +388,14 @@ def test_card_formats_against_the_fp32_golden(models, capsys):
             print(f"\nqwen35 tiny {fmt:5s}: mean KL from fp32 {kl:.5f} nats, top-1 agreement {top1:.3f}")
     assert rows["int8"][0] < min(rows["fp4"][0], rows["fp4x6"][0]), rows
     assert max(r[0] for r in rows.values()) < 0.1, rows
+
+
+def test_gguf_qwen35_pre_tokenizer_keeps_combining_marks_in_words():
+    """tokenizer.ggml.pre = 'qwen35' (llama.cpp's Qwen3.5 split): a combining accent stays with its
+    letters, where Qwen2's split cuts it off as punctuation."""
+    meta = {"model": "gpt2", "tokens": ["a", "b", "ab"], "merges": ["a b"]}
+    text = "cafe\u0301 ok, ne\u0301e"
+    spans = {pre: [span for _, span in from_gguf({**meta, "pre": pre}, "x.gguf").tk.pre_tokenizer.pre_tokenize_str(
+        text)] for pre in ("qwen35", "qwen2")}
+    assert spans["qwen35"] == [(0, 5), (5, 8), (8, 9), (9, 14)], spans
+    assert spans["qwen2"] == [(0, 4), (4, 5), (5, 8), (8, 9), (9, 12), (12, 14)], spans
