@@ -29,6 +29,7 @@ from otpu_core.llm import checkpoint, convert, engine, layout, reference, synthe
 from otpu_core.llm import config as config_mod
 from otpu_core.llm.errors import ModelError
 from otpu_core.llm.sampling import Sampling
+from otpu_core.llm.tokenizer import from_gguf
 from otpu_core.target import load as load_target
 from otpu_chat import cli as chat_cli
 
@@ -78,6 +79,22 @@ def test_gguf_value_heads_are_tiled_in_the_file(models):
     ck = checkpoint.open_checkpoint(path)
     for name in ("gqkv.0", "gz.0", "gb.0", "gconv.0", "galog.0", "gdt.0", "gout.0"):
         assert np.abs(ck.get(name) - w[name]).max() <= 2 ** -10 * np.abs(w[name]).max(), name
+
+
+def test_published_layouts_read_back(models):
+    """As Qwen3.5 is published: a multimodal Hugging Face directory (`Qwen3_5ForConditionalGeneration`,
+    `text_config`, the text tensors under model.language_model., a vision tower with biases and an MTP
+    layer beside them, both unread) and a GGUF whose block count includes the MTP layer."""
+    _, cfg, w = models["hf"]
+    d = synthetic.write_hf(models["dir"] / "multimodal", cfg, w, llmtiny.tokenizer(), multimodal=True)
+    assert "model.language_model.layers.0.linear_attn.in_proj_qkv.weight" in (d / "model.safetensors").read_bytes()[
+        :8192].decode("latin-1")
+    gg = synthetic.write_gguf(models["dir"] / "mtp.gguf", cfg, w, llmtiny.tokenizer(), mtp_layers=1)
+    for path in (d, gg):
+        ck = checkpoint.open_checkpoint(path)
+        assert ck.config.kinds == cfg.kinds and ck.config.layers == 5, path
+        for name in cfg.tensor_shapes():
+            assert np.abs(ck.get(name) - w[name]).max() <= 2 ** -10 * np.abs(w[name]).max(), (path, name)
 
 
 def _hf_dir(models, name, edit):
@@ -371,3 +388,14 @@ def test_card_formats_against_the_fp32_golden(models, capsys):
             print(f"\nqwen35 tiny {fmt:5s}: mean KL from fp32 {kl:.5f} nats, top-1 agreement {top1:.3f}")
     assert rows["int8"][0] < min(rows["fp4"][0], rows["fp4x6"][0]), rows
     assert max(r[0] for r in rows.values()) < 0.1, rows
+
+
+def test_gguf_qwen35_pre_tokenizer_keeps_combining_marks_in_words():
+    """tokenizer.ggml.pre = 'qwen35' (llama.cpp's Qwen3.5 split): a combining accent stays with its
+    letters, where Qwen2's split cuts it off as punctuation."""
+    meta = {"model": "gpt2", "tokens": ["a", "b", "ab"], "merges": ["a b"]}
+    text = "cafe\u0301 ok, ne\u0301e"
+    spans = {pre: [span for _, span in from_gguf({**meta, "pre": pre}, "x.gguf").tk.pre_tokenizer.pre_tokenize_str(
+        text)] for pre in ("qwen35", "qwen2")}
+    assert spans["qwen35"] == [(0, 5), (5, 8), (8, 9), (9, 14)], spans
+    assert spans["qwen2"] == [(0, 4), (4, 5), (5, 8), (8, 9), (9, 12), (12, 14)], spans

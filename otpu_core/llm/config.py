@@ -326,6 +326,9 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
     fam = families.for_hf(archs[0], where)
     if "sliding" in dict(fam.layer_types).values():
         return _from_hf_gemma(cfg, fam, where, generation, name)
+    if fam.hf_text_prefix and isinstance(cfg.get("text_config"), dict):     # a multimodal file: its text model
+        cfg = {"tie_word_embeddings": cfg.get("tie_word_embeddings", False), **cfg["text_config"],
+               "architectures": archs}
     for key, allowed in (("hidden_act", ("silu",)), ("attention_bias", (False,)), ("mlp_bias", (False,))):
         if key in cfg and cfg[key] not in allowed:
             raise ModelError(f"{where}: {key} = {cfg[key]!r}; this layer supports {', '.join(map(str, allowed))}")
@@ -368,7 +371,7 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
     if "conv" in kinds:
         if cfg.get("conv_bias", False):
             raise ModelError(f"{where}: conv_bias = true; this layer runs bias-free convolutions")
-        taps = _int(cfg, "conv_L_cache", where)
+        taps = int(_need(cfg, "conv_L_cache", where))
     if "deltanet" in kinds:
         taps = _int(cfg, "linear_conv_kernel_dim", where)
         lin = {k: _int(cfg, f"linear_{n}", where) for k, n in (("lin_k_heads", "num_key_heads"),
@@ -576,7 +579,8 @@ def from_gguf(meta: dict[str, Any], where: str, tied: bool, rope_factors: tuple[
     kind = get("rope.scaling.type", "none", required=False)
     if str(kind) not in ("none", "llama3"):
         raise ModelError(f"{where}: {arch}.rope.scaling.type '{kind}' is not supported", hint="supported: none, llama3")
-    layers = int(get("block_count"))
+    # llama.cpp counts the MTP (NextN) layers, which follow the decoder's, in the block count
+    layers = int(get("block_count")) - int(get("nextn_predict_layers", 0, required=False))
     nope: tuple[int, ...] = ()
     step = int(get("no_rope_layer_step", fam.nope_every or 0, required=False))
     if step:

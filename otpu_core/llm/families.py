@@ -21,7 +21,10 @@ output gate, the attention output is multiplied by sigmoid(gate)), `partial_rope
 first part of each head only; the factor its config defaults to), `hf_norm_offset` (its
 Hugging Face RMSNorm weights are stored zero-centred, w - 1; llama.cpp's converter adds the 1
 back) and `gguf_tiled_v` (llama.cpp reorders the DeltaNet value heads from grouped by key head
-to tiled when there are more value heads than key heads; the loader puts them back).
+to tiled when there are more value heads than key heads; the loader puts them back). Its
+published checkpoints are multimodal (`Qwen3_5ForConditionalGeneration`): the text model's
+config is `text_config` and its tensors sit under `hf_text_prefix`; the vision tower and the
+MTP layer are not read.
 
 Mixture of experts: a family with `moe` (Qwen3-MoE) replaces every layer's SwiGLU MLP by a
 router (`router`, [experts, d]) and `experts` SwiGLU experts (`eg`, `eu`, `ed`; canonical names
@@ -71,6 +74,7 @@ class Family:
     v_norm: bool = False             # v RMSNormed per head without a weight
     unit_scores: bool = False        # attention scores q.k without the 1/sqrt(head_dim)
     layer_scalar: bool = False       # each layer's output times its scalar `ls`
+    hf_text_prefix: str = ""                        # multimodal files: the text model's tensors under this prefix
 
     def hf_name(self, canon: str) -> str:
         return dict(self.hf_names).get(canon) or {**LAYER_TENSORS, **GLOBAL_TENSORS}[canon][0]
@@ -96,7 +100,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                      ("wg", "model.layers.{i}.feed_forward.w1.weight"), ("wu", "model.layers.{i}.feed_forward.w3.weight"),
                      ("wd", "model.layers.{i}.feed_forward.w2.weight"), ("final_norm", "model.embedding_norm.weight")),
            gguf_names=(("final_norm", "token_embd_norm.weight"),)),
-    Family("qwen35", ("Qwen3_5ForCausalLM",), ("qwen35",), qk_norm=True, gguf_permuted_qk=False,
+    Family("qwen35", ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"), ("qwen35",), qk_norm=True,
+           gguf_permuted_qk=False, hf_text_prefix="model.language_model.",
            sampling=Sampling(0.7, 20, 0.8, 1.0),
            layer_types=(("full_attention", "attention"), ("linear_attention", "deltanet")),
            gguf_names=(("ln2", "blk.{i}.post_attention_norm.weight"),),

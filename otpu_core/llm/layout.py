@@ -481,8 +481,9 @@ def check_fits(cfg: ModelConfig, tcfg: Config, opts: ImageOptions) -> None:
             raise ModelError(f"{cfg.name}: the DeltaNet's value width {vd} (heads x head dim) is not a multiple of the "
                              f"card's D={D}", hint="the card quantises activations in whole D-blocks")
         if tcfg.DSTEP and (cfg.lin_k_dim not in isa.DSTEP_COLS or cfg.lin_v_dim > isa.DSTEP_MAX_ROWS):
+            cols = ", ".join(map(str, isa.DSTEP_COLS))
             raise ModelError(f"{cfg.name}: DeltaNet heads of {cfg.lin_k_dim} keys x {cfg.lin_v_dim} values; DSTEP "
-                             f"takes {', '.join(map(str, isa.DSTEP_COLS))} keys and at most {isa.DSTEP_MAX_ROWS} values")
+                             f"takes {cols} keys and at most {isa.DSTEP_MAX_ROWS} values")
     fc = f_chunk_for(cfg.ffn, D, opts.f_chunk)
     if fc == 0 or any(f % fc for f in set(cfg.layer_ffn) | {cfg.ffn}):
         raise ModelError(f"{cfg.name}: ffn {cfg.ffn} has no chunk that is a multiple of D={D} (at most 1024) "
@@ -550,7 +551,8 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         qn, kn = Tensor(lc.take(4 * hd), (hd,)), Tensor(lc.take(4 * hd), (hd,))
         gate = Tensor(lc.take(8), (2,))
         after = Tensor(lc.take(4), (1,)) if n_conv or n_gdn else None
-        wq, wk, wv = _weight(lc, 2 * q if cfg.attn_gate else q, d, wf, D), _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
+        wq = _weight(lc, 2 * q if cfg.attn_gate else q, d, wf, D)       # with the output gates' rows (Qwen3.5)
+        wk, wv = _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
         wo = _weight(lc, d, q, wf, D)
         router = _weight(lc, cfg.experts, d, fmt.head_wf, D) if cfg.experts else None
         wg, wu, wd = mlp(lc) if not cfg.experts else (None, None, None)

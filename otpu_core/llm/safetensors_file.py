@@ -104,8 +104,13 @@ def open_hf_dir(d: Path) -> Checkpoint:
     cfg = config_mod.from_hf(cfg_json, str(d / "config.json"), gen, name=d.name)
     files = _Files(_shard_files(d))
     names = file_names(cfg, gguf=False)
+    prefix = cfg.spec.hf_text_prefix
+    if prefix:                           # a multimodal file keeps the text model's tensors under its prefix
+        nested = {c: prefix + n[len("model."):] for c, n in names.items() if n.startswith("model.")}
+        names.update({c: n for c, n in nested.items() if n in files.shards and names[c] not in files.shards})
+    scope = prefix if prefix and any(n.startswith(prefix) for n in files.shards) else ""   # not the vision tower
     for name in files.shards:
-        if name.endswith(families.REFUSED_SUFFIXES):
+        if name.endswith(families.REFUSED_SUFFIXES) and name.startswith(scope):
             raise ModelError(f"{files.shards[name]}: tensor '{name}': biases are not part of a {cfg.family} "
                              "decoder this layer runs")
     shapes, types = {}, {}

@@ -158,14 +158,25 @@ def _safetensors(path: Path, tensors: dict[str, np.ndarray], dtype: str) -> None
 
 
 def write_hf(d: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=None, template: str | None = CHATML,
-             dtype: str = "F32", rope_scaling: dict | None = None) -> Path:
+             dtype: str = "F32", rope_scaling: dict | None = None, multimodal: bool = False) -> Path:
+    """`multimodal`: as Qwen3.5's published files: the text config under `text_config`, its tensors
+    under the family's `hf_text_prefix`, beside a vision tensor (with a bias) and an MTP tensor."""
     d = Path(d)
     d.mkdir(parents=True, exist_ok=True)
+    fam = families.by_name(cfg.family)
     names = _file_names(cfg, gguf=False)
-    offset = set(families.by_name(cfg.family).hf_norm_offset)
-    _safetensors(d / "model.safetensors", {names[k]: _hf_shaped(k, weights[k] - (k.split(".")[0] in offset))
-                                           for k in names}, dtype)
-    (d / "config.json").write_text(json.dumps(hf_config(cfg, rope_scaling), indent=1))
+    offset = set(fam.hf_norm_offset)
+    tensors = {names[k]: _hf_shaped(k, weights[k] - (k.split(".")[0] in offset)) for k in names}
+    js = hf_config(cfg, rope_scaling)
+    if multimodal:
+        tensors = {(fam.hf_text_prefix + n[len("model."):] if n.startswith("model.") else n): a
+                   for n, a in tensors.items()}
+        tensors["model.visual.blocks.0.attn.qkv.bias"] = np.zeros(8, np.float32)
+        tensors["mtp.fc.weight"] = np.zeros((cfg.d, 2 * cfg.d), np.float32)
+        js = {"architectures": [fam.hf_architectures[-1]], "model_type": cfg.family, "text_config": js,
+              "vision_config": {"depth": 1}, "tie_word_embeddings": cfg.tied}
+    _safetensors(d / "model.safetensors", tensors, dtype)
+    (d / "config.json").write_text(json.dumps(js, indent=1))
     if tk is not None:
         tk.save(str(d / "tokenizer.json"))
         (d / "tokenizer_config.json").write_text(json.dumps(
@@ -184,8 +195,10 @@ def _permute(w: np.ndarray, heads: int) -> np.ndarray:
 
 
 def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=None, template: str | None = CHATML,
-               types: dict[str, str] | None = None, rope_factors=None) -> Path:
-    """`types`: canonical name (or kind such as 'wq') -> GGUF type name; default F16 matrices, F32 norms."""
+               types: dict[str, str] | None = None, rope_factors=None, mtp_layers: int = 0) -> Path:
+    """`types`: canonical name (or kind such as 'wq') -> GGUF type name; default F16 matrices, F32 norms.
+    `mtp_layers`: counted in the block count after the decoder's, as llama.cpp writes Qwen3.5's MTP
+    layer (their tensors are left out)."""
     import gguf
     from gguf import GGMLQuantizationType as Q
     fam = families.by_name(cfg.family)
@@ -194,7 +207,7 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
     w.add_name(cfg.name)
     w.add_context_length(cfg.context)
     w.add_embedding_length(cfg.d)
-    w.add_block_count(cfg.layers)
+    w.add_block_count(cfg.layers + mtp_layers)
     w.add_feed_forward_length(list(cfg.layer_ffn) if cfg.layer_ffn else cfg.ffn)
     if fam.moe:
         w.add_expert_count(cfg.experts)
@@ -226,6 +239,8 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
         w.add_rope_freq_base(cfg.rope_theta)
     w.add_layer_norm_rms_eps(cfg.norm_eps)
     w.add_vocab_size(cfg.vocab)
+    if mtp_layers:
+        w.add_nextn_predict_layers(mtp_layers)
     if tk is not None:
         vocab = tk.get_vocab(with_added_tokens=True)
         tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]

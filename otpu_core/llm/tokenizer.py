@@ -2,7 +2,7 @@
 
 A GGUF file with `tokenizer.ggml.model = "gpt2"` carries a byte-level BPE: tokens, merges and
 token types. It is rebuilt as a `tokenizers` BPE with the pre-tokenizer its
-`tokenizer.ggml.pre` names (the GPT-2, Llama 3 or Qwen2 split regex, then the byte-level
+`tokenizer.ggml.pre` names (the GPT-2, Llama 3, Qwen2 or Qwen3.5 split regex, then the byte-level
 mapping) and its control and user-defined tokens as special tokens, so the chat template's
 `<|im_start|>` is one token as in the original. Other vocabulary models are refused by name.
 
@@ -21,9 +21,13 @@ LLAMA3_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
                 r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+# Qwen3.5's: Qwen2's with combining marks (\p{M}) kept in words and out of punctuation runs
+QWEN35_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"""
+                r"""| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 # tokenizer.ggml.pre -> (split regex, ignore_merges) as llama.cpp's vocabulary code treats them
 PRE_TOKENIZERS = {"gpt-2": (GPT2_SPLIT, False), "default": (GPT2_SPLIT, False), "llama-bpe": (LLAMA3_SPLIT, True),
-                  "llama3": (LLAMA3_SPLIT, True), "smollm": (LLAMA3_SPLIT, True), "qwen2": (QWEN2_SPLIT, False)}
+                  "llama3": (LLAMA3_SPLIT, True), "smollm": (LLAMA3_SPLIT, True), "qwen2": (QWEN2_SPLIT, False),
+                  "qwen35": (QWEN35_SPLIT, False)}
 CONTROL, USER_DEFINED = 3, 4        # llama.cpp token types that are matched whole
 
 
