@@ -281,8 +281,7 @@ def test_gemma4_gguf_32_greedy_tokens_on_the_card(models):
 
 def test_gemma4_safetensors_on_the_card(models):
     """The HF directory (BF16): two sequences in two slots, each step's logits the quantised golden's.
-    (Two sequences in one step are not run: with Gemma's two head widths each row group keeps seven
-    position offsets live through the layer loops, and two groups exceed the card's address registers.)"""
+    (Two sequences in one step are not run: that step does not compile, layout.max_row_groups.)"""
     path, _, _ = models["hf"]
     eng, ck, conv, _ = make(path, slots=2)
     for p in llmtiny.prompts(2, 384, length=5):
@@ -340,8 +339,8 @@ def test_diag_model_section_runs_gemma4(tmp_path):
 
 
 def test_one_sequence_a_step_and_serve_says_so(models):
-    """Two row groups in one step exceed the address registers with Gemma's two head widths: the engine and
-    otpu-serve refuse by name instead of failing to compile."""
+    """Two row groups in one step run out of the card's address registers: the engine and otpu-serve
+    refuse by name instead of failing to compile."""
     from otpu_serve.cards import ServeOptions, image_options
 
     from otpu_core.errors import UsageError

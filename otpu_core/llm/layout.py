@@ -116,9 +116,9 @@ class ImageOptions:
 
 
 def max_row_groups(cfg: ModelConfig) -> int | None:
-    """How many sequences one step may batch, when the model limits it: Gemma 4's row groups keep the
-    position offsets of both head widths live through its layer loops, and a second group exceeds the
-    card's address registers."""
+    """How many sequences one step may batch, when the model limits it: Gemma 4's step with two row
+    groups does not compile (15 addresses and device values live at once, more than the card's
+    address registers; per-run position offsets did not bring it down, the cause is not traced)."""
     return 1 if "sliding" in cfg.kinds else None
 
 
