@@ -52,8 +52,8 @@ def config(family: str = "qwen3", D: int = 32, **kw) -> ModelConfig:
     if family == "lfm2":             # `c A c A c`; heads half a block wide, so the card zero-pads them
         base.update(layers=5, layer_kinds=("conv", "attention", "conv", "attention", "conv"), conv_taps=3,
                     head_dim=D // 2, heads=4, kv_heads=2, tied=True)
-    if family == "qwen3moe":         # 8 experts of width 2D a layer, 2 per token (Qwen3-30B-A3B: 128 of 768, 8)
-        base.update(experts=8, experts_used=2, ffn=2 * D, tied=False)
+    if family == "qwen3moe":         # 8 experts of width 2D a layer, 3 per token (Qwen3-30B-A3B: 128 of 768, 8)
+        base.update(experts=8, experts_used=3, ffn=2 * D, tied=False)
     base.update(kw)
     return ModelConfig(family, **base)
 

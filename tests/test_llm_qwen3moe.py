@@ -8,7 +8,7 @@ bad input refused by file, key and value. References: the fp32 golden (token by 
 a whole-sequence float64 formula written here (every expert computed, the routing as a 0/1 mask
 of the k largest router probabilities). Card: the router MM and top-k, the directory lookup and
 the experts on the card, every expert absent at the start and streamed by the host through the
-WAITW mailbox into LRU slots, prefill expert-major (its bits those of one-row runs): 32 greedy tokens from the generate loop with 3 slots a layer for 8
+WAITW mailbox into LRU slots, prefill expert-major (its bits those of one-row runs): 32 greedy tokens from the generate loop with 4 slots a layer for 8
 experts, bit for bit the logits of one-row host-driven steps on a second card with a slot for
 every expert, token for token the quantised golden's greedy run; the fp32 golden's cosine,
 max-abs and top-1 and the bytes streamed per token reported. Tiny models on sim-small (D=32).
@@ -48,7 +48,7 @@ def test_qwen3moe_files_read_back_as_written(models, kind):
     path, cfg, w = models[kind]
     ck = checkpoint.open_checkpoint(path)
     c = ck.config
-    assert c.family == "qwen3moe" and (c.experts, c.experts_used, c.ffn) == (8, 2, 64) and not c.tied
+    assert c.family == "qwen3moe" and (c.experts, c.experts_used, c.ffn) == (8, 3, 64) and not c.tied
     assert set(c.tensor_shapes()) == set(cfg.tensor_shapes())
     assert "eg.1.7" in c.tensor_shapes() and "router.0" in c.tensor_shapes() and "wg.0" not in c.tensor_shapes()
     tol = 0 if kind == "hf" else 2 ** -10          # F32 / F16 matrices (norms F32 in GGUF)
@@ -214,11 +214,11 @@ def _distances(name, got, ref):
 
 def test_qwen3moe_gguf_32_greedy_tokens_with_experts_streamed_into_lru_slots(models):
     """20 prompt tokens (prefill runs of 4 rows), then 32 generated in one device run while the host
-    serves the expert mailbox: 3 slots a layer for 8 experts, so experts are evicted and streamed
+    serves the expert mailbox: 4 slots a layer for 8 experts, so experts are evicted and streamed
     again; the logits bit for bit those of one-row steps on a card with a slot for every expert."""
     path, _, _ = models["gguf"]
     prompt = llmtiny.prompts(1, 384, length=20)[0]
-    eng, ck, conv, be = make(path, expert_slots=3)
+    eng, ck, conv, be = make(path, expert_slots=4)
     assert _absent_everywhere(eng, be)
     seq = eng.new_sequence()
     eng.submit(seq, prompt)
@@ -247,22 +247,22 @@ def test_qwen3moe_gguf_32_greedy_tokens_with_experts_streamed_into_lru_slots(mod
     print(f"qwen3moe: the quantised and fp32 goldens choose the same experts at {same:.3f} of (token, layer)s")
     assert len(quant.routes) == len(fp32.routes) == len(fed) * 2 and same > 0.8
     chosen = len(fed) * lay.layers * lay.k
-    print(f"qwen3moe offload, 3 of 8 slots: {st.requests} requests, {st.streamed} experts streamed "
+    print(f"qwen3moe offload, 4 of 8 slots: {st.requests} requests, {st.streamed} experts streamed "
           f"({st.bytes / len(fed) / 1024:.1f} KiB a token of {lay.blob.nbytes / 1024:.1f} KiB experts), "
           f"{st.evictions} evictions, hit rate {st.hit_rate(chosen):.3f}; the all-slots card streamed "
           f"{steps.experts.stats.streamed} and evicted {steps.experts.stats.evictions}")
     assert st.evictions > 0 and st.bytes == st.streamed * lay.blob.nbytes
-    assert st.evictions == st.streamed - lay.layers * 3            # every slot filled once, then each stream evicts
+    assert st.evictions == st.streamed - lay.layers * 4            # every slot filled once, then each stream evicts
     assert steps.experts.stats.evictions == 0 and steps.experts.stats.streamed <= lay.layers * lay.experts
 
 
 def test_qwen3moe_safetensors_every_expert_absent_and_k_slots(models):
-    """The HF directory with the fewest slots the router allows (k = 2 a layer): every expert absent
+    """The HF directory with the fewest slots the router allows (k = 3 a layer): every expert absent
     at the start, most tokens stream experts, and the 32 greedy tokens are still the quantised
     golden's; the bytes streamed per token reported."""
     path, _, _ = models["hf"]
     prompt = llmtiny.prompts(1, 384, length=8, seed=2)[0]
-    eng, ck, conv, be = make(path, expert_slots=2)
+    eng, ck, conv, be = make(path, expert_slots=3)
     assert _absent_everywhere(eng, be)
     seq = eng.new_sequence()
     eng.submit(seq, prompt)
@@ -275,7 +275,7 @@ def test_qwen3moe_safetensors_every_expert_absent_and_k_slots(models):
     assert d[0] > 0.99999, d
     st, lay = eng.experts.stats, eng.plan.offload
     chosen = len(fed) * lay.layers * lay.k
-    print(f"qwen3moe offload, 2 of 8 slots from cold: {st.streamed} experts streamed in {st.requests} requests, "
+    print(f"qwen3moe offload, 3 of 8 slots from cold: {st.streamed} experts streamed in {st.requests} requests, "
           f"{st.bytes / len(fed) / 1024:.1f} KiB a token, hit rate {st.hit_rate(chosen):.3f}")
     assert st.requests >= len(fed) and st.bytes == st.streamed * lay.blob.nbytes
 
@@ -383,8 +383,8 @@ def test_the_qwen3_30b_a3b_shape_fits_the_card_with_16_slots_a_layer():
 def test_too_few_expert_slots_are_refused_by_name(models):
     path, _, _ = models["gguf"]
     with pytest.raises(ModelError) as e:
-        make(path, expert_slots=1)
-    assert "--expert-slots 1" in e.value.message and "must hold the k=2 chosen experts" in e.value.message
+        make(path, expert_slots=2)
+    assert "--expert-slots 2" in e.value.message and "must hold the k=3 chosen experts" in e.value.message
 
 
 # -- otpu-chat ------------------------------------------------------------------------------------------------
