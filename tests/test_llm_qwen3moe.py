@@ -100,8 +100,7 @@ def _hf_dir(models, name, edit):
     (lambda js: js.__setitem__("num_experts", 0), "num_experts = 0; it must be a positive integer"),
     (lambda js: js.__setitem__("num_experts_per_tok", 9), "num_experts_per_tok = 9 exceeds num_experts = 8"),
     (lambda js: js.__setitem__("moe_intermediate_size", "64"), "moe_intermediate_size = '64'; it must be a positive"),
-    (lambda js: js.__setitem__("norm_topk_prob", False), "norm_topk_prob = False"),
-    (lambda js: js.pop("norm_topk_prob"), "the key is missing: transformers takes false"),
+    (lambda js: js.__setitem__("norm_topk_prob", "yes"), "norm_topk_prob = 'yes'; it must be true or false"),
     (lambda js: js.__setitem__("mlp_only_layers", [1]), "mlp_only_layers = [1]: layers with a dense MLP"),
     (lambda js: js.__setitem__("moe_intermediate_size", 96), "tensor 'model.layers.0.mlp.experts.0.gate_proj.weight' "
                                                              "has shape [64, 64] but the config needs [96, 64]"),
@@ -138,14 +137,15 @@ def test_bad_gguf_is_refused_by_key_and_tensor(models, tmp_path):
 
 def _dense_moe(cfg, W):
     """The MoE block as a dense formula: every expert's SwiGLU, weighted by the router probabilities
-    masked to the k largest per row and rescaled to sum to 1."""
+    masked to the k largest per row (and rescaled to sum to 1 with norm_topk_prob)."""
     def mlp(i, x):
         z = x @ W[f"router.{i}"].T
         p = np.exp(z - z.max(1, keepdims=True))
         p /= p.sum(1, keepdims=True)
         kth = -np.sort(-p, axis=1)[:, cfg.experts_used - 1:cfg.experts_used]
         gate = np.where(p >= kth, p, 0.0)
-        gate /= gate.sum(1, keepdims=True)
+        if cfg.norm_topk:
+            gate /= gate.sum(1, keepdims=True)
         y = np.zeros_like(x)
         for e in range(cfg.experts):
             g = x @ W[f"eg.{i}.{e}"].T
@@ -378,6 +378,36 @@ def test_the_qwen3_30b_a3b_shape_fits_the_card_with_16_slots_a_layer():
     with pytest.raises(ModelError) as e:
         layout.plan(cfg, tc, layout.sequence_options(cfg, tc, "fp4", 2048, 768))
     assert "needs" in e.value.message and "fewer --expert-slots" in e.value.hint
+
+
+def test_without_norm_topk_prob_the_weights_are_the_full_softmax_ones(models):
+    """norm_topk_prob false (and missing: transformers' default): the chosen experts keep their
+    probabilities under the softmax over every expert. The fp32 golden against the dense formula,
+    then the card (prefill expert-major, 12 greedy tokens one row at a time) against the quantised
+    golden, token for token; the renormalised model's logits differ."""
+    for edit in (lambda js: js.__setitem__("norm_topk_prob", False), lambda js: js.pop("norm_topk_prob")):
+        d = _hf_dir(models, f"plain-{id(edit)}", edit)
+        ck = checkpoint.open_checkpoint(d)
+        assert ck.config.norm_topk is False
+    W = {n: ck.get(n).astype(np.float64) for n in ck.config.tensor_shapes()}
+    tokens = llmtiny.prompts(1, ck.config.vocab, length=10, seed=5)[0]
+    got = reference.Golden(ck.config, reference.SourceWeights(ck), positions=64).forward(tokens)
+    ref = llmtiny.whole_sequence(ck.config, W, tokens, mlp=_dense_moe(ck.config, W))
+    assert R.max_abs(got, ref) < 1e-9, R.max_abs(got, ref)
+    eng, _, conv, _ = make(d, expert_slots=4)
+    seq = eng.new_sequence()
+    eng.submit(seq, tokens)
+    turn = eng.generate(seq, GREEDY, 12, want_logits=True)
+    quant = quant_golden(eng, conv)
+    assert _greedy(quant, tokens, 12) == turn.tokens
+    quant.reset()
+    fed = tokens + turn.tokens[:-1]
+    dist = _distances("quantised (norm_topk_prob false)", np.stack(turn.logits), quant.forward(fed)[len(tokens) - 1:])
+    assert dist[0] > 0.99999, dist
+    renorm, *_ = make(models["hf"][0], expert_slots=4)
+    s2 = renorm.new_sequence()
+    renorm.submit(s2, tokens)
+    assert R.max_abs(renorm.logits(s2), turn.logits[0]) > 1e-3
 
 
 def test_too_few_expert_slots_are_refused_by_name(models):

@@ -6,7 +6,7 @@
   layers: in_proj to B, C, x, the causal depthwise convolution of B*x over the last taps
   positions (zeros before the first), C times it, out_proj; a mixture of experts (Qwen3-MoE):
   the router's softmax over every expert, the k most probable (ties: the lower index), their
-  probabilities renormalised to sum to 1, the weighted sum of their SwiGLU outputs.
+  probabilities (renormalised to sum to 1 with `norm_topk`), the weighted sum of their SwiGLU outputs.
 - quantised golden (`Golden(cfg, CardWeights(conv), CardNumerics(...))`): the same forward with
   the card's quantisation points applied exactly and nothing else: the weights the MXU
   multiplies (formats.py's dequantisation of the converted tensors), the embedding row the card reads,
@@ -203,13 +203,13 @@ class Golden:
         return y
 
     def _experts(self, li: int, xn: np.ndarray) -> np.ndarray:
-        """The routed experts' weighted sum (Qwen3-MoE with norm_topk_prob)."""
+        """The routed experts' weighted sum (Qwen3-MoE; renormalised with norm_topk_prob)."""
         logits = xn @ self.w.get(f"router.{li}").T
         p = np.exp(logits - logits.max())
         p /= p.sum()
         best = np.argsort(-logits, kind="stable")[:self.cfg.experts_used]
         self.routes.append(tuple(int(e) for e in best))
-        weights = p[best] / p[best].sum()
+        weights = p[best] / p[best].sum() if self.cfg.norm_topk else p[best]
         return sum(wj * self._swiglu(xn, f"eg.{li}.{e}", f"eu.{li}.{e}", f"ed.{li}.{e}")
                    for wj, e in zip(weights, best))
 
