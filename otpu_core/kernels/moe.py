@@ -239,6 +239,9 @@ def moe_ffn_rows(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile,
     acc = ol.zeros((k * R + 1, d))                            # row j*R + r: row r's expert of rank j; last: scratch
     weight = ol.zeros((E, R))                                 # per expert and row: its weight, its accumulator
     where = ol.full((E, R), float(k * R * acc.rs))
+    if where.rs != weight.rs:                                 # one register addresses an expert's row of both
+        raise CompileError(f"moe_ffn_rows: the weight and accumulator tables have row strides {weight.rs} and "
+                           f"{where.rs}")
     chosen = ol.zeros((E,))
     for r in ol.static_range(R):
         total = None if renorm else softmax_total(logits[r])
