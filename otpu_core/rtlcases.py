@@ -12,9 +12,9 @@ from typing import Callable
 import numpy as np
 
 from . import ol
-from .kernels import (GdnWeights, append_kv, argmax, attention, embed, gated_deltanet_step, geglu_mlp, greedy_head,
-                      linear, matmul, paged_attention, rmsnorm, rmsnorm_quantized, rope, softcap_rows, softmax,
-                      swiglu_mlp, topk)
+from .kernels import (GdnWeights, Mamba2Weights, append_kv, argmax, attention, embed, gated_deltanet_step, geglu_mlp,
+                      gla_step, greedy_head, linear, mamba2_step, matmul, paged_attention, retnet_step, rmsnorm,
+                      rmsnorm_quantized, rope, softcap_rows, softmax, swiglu_mlp, topk)
 from .kernels import conv
 from .target import load as load_target
 from .kernels.decoder import DecoderShape, check_layers, decoder_step, plan_layer
@@ -148,6 +148,51 @@ def _gated_deltanet(t):
     return img, ol.compile_kernel(kernel, t, q=q, k=k, v=v, z=z, a=a, b=b, w=w, state=state, y=y), {}
 
 
+
+def _mamba2(t):
+    """Two tokens of a 2-head Mamba2 SSM (headdim 16, d_state 64, gated): the stream engine's step as
+    VOPs on a target without STREAM (as STREAMs on one with it), the second token on the first's state."""
+    rng = _rng("mamba2")
+    H, P, N, steps = 2, 16, 64, 2
+    img = Image(t)
+
+    def tensor(*shape, shift=0.0):
+        return img.tensor((rng.standard_normal(shape) + shift).astype(np.float32))
+    x, dt, b, c, z = tensor(steps, H * P), tensor(steps, H, shift=-1.0), tensor(steps, N), tensor(steps, N), \
+        tensor(steps, H * P)
+    w = Mamba2Weights(img.tensor(np.log(rng.uniform(1, 16, H)).astype(np.float32)), tensor(H), tensor(H))
+    state, y = img.tensor(shape=(H * P, N)), img.tensor(shape=(steps, H * P))
+
+    def kernel(x, dt, b, c, z, w, state, y):
+        for s in ol.static_range(steps):
+            out = mamba2_step(ol.load(x[s]).reshape(H, P), ol.load(dt[s]), ol.load(b[s]).reshape(1, N),
+                              ol.load(c[s]).reshape(1, N), w, state, z=ol.load(z[s]).reshape(H, P))
+            ol.store(y[s], out.reshape(H * P))
+    return img, ol.compile_kernel(kernel, t, x=x, dt=dt, b=b, c=c, z=z, w=w, state=state, y=y), {}
+
+
+def _linear_recurrence(kind: str):
+    """Two tokens of 2-head gated linear attention or retention (dk 64, dv 16) on a DRAM state."""
+    def make(t):
+        rng = _rng(kind)
+        H, dk, dv, steps = 2, 64, 16, 2
+        img = Image(t)
+        q, k, v = (img.tensor(rng.standard_normal((steps, H * n)).astype(np.float32)) for n in (dk, dk, dv))
+        if kind == "gla":        # a log decay per key dimension: logsigmoid(.) / 16
+            g = img.tensor((-np.logaddexp(0, -2 * rng.standard_normal((steps, H * dk))) / 16).astype(np.float32))
+        else:                    # gamma_h = 1 - 2^(-5-h)
+            g = img.tensor((1 - 2.0 ** (-5 - np.arange(H))).astype(np.float32))
+        state, o = img.tensor(shape=(H * dv, dk)), img.tensor(shape=(steps, H * dv))
+
+        def kernel(q, k, v, g, state, o):
+            for s in ol.static_range(steps):
+                qs, ks, vs = ol.load(q[s]).reshape(H, dk), ol.load(k[s]).reshape(H, dk), ol.load(v[s]).reshape(H, dv)
+                out = gla_step(qs, ks, vs, ol.load(g[s]).reshape(H, dk), state) if kind == "gla" else \
+                    retnet_step(qs, ks, vs, ol.load(g), state)
+                ol.store(o[s], out.reshape(H * dv))
+        return img, ol.compile_kernel(kernel, t, q=q, k=k, v=v, g=g, state=state, o=o), {}
+    return make
+
 def _sliding_window(t):
     """Paged attention over 3 pages of 32 tokens (80 written) with a window of 40: the first page
     is not read, the second is masked before the window."""
@@ -264,7 +309,9 @@ def kernel_cases(target: str = "nangate45-small") -> list[KernelCase]:
     cases.append(KernelCase("decoder_step", _decoder, target))
     cases += [KernelCase("sliding_window attention", _sliding_window, target),
               KernelCase("geglu_mlp int8", _mlp("int8", geglu_mlp), target),
-              KernelCase("softcap", _softcap, target)]
+              KernelCase("softcap", _softcap, target),
+              KernelCase("mamba2_step", _mamba2, target), KernelCase("gla_step", _linear_recurrence("gla"), target),
+              KernelCase("retnet_step", _linear_recurrence("retnet"), target)]
     if load_target(target).config().DSTEP:
         cases.append(KernelCase("gated_deltanet", _gated_deltanet, target))
     return cases

@@ -21,7 +21,7 @@ from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program 
 from otpu_core.board import IsaBackend
 from otpu_core.kernels import conv as conv_kernel
 from otpu_core.kernels import reference as R
-from otpu_core.llm import checkpoint, convert, engine, layout, reference, synthetic
+from otpu_core.llm import checkpoint, config, convert, engine, layout, reference, synthetic
 from otpu_core.llm.errors import ModelError
 from otpu_core.llm.sampling import Sampling
 from otpu_core.target import load as load_target
@@ -114,6 +114,16 @@ def test_bad_hf_configs_are_refused_by_key_and_value(models, edit, message):
         checkpoint.open_checkpoint(d)
     assert message in e.value.message and str(d) in e.value.message
 
+
+
+@pytest.mark.parametrize("d,block_ff_dim,published", [(1024, 6656, 4608), (2048, 12288, 8192)])
+def test_auto_adjusted_mlp_width_is_the_published_one(models, d, block_ff_dim, published):
+    """LFM2-350M's and LFM2-1.2B's config.json MLP keys give the width their GGUFs record as
+    `lfm2.feed_forward_length` (llama.cpp's converter: 2/3, the multiplier, up to a multiple of 256)."""
+    js = json.loads((models["hf"][0] / "config.json").read_text())
+    js.update(hidden_size=d, block_ff_dim=block_ff_dim, block_auto_adjust_ff_dim=True, block_ffn_dim_multiplier=1.0,
+              block_multiple_of=256)
+    assert config.from_hf(js, "config.json").ffn == published
 
 def test_bad_gguf_is_refused_by_tensor_name(models):
     _, cfg, w = models["gguf"]
