@@ -280,6 +280,47 @@ def test_qwen3moe_safetensors_every_expert_absent_and_k_slots(models):
     assert st.requests >= len(fed) and st.bytes == st.streamed * lay.blob.nbytes
 
 
+class _Directory:
+    """A host-only DRAM for offload.replay: the mailbox and the directory as bytes, slot writes dropped."""
+
+    def __init__(self, lay):
+        self.lay, self.b = lay, np.zeros(lay.slots_base, np.uint8)
+
+    def read(self, addr, n):
+        return self.b[addr:addr + n].copy()
+
+    def write(self, addr, data):
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if addr < self.lay.slots_base:
+            self.b[addr:addr + raw.size] = raw
+
+
+def test_the_host_replay_of_a_routing_trace_does_what_the_card_made_the_host_do(models):
+    """offload.replay (what benchmarks/bench_moe.py sizes offload with) over the quantised golden's
+    routes of 24 tokens fed one at a time gives the card's own requests, streams and evictions
+    with 4 slots a layer."""
+    from otpu_core.llm.offload import ExpertServer, replay
+    path, _, _ = models["gguf"]
+    tokens = llmtiny.prompts(1, 384, length=24, seed=7)[0]
+    eng, _, conv, _ = make(path, rows=1, expert_slots=4)
+    seq = eng.new_sequence()
+    for t in tokens:
+        eng.submit(seq, [t])
+        eng.logits(seq)
+    quant = quant_golden(eng, conv)
+    quant.forward(tokens)
+    lay = eng.plan.offload
+    host = ExpertServer(_Directory(lay), lay, lambda layer, e: np.zeros(lay.blob.nbytes, np.uint8))
+    host.reset()
+    st = replay(host, np.array(quant.routes).reshape(len(tokens), lay.layers, lay.k))
+    card = eng.experts.stats
+    print(f"qwen3moe replay: {st.requests} requests, {st.streamed} streamed, {st.evictions} evictions "
+          f"(card {card.requests}, {card.streamed}, {card.evictions})")
+    assert (st.requests, st.streamed, st.evictions, st.bytes) == (card.requests, card.streamed, card.evictions,
+                                                                  card.bytes)
+    assert card.evictions > 0
+
+
 def test_expert_major_prefill_leaves_the_bits_of_one_row_runs_and_reads_less(models, monkeypatch):
     """16 prompt tokens in runs of 4 rows (expert-major: each chosen expert computed once over the
     run's rows), in runs of 4 rows row by row (the fallback when the accumulators would crowd TMEM)
