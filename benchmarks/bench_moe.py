@@ -2,9 +2,10 @@
 
 The host side exactly as a run uses it (llm/offload.py `ExpertServer`, its LRU slots, the
 directory and mailbox of kernels/moe.py `OffloadLayout`, blobs sized by `ExpertBlob` in the
-card format) driven by the card's protocol: per token and MoE layer the card reads the k chosen
-experts' directory entries and posts a request only when one is absent (so the host sees no
-use of a token whose experts were all present). The DRAM is the directory and mailbox only; a
+card format) driven by the card's protocol (`offload.replay`: per token and MoE layer the card
+reads the k chosen experts' directory entries and posts a request only when one is absent, so
+the host sees no use of a token whose experts were all present; tests/test_llm_qwen3moe.py
+holds it to the card's own counts). The DRAM is the directory and mailbox only; a
 slot write is counted, not stored.
 
 Shape: LFM2-8B-A1B's config.json (hidden 2048, 24 layers of which the first 2 are dense, 32
@@ -31,7 +32,7 @@ import numpy as np
 from otpu_core import isa
 from otpu_core.kernels.moe import ExpertBlob, OffloadLayout
 from otpu_core.llm.layout import f_chunk_for
-from otpu_core.llm.offload import ExpertServer
+from otpu_core.llm.offload import ExpertServer, replay
 
 D_MODEL, MOE_LAYERS, EXPERTS, K, WIDTH, D = 2048, 22, 32, 4, 1792, 128
 MEASURED_HITS, MEASURED_MB = 0.985, 5.2
@@ -81,17 +82,7 @@ def run(route: np.ndarray, slots: int, blob: ExpertBlob) -> tuple[float, float, 
     data = np.zeros(blob.nbytes, np.uint8)
     server = ExpertServer(dram, lay, lambda layer, e: data)
     server.reset()
-    seq = 0
-    for chosen in route:
-        for layer, ids in enumerate(chosen):
-            present = [dram.read(lay.entry(layer, int(e)) + 4, 4).view(np.float32)[0] for e in ids]
-            if all(p == 1.0 for p in present):
-                continue
-            seq += 1
-            dram.write(lay.mailbox.row, (ids + layer * EXPERTS).astype(np.float32))
-            dram.write(lay.mailbox.seq, np.array([seq], np.float32))
-            assert server.poll()
-    st = server.stats
+    st = replay(server, route)
     assert st.bytes == dram.slot_bytes
     return st.hit_rate(route.size), st.bytes / len(route), st.requests
 

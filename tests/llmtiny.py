@@ -55,8 +55,8 @@ def config(family: str = "qwen3", D: int = 32, **kw) -> ModelConfig:
     if family == "qwen35":           # `D D D A D`: attention every 4th layer; 2 value heads on 1 key head of 64
         base.update(layers=5, layer_kinds=("deltanet",) * 3 + ("attention", "deltanet"), conv_taps=4,
                     rotary_dim=D // 4, lin_k_heads=1, lin_v_heads=2, lin_k_dim=64, lin_v_dim=D, tied=True)
-    if family == "qwen3moe":         # 8 experts of width 2D a layer, 2 per token (Qwen3-30B-A3B: 128 of 768, 8)
-        base.update(experts=8, experts_used=2, ffn=2 * D, tied=False)
+    if family == "qwen3moe":         # 8 experts of width 2D a layer, 3 per token (Qwen3-30B-A3B: 128 of 768, 8)
+        base.update(experts=8, experts_used=3, ffn=2 * D, tied=False)
     if family == "gemma4":           # `s s A s s A`, the last three reading layers 1, 1 and 2's KV (double-wide MLP);
         # runs of one shape (layers 0-1, 3-4) are hardware loops on the card
         base.update(layers=6, layer_kinds=("sliding", "sliding", "attention") * 2,

@@ -12,7 +12,8 @@ An expert's blob (`ExpertBlob`) is its gate and up weights (rows, then scales) a
 weight as F-chunk column parts, each area 128-byte aligned, so one address places all of it.
 
 Per token and layer, `moe_ffn`: the router MM, the k best (value, index) pairs by ARGMAX with
-knock-out (best first), routing weights w = softmax of the k values, the ids, each id's
+knock-out (best first), routing weights w = softmax of the k values (or, without `renorm`, the
+k values' probabilities under the softmax over every expert), the ids, each id's
 directory entry loaded through an RLD-computed address. If any chosen expert is absent (a
 hardware loop of count 0 or 1) the ids go to the host as a mailbox request. Then every chosen expert: its
 slot address from the directory (RLD of the raw word), the SwiGLU MLP over the blob there, times
@@ -179,22 +180,30 @@ class OffloadLayout:
         return self.dir + ENTRY_BYTES * (layer * self.experts + e)
 
 
-def routing_weights(values: Tile) -> Tile:
-    """softmax over the k chosen router logits (best first): exp2((v - v0) log2 e) / sum."""
+def routing_weights(values: Tile, total: Tile | None = None) -> Tile:
+    """softmax over the k chosen router logits (best first): exp2((v - v0) log2 e) / sum; given
+    `total` (`softmax_total` of every logit) the chosen ones' probabilities, not renormalised."""
     p = ol.exp2((values - values[0:1]) * ol.LOG2E)
-    return p * ol.recip(ol.sum(p))
+    return p * ol.recip(ol.sum(p) if total is None else total)
 
 
-def moe_ffn(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile) -> Tile:
-    """x (d,) -> (d,): the k routed experts' SwiGLU outputs weighted by the router's softmax.
-    `router` [E, d]; `layer_base` a (1,) tile holding float(layer * E), this layer's first global id."""
+def softmax_total(logits: Tile) -> Tile:
+    """sum of exp2((l - max) log2 e) over every router logit (read before the top-k knocks them out)."""
+    return ol.sum(ol.exp2((logits - ol.max(logits)) * ol.LOG2E))
+
+
+def moe_ffn(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile, renorm: bool = True) -> Tile:
+    """x (d,) -> (d,): the k routed experts' SwiGLU outputs weighted by the router's softmax (over the
+    k chosen, or with `renorm` False over every expert). `router` [E, d]; `layer_base` a (1,) tile
+    holding float(layer * E), this layer's first global id."""
     k, E = lay.k, lay.experts
     if x.ndim != 1 or router.N != E or router.K < x.cols:
         raise CompileError(f"shape mismatch in moe_ffn: x of shape {x.shape}, router of shape {router.shape} "
                            f"for {E} experts")
     logits = linear(x, router)
+    total = None if renorm else softmax_total(logits)
     pairs = topk_tile(logits, k)
-    w = routing_weights(pair_column(pairs, k, 0))
+    w = routing_weights(pair_column(pairs, k, 0), total)
     ids = pair_column(pairs, k, 1) + layer_base
     entries = _lookup(lay, ids, k)
     present = pair_column(entries, k, 1)
@@ -219,7 +228,7 @@ def _lookup(lay: OffloadLayout, ids: Tile, k: int) -> Tile:
     return entries
 
 
-def moe_ffn_rows(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile) -> Tile:
+def moe_ffn_rows(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile, renorm: bool = True) -> Tile:
     """x (R, d) -> (R, d), expert-major: every chosen expert's weights are streamed once for the R rows."""
     k, E = lay.k, lay.experts
     if x.ndim != 2 or router.N != E or router.K < x.cols:
@@ -230,10 +239,14 @@ def moe_ffn_rows(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile)
     acc = ol.zeros((k * R + 1, d))                            # row j*R + r: row r's expert of rank j; last: scratch
     weight = ol.zeros((E, R))                                 # per expert and row: its weight, its accumulator
     where = ol.full((E, R), float(k * R * acc.rs))
+    if where.rs != weight.rs:                                 # one register addresses an expert's row of both
+        raise CompileError(f"moe_ffn_rows: the weight and accumulator tables have row strides {weight.rs} and "
+                           f"{where.rs}")
     chosen = ol.zeros((E,))
     for r in ol.static_range(R):
+        total = None if renorm else softmax_total(logits[r])
         pairs = topk_tile(logits[r], k)
-        w = routing_weights(pair_column(pairs, k, 0))
+        w = routing_weights(pair_column(pairs, k, 0), total)
         ids = pair_column(pairs, k, 1)
         for j in ol.static_range(k):
             row = ol.rld(ids[j:j + 1], scale=weight.rs)

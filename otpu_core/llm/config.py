@@ -8,8 +8,9 @@ whether the LM head is the embedding, the special token ids, the kind of every l
 the rotated part of a head (`rotary_dim`, Qwen3.5's partial RoPE; 0: all of it), the Gated
 DeltaNet's heads (`lin_k_heads` of `lin_k_dim` for q and k, `lin_v_heads` of `lin_v_dim`) and,
 for a mixture of experts, the experts per layer and how many each token uses (`ffn` is then
-each expert's width; the k chosen experts' router probabilities are renormalised to sum to 1,
-Qwen3-MoE's `norm_topk_prob`, which llama.cpp's qwen3moe always does).
+each expert's width) and whether the k chosen experts' router probabilities are renormalised to
+sum to 1 (`norm_topk`: Qwen3-MoE's `norm_topk_prob`, false when missing as in transformers;
+llama.cpp's qwen3moe always renormalises).
 Gemma 4's fields: `sliding_window` (the "sliding" layers attend to that many last positions),
 the full layers' own head width (`global_head_dim`), RoPE base and rotated pairs
 (`global_rope_theta`, `global_rope_pairs`: proportional RoPE turns the first pairs with
@@ -74,6 +75,7 @@ class ModelConfig:
     ple_dim: int = 0                                 # per-layer input width (Gemma's PLE; 0: none)
     layer_ffn: tuple[int, ...] = ()                  # per-layer MLP width (() = ffn everywhere)
     logit_softcap: float = 0.0                       # logits = cap * tanh(logits / cap) (0: none)
+    norm_topk: bool = True                           # the chosen experts' weights renormalised to sum to 1
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -366,7 +368,7 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
         nope = tuple(i for i in range(layers) if (i + 1) % step == 0)
     eos = _ids((generation or {}).get("eos_token_id", cfg.get("eos_token_id")))
     kinds, taps = _hf_layer_kinds(cfg, fam, layers, where), 0
-    experts, used, ffn = _hf_experts(cfg, where) if fam.moe else (0, 0, _hf_ffn(cfg, where))
+    experts, used, ffn, norm_topk = _hf_experts(cfg, where) if fam.moe else (0, 0, _hf_ffn(cfg, where), True)
     lin: dict[str, int] = {}
     if "conv" in kinds:
         if cfg.get("conv_bias", False):
@@ -380,7 +382,7 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
         family=fam.name, vocab=int(_need(cfg, "vocab_size", where)), d=d, layers=layers, heads=heads,
         kv_heads=int(cfg.get("num_key_value_heads") or heads), head_dim=head_dim,
         ffn=ffn, norm_eps=float(cfg.get("rms_norm_eps", cfg.get("norm_eps", 1e-6))), layer_kinds=kinds, conv_taps=taps,
-        experts=experts, experts_used=used,
+        experts=experts, experts_used=used, norm_topk=norm_topk,
         rope_theta=theta, rope_factors=factors, nope_layers=nope, rotary_dim=rotary, **lin,
         tied=bool(cfg.get("tie_word_embeddings", False)), context=int(cfg.get("max_position_embeddings", 4096)),
         bos_id=cfg.get("bos_token_id") if isinstance(cfg.get("bos_token_id"), int) else None, eos_ids=eos,
@@ -515,22 +517,21 @@ def _positive(cfg: dict, key: str, where: str) -> int:
     return v
 
 
-def _hf_experts(cfg: dict, where: str) -> tuple[int, int, int]:
-    """(experts, experts per token, expert width) of a Qwen3-MoE config.json; every layer sparse, the
-    chosen experts' weights renormalised (what the card's router computes)."""
+def _hf_experts(cfg: dict, where: str) -> tuple[int, int, int, bool]:
+    """(experts, experts per token, expert width, renormalised) of a Qwen3-MoE config.json; every
+    layer sparse."""
     experts, used = _positive(cfg, "num_experts", where), _positive(cfg, "num_experts_per_tok", where)
     width = _positive(cfg, "moe_intermediate_size", where)
     if used > experts:
         raise ModelError(f"{where}: num_experts_per_tok = {used} exceeds num_experts = {experts}")
-    if cfg.get("norm_topk_prob", False) is not True:
-        raise ModelError(f"{where}: norm_topk_prob = {cfg.get('norm_topk_prob', False)!r}"
-                         f"{'' if 'norm_topk_prob' in cfg else ' (the key is missing: transformers takes false)'}; "
-                         "the card renormalises the chosen experts' weights", hint="supported: true")
+    norm_topk = cfg.get("norm_topk_prob", False)
+    if not isinstance(norm_topk, bool):
+        raise ModelError(f"{where}: norm_topk_prob = {norm_topk!r}; it must be true or false")
     if cfg.get("decoder_sparse_step", 1) != 1 or cfg.get("mlp_only_layers"):
         raise ModelError(f"{where}: decoder_sparse_step = {cfg.get('decoder_sparse_step', 1)!r}, mlp_only_layers = "
                          f"{cfg.get('mlp_only_layers', [])!r}: layers with a dense MLP are not supported",
                          hint="supported: decoder_sparse_step 1 and no mlp_only_layers (every layer routed)")
-    return experts, used, width
+    return experts, used, width, norm_topk
 
 
 def _hf_ffn(cfg: dict, where: str) -> int:

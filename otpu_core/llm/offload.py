@@ -19,7 +19,9 @@ a request counts as used, so recency is per request: the card sends none when it
 present, and the host cannot see those uses.
 
 `Stats`: requests, experts streamed, bytes, evictions; `hit_rate(chosen)` against the number of
-expert choices the card made (tokens x layers x k, which the caller knows).
+expert choices the card made (tokens x layers x k, which the caller knows). `replay(server,
+route)` plays the card's side of the protocol over a routing trace on the host alone (what a
+decode would ask for; benchmarks/bench_moe.py sizes offload with it).
 """
 from __future__ import annotations
 
@@ -192,6 +194,24 @@ class ExpertServer:
         res[e] = slot
         self.stats.streamed += 1
         self.stats.bytes += blob.size
+
+
+def replay(server: ExpertServer, route) -> Stats:
+    """What the card's protocol makes `server` do over a routing trace ([tokens, layers, k] expert ids
+    of one token at a time, as `moe_ffn` decodes): per token and layer the chosen experts'
+    directory entries are read and a request posted only when one is absent. The server's DRAM
+    need hold only the mailbox and the directory."""
+    lay, seq = server.lay, server.box._seq
+    for chosen in np.asarray(route):
+        for layer, ids in enumerate(chosen):
+            if all(server.dram.read(lay.entry(layer, int(e)) + 4, 4).view(np.float32)[0] == PRESENT for e in ids):
+                continue
+            seq += 1
+            server.dram.write(lay.mailbox.row, (np.asarray(ids) + layer * lay.experts).astype(np.float32))
+            server.dram.write(lay.mailbox.seq, _f32(seq))
+            if not server.poll():
+                raise OffloadError(f"request {seq:g} was not served")
+    return server.stats
 
 
 def run_serving(backend, program, args, server: ExpertServer, budget: int = 4096):

@@ -381,16 +381,16 @@ def _experts(plan: ImagePlan, Ly, h: Tile, first: Tile) -> Tile:
     def norm(x: Tile) -> Tile:
         return (x * ol.rsqrt(ol.sum(x * x) * (1.0 / d) + plan.cfg.norm_eps)) * ln2
     if h.ndim == 1:
-        return moe_ffn(norm(h), Ly.router, lay, first)
+        return moe_ffn(norm(h), Ly.router, lay, first, plan.cfg.norm_topk)
     R = h.shape[0]
     y = ol.empty(h.shape)
     if (lay.k * R + 1) * (d + 1) > ol.config().TMEM_WORDS // EXPERT_MAJOR_TMEM:
         for r in range(R):                # the rank accumulators would crowd TMEM: row by row
-            y[r].set(moe_ffn(norm(h[r]), Ly.router, lay, first))
+            y[r].set(moe_ffn(norm(h[r]), Ly.router, lay, first, plan.cfg.norm_topk))
         return y
     for r in range(R):
         y[r].set(norm(h[r]))
-    return moe_ffn_rows(y, Ly.router, lay, first)
+    return moe_ffn_rows(y, Ly.router, lay, first, plan.cfg.norm_topk)
 
 
 def _gemma_ple(plan: ImagePlan, h: Tile, rows: _Rows) -> None:

@@ -9,11 +9,9 @@
   (kernels.reference.gated_deltanet, its state kept per layer), the gated RMSNorm, out_proj;
   its attention: RoPE on the first rotary_dim dims of a head, the output times sigmoid(gate); a
   mixture of experts (Qwen3-MoE): the router's softmax over every expert, the k most probable
-  (ties: the lower index), their probabilities renormalised to sum to 1, the weighted sum of
-  their SwiGLU outputs.
-  Gemma 4 (every field of
-  families/config it has): the embedding times sqrt(hidden), sliding layers over their last
-  `sliding_window` positions and full layers with their own head width and (proportional) RoPE,
+  (ties: the lower index), their probabilities (renormalised to sum to 1 with `norm_topk`), the
+  weighted sum of their SwiGLU outputs; Gemma 4 (every field of families/config it has): the
+  embedding times sqrt(hidden), sliding layers over their last `sliding_window` positions and full layers with their own head width and (proportional) RoPE,
   the last `kv_shared` layers attending over an earlier layer's KV, v normed without a weight,
   scores without 1/sqrt(head_dim), the norms after the mixer and the MLP, GeGLU, the per-layer
   embeddings (the table row times sqrt(ple) plus the normed projection of the embedding, over
@@ -265,13 +263,13 @@ class Golden:
         return y
 
     def _experts(self, li: int, xn: np.ndarray) -> np.ndarray:
-        """The routed experts' weighted sum (Qwen3-MoE with norm_topk_prob)."""
+        """The routed experts' weighted sum (Qwen3-MoE; renormalised with norm_topk_prob)."""
         logits = xn @ self.w.get(f"router.{li}").T
         p = np.exp(logits - logits.max())
         p /= p.sum()
         best = np.argsort(-logits, kind="stable")[:self.cfg.experts_used]
         self.routes.append(tuple(int(e) for e in best))
-        weights = p[best] / p[best].sum()
+        weights = p[best] / p[best].sum() if self.cfg.norm_topk else p[best]
         return sum(wj * self._gated_mlp(xn, f"eg.{li}.{e}", f"eu.{li}.{e}", f"ed.{li}.{e}")
                    for wj, e in zip(weights, best))
 

@@ -109,7 +109,8 @@ def hf_config(cfg: ModelConfig, rope_scaling: dict | None = None) -> dict:
                                   "mrope_section": [11, 11, 10]}
     if fam.moe:                       # Qwen3-MoE: every layer routed, the chosen experts' weights renormalised
         out.update(model_type="qwen3_moe", num_experts=cfg.experts, num_experts_per_tok=cfg.experts_used,
-                   moe_intermediate_size=cfg.ffn, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
+                   moe_intermediate_size=cfg.ffn, norm_topk_prob=cfg.norm_topk, decoder_sparse_step=1,
+                   mlp_only_layers=[])
     return out
 
 
@@ -210,6 +211,8 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
     w.add_block_count(cfg.layers + mtp_layers)
     w.add_feed_forward_length(list(cfg.layer_ffn) if cfg.layer_ffn else cfg.ffn)
     if fam.moe:
+        if not cfg.norm_topk:
+            raise ValueError("a qwen3moe GGUF always renormalises the chosen experts' weights (llama.cpp)")
         w.add_expert_count(cfg.experts)
         w.add_expert_used_count(cfg.experts_used)
         w.add_expert_feed_forward_length(cfg.ffn)
