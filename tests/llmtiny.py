@@ -8,13 +8,16 @@ hide a bug: every test still runs its own programs on its own simulator).
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from otpu_core.llm import synthetic
+from otpu_core.board import IsaBackend
+from otpu_core.llm import checkpoint, convert, engine, layout, reference, synthetic
 from otpu_core.llm.config import ModelConfig, llama3_factors
+from otpu_core.target import load as load_target
 
 @pytest.fixture(scope="module", autouse=True)
 def shared_cache(tmp_path_factory):
@@ -129,3 +132,52 @@ def kl(p_logits, q_logits) -> np.ndarray:
     lq = q_logits - q_logits.max(1, keepdims=True)
     lq = lq - np.log(np.exp(lq).sum(1, keepdims=True))
     return (np.exp(lp) * (lp - lq)).sum(1)
+
+
+# ---- the tiny models on a golden-simulator card: what the family tests share ------------------------
+
+def edited_hf_dir(models: dict, name: str, edit) -> Path:
+    """The module's HF model (`models["hf"]`: path, config, weights) written again under `name`,
+    its config.json passed through `edit` (a function that changes the dict in place)."""
+    _, cfg, w = models["hf"]
+    d = synthetic.write_hf(models["dir"] / name, cfg, w, tokenizer())
+    js = json.loads((d / "config.json").read_text())
+    edit(js)
+    (d / "config.json").write_text(json.dumps(js))
+    return d
+
+
+def card_engine(path, fmt: str = "int8", target: str = "sim-small", rows: int = 4, slots: int = 1,
+                expert_slots: int = 0):
+    """(Engine, Checkpoint, converted model, IsaBackend) of a model file on the golden simulator:
+    32-token pages, 128 positions, 4 pages a slot, the generate loop's ring."""
+    t = load_target(target)
+    ck = checkpoint.open_checkpoint(path)
+    conv = convert.convert(ck, fmt, t)
+    opts = layout.ImageOptions(fmt=fmt, page=32, ctx=128, pages=4 * slots, ring=True, rows=rows, slots=slots,
+                               expert_slots=expert_slots)
+    be = IsaBackend(t, timing=False)
+    return engine.Engine(conv, ck.config, be, t, opts), ck, conv, be
+
+
+def quant_golden(eng, conv) -> reference.Golden:
+    """The quantised golden of the model an Engine runs (its card view, page and format)."""
+    numerics = reference.CardNumerics(eng.plan.D, eng.opts.page, eng.opts.fmt in ("int8x", "fp4x6"))
+    return reference.Golden(eng.plan.cfg, reference.CardWeights(conv, eng.plan.embed_kind), numerics,
+                            positions=eng.opts.ctx)
+
+
+def u32(x) -> np.ndarray:
+    """fp32 values as their bit patterns (bit-for-bit comparisons)."""
+    return np.asarray(x, np.float32).view(np.uint32)
+
+
+def greedy(golden, prompt, n: int) -> list[int]:
+    """n greedy tokens of a golden from a fresh sequence after `prompt`."""
+    golden.reset()
+    logits = golden.forward(prompt)[-1]
+    out = []
+    for _ in range(n):
+        out.append(int(np.argmax(logits)))
+        logits = golden.step(out[-1])
+    return out

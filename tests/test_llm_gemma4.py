@@ -14,6 +14,7 @@ tokens from the generate loop, bit for bit the logits of host-driven one-row ste
 per-layer embedding row served by the host through the WAITW mailbox; the fp32 golden's cosine,
 max-abs and top-1 reported. Tiny models on sim-small (D=32).
 """
+import functools
 import json
 
 import llmtiny
@@ -21,9 +22,8 @@ import numpy as np
 import pytest
 from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program cache per module)
 
-from otpu_core.board import IsaBackend
 from otpu_core.kernels import reference as R
-from otpu_core.llm import checkpoint, convert, engine, layout, reference, synthetic
+from otpu_core.llm import checkpoint, layout, reference, synthetic
 from otpu_core.llm.errors import ModelError
 from otpu_core.llm.sampling import Sampling
 from otpu_core.target import load as load_target
@@ -81,15 +81,6 @@ def test_the_multimodal_wrapper_reads_its_text_decoder(models):
     assert np.array_equal(ck.get("ple"), w["ple"]) and np.array_equal(ck.get("pg.5"), w["pg.5"])
 
 
-def _hf_dir(models, name, edit):
-    path, cfg, w = models["hf"]
-    d = synthetic.write_hf(models["dir"] / name, cfg, w, llmtiny.tokenizer())
-    js = json.loads((d / "config.json").read_text())
-    edit(js)
-    (d / "config.json").write_text(json.dumps(js))
-    return d
-
-
 @pytest.mark.parametrize("edit,message", [
     (lambda js: js["layer_types"].__setitem__(1, "chunked_attention"),
      "layer_types[1] = 'chunked_attention' is not supported"),
@@ -107,7 +98,7 @@ def _hf_dir(models, name, edit):
     (lambda js: js.__setitem__("hidden_size_per_layer_input", 0), None),
 ])
 def test_bad_hf_configs_are_refused_by_key_and_value(models, edit, message):
-    d = _hf_dir(models, f"bad-{abs(hash(str(message)))}", edit)
+    d = llmtiny.edited_hf_dir(models, f"bad-{abs(hash(str(message)))}", edit)
     if message is None:               # no PLE in the config while the file has its tensors: opens, without PLE
         assert checkpoint.open_checkpoint(d).config.ple_dim == 0
         return
@@ -199,38 +190,13 @@ T = "sim-small"
 GREEDY = Sampling(temperature=0)
 
 
-def make(path, fmt="int8", target=T, rows=1, slots=1):
-    t = load_target(target)
-    ck = checkpoint.open_checkpoint(path)
-    conv = convert.convert(ck, fmt, t)
-    opts = layout.ImageOptions(fmt=fmt, page=32, ctx=128, pages=4 * slots, ring=True, rows=rows, slots=slots)
-    be = IsaBackend(t, timing=False)
-    return engine.Engine(conv, ck.config, be, t, opts), ck, conv, be
-
-
-def quant_golden(eng, conv):
-    numerics = reference.CardNumerics(eng.plan.D, eng.opts.page, eng.opts.fmt in ("int8x", "fp4x6"))
-    return reference.Golden(eng.plan.cfg, reference.CardWeights(conv, eng.plan.embed_kind), numerics,
-                            positions=eng.opts.ctx)
-
-
-def u32(x): return np.asarray(x, np.float32).view(np.uint32)
+make = functools.partial(llmtiny.card_engine, target=T, rows=1)
 
 
 def kv_bytes(eng, be):
     """Every KV pool (the layers that keep one: 0, 1 and 2)."""
     return np.concatenate([be.read(L.kv.k.const, eng.opts.pages * L.page_stride)
                            for L in eng.plan.gemma.layers if L.kv is not None])
-
-
-def _greedy(golden, prompt, n):
-    golden.reset()
-    logits = golden.forward(prompt)[-1]
-    out = []
-    for _ in range(n):
-        out.append(int(np.argmax(logits)))
-        logits = golden.step(out[-1])
-    return out
 
 
 def test_gemma4_gguf_32_greedy_tokens_on_the_card(models):
@@ -253,11 +219,11 @@ def test_gemma4_gguf_32_greedy_tokens_on_the_card(models):
     steps.submit(s2, prompt)
     for i in range(32):
         lg = steps.logits(s2)
-        assert np.array_equal(u32(lg), u32(turn.logits[i])), f"logits of token {i}"
+        assert np.array_equal(llmtiny.u32(lg), llmtiny.u32(turn.logits[i])), f"logits of token {i}"
         steps.submit(s2, turn.tokens[i:i + 1])
     assert np.array_equal(kv_bytes(steps, be2), kv_bytes(eng, be)), "KV pages"
-    quant = quant_golden(eng, conv)
-    assert _greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
+    quant = llmtiny.quant_golden(eng, conv)
+    assert llmtiny.greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
     got = np.stack(turn.logits)
     fed = prompt + turn.tokens[:-1]
     # vs the quantised golden most positions agree to fp32 rounding; where an activation lands on an int8
@@ -288,7 +254,7 @@ def test_gemma4_safetensors_on_the_card(models):
         s = eng.new_sequence()
         eng.submit(s, p)
         got = eng.logits(s)
-        ref = quant_golden(eng, conv).forward(p)[-1]
+        ref = llmtiny.quant_golden(eng, conv).forward(p)[-1]
         assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
 
 
@@ -376,7 +342,7 @@ def test_card_formats_against_the_fp32_golden(models, capsys):
     rows = {}
     for fmt in ("int8", "fp4", "fp4x6"):
         eng, _, conv, _ = make(path, fmt=fmt)
-        q = quant_golden(eng, conv).forward(tokens)
+        q = llmtiny.quant_golden(eng, conv).forward(tokens)
         rows[fmt] = (float(_kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
         seq = eng.new_sequence()
         eng.submit(seq, tokens[:6])

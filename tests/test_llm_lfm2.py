@@ -11,6 +11,7 @@ host-driven one-row steps on a second card (KV pages and conv rings byte-equal t
 for token the quantised golden's own greedy run; the fp32 golden's cosine, max-abs and top-1
 reported. Tiny models on sim-small (D=32; heads of 16 padded to 32).
 """
+import functools
 import json
 
 import numpy as np
@@ -40,22 +41,7 @@ def models(tmp_path_factory):
     return {"gguf": (gguf, cfg, w), "hf": (hf, hf_cfg, hw), "dir": d}
 
 
-def make(path, fmt="int8", target=T, rows=4, slots=1):
-    t = load_target(target)
-    ck = checkpoint.open_checkpoint(path)
-    conv = convert.convert(ck, fmt, t)
-    opts = layout.ImageOptions(fmt=fmt, page=32, ctx=128, pages=4 * slots, ring=True, rows=rows, slots=slots)
-    be = IsaBackend(t, timing=False)
-    return engine.Engine(conv, ck.config, be, t, opts), ck, conv, be
-
-
-def quant_golden(eng, ck, conv):
-    numerics = reference.CardNumerics(eng.plan.D, eng.opts.page, eng.opts.fmt in ("int8x", "fp4x6"))
-    return reference.Golden(eng.plan.cfg, reference.CardWeights(conv, eng.plan.embed_kind), numerics,
-                            positions=eng.opts.ctx)
-
-
-def u32(x): return np.asarray(x, np.float32).view(np.uint32)
+make = functools.partial(llmtiny.card_engine, target=T)
 
 
 def state_bytes(eng, be):
@@ -90,15 +76,6 @@ def test_lfm2_files_read_back_as_written(models, kind):
         assert np.abs(got - w[name]).max() <= tol * np.abs(w[name]).max(), name
 
 
-def _hf_dir(models, name, edit):
-    path, cfg, w = models["hf"]
-    d = synthetic.write_hf(models["dir"] / name, cfg, w, llmtiny.tokenizer())
-    js = json.loads((d / "config.json").read_text())
-    edit(js)
-    (d / "config.json").write_text(json.dumps(js))
-    return d
-
-
 @pytest.mark.parametrize("edit,message", [
     (lambda js: js["layer_types"].__setitem__(2, "sliding_attention"),
      "layer_types[2] = 'sliding_attention' is not supported"),
@@ -109,11 +86,10 @@ def _hf_dir(models, name, edit):
                                                    "the config needs [64, 4]"),
 ])
 def test_bad_hf_configs_are_refused_by_key_and_value(models, edit, message):
-    d = _hf_dir(models, f"bad-{abs(hash(message))}", edit)
+    d = llmtiny.edited_hf_dir(models, f"bad-{abs(hash(message))}", edit)
     with pytest.raises(ModelError) as e:
         checkpoint.open_checkpoint(d)
     assert message in e.value.message and str(d) in e.value.message
-
 
 
 @pytest.mark.parametrize("d,block_ff_dim,published", [(1024, 6656, 4608), (2048, 12288, 8192)])
@@ -169,16 +145,6 @@ def test_padded_heads_compute_the_unpadded_model(models):
 
 # -- the card -------------------------------------------------------------------------------------------------
 
-def _greedy(golden, prompt, n):
-    golden.reset()
-    logits = golden.forward(prompt)[-1]
-    out = []
-    for _ in range(n):
-        out.append(int(np.argmax(logits)))
-        logits = golden.step(out[-1])
-    return out
-
-
 def test_lfm2_gguf_32_greedy_tokens_on_the_card(models):
     """20 prompt tokens (prefill runs of 4 rows), then 32 generated across the 32-token page: the
     loop's logits bit for bit those of one-row host-driven steps on a second card, its tokens the
@@ -196,11 +162,11 @@ def test_lfm2_gguf_32_greedy_tokens_on_the_card(models):
     steps.submit(s2, prompt)
     for i in range(32):
         lg = steps.logits(s2)
-        assert np.array_equal(u32(lg), u32(turn.logits[i])), f"logits of token {i}"
+        assert np.array_equal(llmtiny.u32(lg), llmtiny.u32(turn.logits[i])), f"logits of token {i}"
         steps.submit(s2, turn.tokens[i:i + 1])
     assert np.array_equal(state_bytes(steps, be2), state_bytes(eng, be)), "KV pages and conv rings"
-    quant = quant_golden(eng, ck, conv)
-    assert _greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
+    quant = llmtiny.quant_golden(eng, conv)
+    assert llmtiny.greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
     got = np.stack(turn.logits)
     fed = prompt + turn.tokens[:-1]
     for name, g, bound in (("quantised", quant, 0.99999), ("fp32", reference.Golden(ck.config, reference.SourceWeights(
@@ -227,9 +193,9 @@ def test_lfm2_safetensors_two_sequences_in_one_step(models):
     for p, got in ((pa, both[0]), (pb, both[1])):
         s = one.new_sequence()
         one.submit(s, p)
-        assert np.array_equal(u32(one.logits(s)), u32(got))
+        assert np.array_equal(llmtiny.u32(one.logits(s)), llmtiny.u32(got))
         one.release(s)
-        g = quant_golden(eng, ck, conv)
+        g = llmtiny.quant_golden(eng, conv)
         ref = g.forward(p)[-1]
         assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
 
@@ -246,7 +212,7 @@ def test_lfm2_on_a_seq_wc_target(models):
     seq = eng.new_sequence()
     eng.submit(seq, prompt)
     got = eng.logits(seq)
-    ref = quant_golden(eng, ck, conv).forward(prompt)[-1]
+    ref = llmtiny.quant_golden(eng, conv).forward(prompt)[-1]
     assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
 
 
@@ -261,7 +227,7 @@ def test_card_formats_against_the_fp32_golden(models, capsys):
     rows = {}
     for fmt in ("int8", "fp4", "fp4x6"):
         eng, _, conv, _ = make(path, fmt=fmt)
-        quant = quant_golden(eng, ck, conv)
+        quant = llmtiny.quant_golden(eng, conv)
         q = quant.forward(tokens)
         rows[fmt] = (float(llmtiny.kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
         seq = eng.new_sequence()

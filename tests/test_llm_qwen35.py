@@ -13,6 +13,7 @@ host-driven one-row steps on a second card (KV pages, DeltaNet states and rings 
 and token for token the quantised golden's own greedy run; the fp32 golden's cosine, max-abs
 and top-1 reported. Tiny models on sim-small (D=32, DSTEP; key heads of 64, 2 value heads on one).
 """
+import functools
 import json
 
 import numpy as np
@@ -97,15 +98,6 @@ def test_published_layouts_read_back(models):
             assert np.abs(ck.get(name) - w[name]).max() <= 2 ** -10 * np.abs(w[name]).max(), (path, name)
 
 
-def _hf_dir(models, name, edit):
-    path, cfg, w = models["hf"]
-    d = synthetic.write_hf(models["dir"] / name, cfg, w, llmtiny.tokenizer())
-    js = json.loads((d / "config.json").read_text())
-    edit(js)
-    (d / "config.json").write_text(json.dumps(js))
-    return d
-
-
 @pytest.mark.parametrize("edit,message", [
     (lambda js: js["layer_types"].__setitem__(1, "sliding_attention"),
      "layer_types[1] = 'sliding_attention' is not supported"),
@@ -118,14 +110,14 @@ def _hf_dir(models, name, edit):
      "tensor 'model.layers.0.linear_attn.conv1d.weight' has shape [192, 4] but the config needs [192, 3]"),
 ])
 def test_bad_hf_configs_are_refused_by_key_and_value(models, edit, message):
-    d = _hf_dir(models, f"bad-{abs(hash(message))}", edit)
+    d = llmtiny.edited_hf_dir(models, f"bad-{abs(hash(message))}", edit)
     with pytest.raises(ModelError) as e:
         checkpoint.open_checkpoint(d)
     assert message in e.value.message and str(d) in e.value.message
 
 
 def test_hf_layer_order_from_the_interval(models):
-    d = _hf_dir(models, "interval", lambda js: (js.pop("layer_types"), js.__setitem__("full_attention_interval", 4)))
+    d = llmtiny.edited_hf_dir(models, "interval", lambda js: (js.pop("layer_types"), js.__setitem__("full_attention_interval", 4)))
     assert checkpoint.open_checkpoint(d).config.kinds == ("deltanet",) * 3 + ("attention", "deltanet")
 
 
@@ -224,22 +216,7 @@ def test_fp32_golden_equals_the_whole_sequence_formula(models, kind):
 
 # -- the card -------------------------------------------------------------------------------------------------
 
-def make(path, fmt="int8", target=T, rows=4, slots=1):
-    t = load_target(target)
-    ck = checkpoint.open_checkpoint(path)
-    conv = convert.convert(ck, fmt, t)
-    opts = layout.ImageOptions(fmt=fmt, page=32, ctx=128, pages=4 * slots, ring=True, rows=rows, slots=slots)
-    be = IsaBackend(t, timing=False)
-    return engine.Engine(conv, ck.config, be, t, opts), ck, conv, be
-
-
-def quant_golden(eng, ck, conv):
-    numerics = reference.CardNumerics(eng.plan.D, eng.opts.page, eng.opts.fmt in ("int8x", "fp4x6"))
-    return reference.Golden(eng.plan.cfg, reference.CardWeights(conv, eng.plan.embed_kind), numerics,
-                            positions=eng.opts.ctx)
-
-
-def u32(x): return np.asarray(x, np.float32).view(np.uint32)
+make = functools.partial(llmtiny.card_engine, target=T)
 
 
 def state_bytes(eng, be):
@@ -255,16 +232,6 @@ def state_bytes(eng, be):
             st = Ly.state_of(slot)
             out.append(be.read(st.base.const, 4 * st.shape[0] * st.shape[1]))
     return np.concatenate(out)
-
-
-def _greedy(golden, prompt, n):
-    golden.reset()
-    logits = golden.forward(prompt)[-1]
-    out = []
-    for _ in range(n):
-        out.append(int(np.argmax(logits)))
-        logits = golden.step(out[-1])
-    return out
 
 
 def test_qwen35_gguf_32_greedy_tokens_on_the_card(models):
@@ -284,11 +251,11 @@ def test_qwen35_gguf_32_greedy_tokens_on_the_card(models):
     steps.submit(s2, prompt)
     for i in range(32):
         lg = steps.logits(s2)
-        assert np.array_equal(u32(lg), u32(turn.logits[i])), f"logits of token {i}"
+        assert np.array_equal(llmtiny.u32(lg), llmtiny.u32(turn.logits[i])), f"logits of token {i}"
         steps.submit(s2, turn.tokens[i:i + 1])
     assert np.array_equal(state_bytes(steps, be2), state_bytes(eng, be)), "KV pages, DeltaNet rings and states"
-    quant = quant_golden(eng, ck, conv)
-    assert _greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
+    quant = llmtiny.quant_golden(eng, conv)
+    assert llmtiny.greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
     got = np.stack(turn.logits)
     fed = prompt + turn.tokens[:-1]
     # the fp32 bound is looser than LFM2's 0.995: on this random model int8 weights alone (activations
@@ -318,9 +285,9 @@ def test_qwen35_safetensors_two_sequences_in_one_step(models):
     for p, got in ((pa, both[0]), (pb, both[1])):
         s = one.new_sequence()
         one.submit(s, p)
-        assert np.array_equal(u32(one.logits(s)), u32(got))
+        assert np.array_equal(llmtiny.u32(one.logits(s)), llmtiny.u32(got))
         one.release(s)
-        g = quant_golden(eng, ck, conv)
+        g = llmtiny.quant_golden(eng, conv)
         ref = g.forward(p)[-1]
         assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
 
@@ -338,7 +305,7 @@ def test_qwen35_on_a_seq_wc_target(models):
     seq = eng.new_sequence()
     eng.submit(seq, prompt)
     got = eng.logits(seq)
-    ref = quant_golden(eng, ck, conv).forward(prompt)[-1]
+    ref = llmtiny.quant_golden(eng, conv).forward(prompt)[-1]
     assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
 
 
@@ -375,7 +342,7 @@ def test_card_formats_against_the_fp32_golden(models, capsys):
     rows = {}
     for fmt in ("int8", "fp4", "fp4x6"):
         eng, _, conv, _ = make(path, fmt=fmt)
-        q = quant_golden(eng, ck, conv).forward(tokens)
+        q = llmtiny.quant_golden(eng, conv).forward(tokens)
         rows[fmt] = (float(_kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
         seq = eng.new_sequence()
         eng.submit(seq, tokens[:6])

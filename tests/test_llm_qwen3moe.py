@@ -13,6 +13,7 @@ experts, bit for bit the logits of one-row host-driven steps on a second card wi
 every expert, token for token the quantised golden's greedy run; the fp32 golden's cosine,
 max-abs and top-1 and the bytes streamed per token reported. Tiny models on sim-small (D=32).
 """
+import functools
 import json
 
 import numpy as np
@@ -86,15 +87,6 @@ def test_quantised_gguf_experts_are_what_gguf_dequantises(models, tmp_path):
             assert np.array_equal(ck.get(f"{kind}.1.{e}"), whole[e]), (kind, e)
 
 
-def _hf_dir(models, name, edit):
-    path, cfg, w = models["hf"]
-    d = synthetic.write_hf(models["dir"] / name, cfg, w, llmtiny.tokenizer())
-    js = json.loads((d / "config.json").read_text())
-    edit(js)
-    (d / "config.json").write_text(json.dumps(js))
-    return d
-
-
 @pytest.mark.parametrize("edit,message", [
     (lambda js: js.pop("num_experts"), "missing key 'num_experts'"),
     (lambda js: js.__setitem__("num_experts", 0), "num_experts = 0; it must be a positive integer"),
@@ -106,7 +98,7 @@ def _hf_dir(models, name, edit):
                                                              "has shape [64, 64] but the config needs [96, 64]"),
 ])
 def test_bad_hf_configs_are_refused_by_key_and_value(models, edit, message):
-    d = _hf_dir(models, f"bad-{abs(hash(message))}", edit)
+    d = llmtiny.edited_hf_dir(models, f"bad-{abs(hash(message))}", edit)
     with pytest.raises(ModelError) as e:
         checkpoint.open_checkpoint(d)
     assert message in e.value.message and str(d) in e.value.message
@@ -169,32 +161,7 @@ def test_fp32_golden_equals_the_whole_sequence_formula(models, kind):
 
 # -- the card -------------------------------------------------------------------------------------------------
 
-def make(path, fmt="int8", rows=4, expert_slots=0):
-    t = load_target(T)
-    ck = checkpoint.open_checkpoint(path)
-    conv = convert.convert(ck, fmt, t)
-    opts = layout.ImageOptions(fmt=fmt, page=32, ctx=128, pages=4, ring=True, rows=rows, expert_slots=expert_slots)
-    be = IsaBackend(t, timing=False)
-    return engine.Engine(conv, ck.config, be, t, opts), ck, conv, be
-
-
-def quant_golden(eng, conv):
-    numerics = reference.CardNumerics(eng.plan.D, eng.opts.page, eng.opts.fmt in ("int8x", "fp4x6"))
-    return reference.Golden(eng.plan.cfg, reference.CardWeights(conv, eng.plan.embed_kind), numerics,
-                            positions=eng.opts.ctx)
-
-
-def u32(x): return np.asarray(x, np.float32).view(np.uint32)
-
-
-def _greedy(golden, prompt, n):
-    golden.reset()
-    logits = golden.forward(prompt)[-1]
-    out = []
-    for _ in range(n):
-        out.append(int(np.argmax(logits)))
-        logits = golden.step(out[-1])
-    return out
+make = functools.partial(llmtiny.card_engine, target=T)
 
 
 def _absent_everywhere(eng, be):
@@ -230,10 +197,10 @@ def test_qwen3moe_gguf_32_greedy_tokens_with_experts_streamed_into_lru_slots(mod
     steps.submit(s2, prompt)
     for i in range(32):
         lg = steps.logits(s2)
-        assert np.array_equal(u32(lg), u32(turn.logits[i])), f"logits of token {i}"
+        assert np.array_equal(llmtiny.u32(lg), llmtiny.u32(turn.logits[i])), f"logits of token {i}"
         steps.submit(s2, turn.tokens[i:i + 1])
-    quant = quant_golden(eng, conv)
-    assert _greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
+    quant = llmtiny.quant_golden(eng, conv)
+    assert llmtiny.greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
     got, fed = np.stack(turn.logits), prompt + turn.tokens[:-1]
     quant.reset()
     d = _distances("quantised", got, quant.forward(fed)[len(prompt) - 1:])
@@ -267,8 +234,8 @@ def test_qwen3moe_safetensors_every_expert_absent_and_k_slots(models):
     seq = eng.new_sequence()
     eng.submit(seq, prompt)
     turn = eng.generate(seq, GREEDY, 32, want_logits=True)
-    quant = quant_golden(eng, conv)
-    assert _greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
+    quant = llmtiny.quant_golden(eng, conv)
+    assert llmtiny.greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
     quant.reset()
     fed = prompt + turn.tokens[:-1]
     d = _distances("quantised", np.stack(turn.logits), quant.forward(fed)[len(prompt) - 1:])
@@ -307,7 +274,7 @@ def test_the_host_replay_of_a_routing_trace_does_what_the_card_made_the_host_do(
     for t in tokens:
         eng.submit(seq, [t])
         eng.logits(seq)
-    quant = quant_golden(eng, conv)
+    quant = llmtiny.quant_golden(eng, conv)
     quant.forward(tokens)
     lay = eng.plan.offload
     host = ExpertServer(_Directory(lay), lay, lambda layer, e: np.zeros(lay.blob.nbytes, np.uint8))
@@ -349,7 +316,7 @@ def test_expert_major_prefill_leaves_the_bits_of_one_row_runs_and_reads_less(mod
     (c4, kv4, lg4, st4), (c1, kv1, lg1, st1), (cr, kvr, lgr, _) = got[4, True], got[1, True], got[4, False]
     assert c4.runs == cr.runs == 4 and c1.runs == 16 and c4.tokens == c1.tokens == 16
     for kv, lg in ((kv1, lg1), (kvr, lgr)):
-        assert np.array_equal(kv4, kv) and np.array_equal(u32(lg4), u32(lg))
+        assert np.array_equal(kv4, kv) and np.array_equal(llmtiny.u32(lg4), llmtiny.u32(lg))
     print(f"qwen3moe prefill, 3 of 8 slots: {c4.beats / 16:.0f} DRAM beats a token in runs of 4 rows "
           f"expert-major, {cr.beats / 16:.0f} row by row, {c1.beats / 16:.0f} in runs of 1 "
           f"({c4.beats / cr.beats:.2f}x, {c4.beats / c1.beats:.2f}x); {st4.streamed} vs {st1.streamed} experts streamed")
@@ -370,7 +337,7 @@ def test_qwen3moe_on_a_seq_wc_target(models):
     seq = eng.new_sequence()
     eng.submit(seq, prompt)
     got = eng.logits(seq)
-    ref = quant_golden(eng, conv).forward(prompt)[-1]
+    ref = llmtiny.quant_golden(eng, conv).forward(prompt)[-1]
     assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
     assert eng.experts.stats.evictions > 0
 
@@ -386,7 +353,7 @@ def test_card_formats_against_the_fp32_golden(models, capsys):
     rows = {}
     for fmt in ("int8", "fp4", "fp4x6"):
         eng, _, conv, _ = make(path, fmt=fmt)
-        q = quant_golden(eng, conv).forward(tokens)
+        q = llmtiny.quant_golden(eng, conv).forward(tokens)
         rows[fmt] = (float(llmtiny.kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
         seq = eng.new_sequence()
         eng.submit(seq, tokens[:6])
@@ -427,7 +394,7 @@ def test_without_norm_topk_prob_the_weights_are_the_full_softmax_ones(models):
     then the card (prefill expert-major, 12 greedy tokens one row at a time) against the quantised
     golden, token for token; the renormalised model's logits differ."""
     for edit in (lambda js: js.__setitem__("norm_topk_prob", False), lambda js: js.pop("norm_topk_prob")):
-        d = _hf_dir(models, f"plain-{id(edit)}", edit)
+        d = llmtiny.edited_hf_dir(models, f"plain-{id(edit)}", edit)
         ck = checkpoint.open_checkpoint(d)
         assert ck.config.norm_topk is False
     W = {n: ck.get(n).astype(np.float64) for n in ck.config.tensor_shapes()}
@@ -439,8 +406,8 @@ def test_without_norm_topk_prob_the_weights_are_the_full_softmax_ones(models):
     seq = eng.new_sequence()
     eng.submit(seq, tokens)
     turn = eng.generate(seq, GREEDY, 12, want_logits=True)
-    quant = quant_golden(eng, conv)
-    assert _greedy(quant, tokens, 12) == turn.tokens
+    quant = llmtiny.quant_golden(eng, conv)
+    assert llmtiny.greedy(quant, tokens, 12) == turn.tokens
     quant.reset()
     fed = tokens + turn.tokens[:-1]
     dist = _distances("quantised (norm_topk_prob false)", np.stack(turn.logits), quant.forward(fed)[len(tokens) - 1:])
@@ -525,8 +492,8 @@ def test_qwen3moe_on_the_chat_target(tmp_path):
     seq = eng.new_sequence()
     eng.submit(seq, prompt)
     turn = eng.generate(seq, GREEDY, 16, want_logits=True)
-    quant = quant_golden(eng, conv)
-    assert _greedy(quant, prompt, 16) == turn.tokens
+    quant = llmtiny.quant_golden(eng, conv)
+    assert llmtiny.greedy(quant, prompt, 16) == turn.tokens
     quant.reset()
     d = _distances("quantised (ypcb-00338, fp4)", np.stack(turn.logits),
                    quant.forward(prompt + turn.tokens[:-1])[len(prompt) - 1:])
