@@ -10,11 +10,13 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 
 from otpu_core.board import IsaBackend
+from otpu_core.kernels import reference as R
 from otpu_core.llm import checkpoint, convert, engine, layout, reference, synthetic
 from otpu_core.llm.config import ModelConfig, llama3_factors
 from otpu_core.target import load as load_target
@@ -181,3 +183,33 @@ def greedy(golden, prompt, n: int) -> list[int]:
         out.append(int(np.argmax(logits)))
         logits = golden.step(out[-1])
     return out
+
+
+class Distances(NamedTuple):
+    min: float          # the lowest per-position cosine
+    mean: float
+    max_abs: float
+    top1: float         # positions whose argmax agrees
+    each: np.ndarray    # per-position cosines
+
+
+def distances(label: str, got, ref) -> Distances:
+    """How far per-position logits `got` (the card's) are from `ref` (a golden's), printed under `label`."""
+    got, ref = np.asarray(got), np.asarray(ref)
+    each = np.array([R.cosine(a, b) for a, b in zip(got, ref)])
+    d = Distances(float(each.min()), float(each.mean()), R.max_abs(got, ref),
+                  float(np.mean(np.argmax(got, 1) == np.argmax(ref, 1))), each)
+    print(f"{label}: min cosine {d.min:.7f}, mean {d.mean:.7f}, max-abs {d.max_abs:.3g}, top-1 {d.top1:.3f}")
+    return d
+
+
+def steps_match_the_loop(make, path, prompt, turn, **kw):
+    """Host-driven one-row steps of the prompt and the loop's tokens on a second card (`make(path,
+    rows=1, **kw)`): each step's logits bit for bit the generate loop's. Returns (Engine, backend)."""
+    steps, *_, be = make(path, rows=1, **kw)
+    seq = steps.new_sequence()
+    steps.submit(seq, prompt)
+    for i, tok in enumerate(turn.tokens):
+        assert np.array_equal(u32(steps.logits(seq)), u32(turn.logits[i])), f"logits of token {i}"
+        steps.submit(seq, [tok])
+    return steps, be

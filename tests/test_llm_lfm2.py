@@ -157,13 +157,7 @@ def test_lfm2_gguf_32_greedy_tokens_on_the_card(models):
     eng.submit(seq, prompt)
     turn = eng.generate(seq, GREEDY, 32, want_logits=True)
     assert len(turn.tokens) == 32 and turn.decode.runs == 1 and len(seq.pages) == 2
-    steps, *_, be2 = make(path, rows=1)
-    s2 = steps.new_sequence()
-    steps.submit(s2, prompt)
-    for i in range(32):
-        lg = steps.logits(s2)
-        assert np.array_equal(llmtiny.u32(lg), llmtiny.u32(turn.logits[i])), f"logits of token {i}"
-        steps.submit(s2, turn.tokens[i:i + 1])
+    steps, be2 = llmtiny.steps_match_the_loop(make, path, prompt, turn)
     assert np.array_equal(state_bytes(steps, be2), state_bytes(eng, be)), "KV pages and conv rings"
     quant = llmtiny.quant_golden(eng, conv)
     assert llmtiny.greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
@@ -172,11 +166,8 @@ def test_lfm2_gguf_32_greedy_tokens_on_the_card(models):
     for name, g, bound in (("quantised", quant, 0.99999), ("fp32", reference.Golden(ck.config, reference.SourceWeights(
             ck), positions=eng.opts.ctx), 0.995)):
         g.reset()
-        ref = g.forward(fed)[len(prompt) - 1:]
-        cos, err = min(R.cosine(a, b) for a, b in zip(got, ref)), R.max_abs(got, ref)
-        top1 = float(np.mean(np.argmax(got, 1) == np.argmax(ref, 1)))
-        print(f"lfm2 card vs {name} golden: min cosine {cos:.7f}, max-abs {err:.3g}, top-1 {top1:.3f}")
-        assert cos > bound, f"vs {name} golden: min cosine {cos:.7f}, max-abs {err:.4g}, top-1 {top1:.2f}"
+        d = llmtiny.distances(f"lfm2 card vs {name} golden", got, g.forward(fed)[len(prompt) - 1:])
+        assert d.min > bound, d
 
 
 def test_lfm2_safetensors_two_sequences_in_one_step(models):

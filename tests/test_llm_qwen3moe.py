@@ -170,15 +170,6 @@ def _absent_everywhere(eng, be):
     return bool(np.all(entries[:, 1] == 0.0))
 
 
-def _distances(name, got, ref):
-    """(min cosine, mean cosine, max-abs, top-1 agreement) of per-token logits."""
-    each = [R.cosine(a, b) for a, b in zip(got, ref)]
-    out = min(each), float(np.mean(each)), R.max_abs(got, ref), float(np.mean(np.argmax(got, 1) == np.argmax(ref, 1)))
-    print(f"qwen3moe card vs {name} golden: min cosine {out[0]:.7f}, mean {out[1]:.7f}, max-abs {out[2]:.3g}, "
-          f"top-1 {out[3]:.3f}")
-    return out
-
-
 def test_qwen3moe_gguf_32_greedy_tokens_with_experts_streamed_into_lru_slots(models):
     """20 prompt tokens (prefill runs of 4 rows), then 32 generated in one device run while the host
     serves the expert mailbox: 4 slots a layer for 8 experts, so experts are evicted and streamed
@@ -192,24 +183,18 @@ def test_qwen3moe_gguf_32_greedy_tokens_with_experts_streamed_into_lru_slots(mod
     turn = eng.generate(seq, GREEDY, 32, want_logits=True)
     st, lay = eng.experts.stats, eng.plan.offload
     assert len(turn.tokens) == 32 and turn.decode.runs == 1
-    steps, *_ = make(path, rows=1)
-    s2 = steps.new_sequence()
-    steps.submit(s2, prompt)
-    for i in range(32):
-        lg = steps.logits(s2)
-        assert np.array_equal(llmtiny.u32(lg), llmtiny.u32(turn.logits[i])), f"logits of token {i}"
-        steps.submit(s2, turn.tokens[i:i + 1])
+    steps, _ = llmtiny.steps_match_the_loop(make, path, prompt, turn)
     quant = llmtiny.quant_golden(eng, conv)
     assert llmtiny.greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
     got, fed = np.stack(turn.logits), prompt + turn.tokens[:-1]
     quant.reset()
-    d = _distances("quantised", got, quant.forward(fed)[len(prompt) - 1:])
-    assert d[0] > 0.99999, d
+    d = llmtiny.distances("qwen3moe card vs quantised golden", got, quant.forward(fed)[len(prompt) - 1:])
+    assert d.min > 0.99999, d
     # fp32: int8 activations move near-tied router logits across the k-th place on some tokens, and
     # a swapped expert moves that token's logits far (routing is discontinuous), so the mean is the measure
     fp32 = reference.Golden(ck.config, reference.SourceWeights(ck), positions=128)
-    d = _distances("fp32", got, fp32.forward(fed)[len(prompt) - 1:])
-    assert d[1] > 0.9 and d[3] >= 0.6, d
+    d = llmtiny.distances("qwen3moe card vs fp32 golden", got, fp32.forward(fed)[len(prompt) - 1:])
+    assert d.mean > 0.9 and d.top1 >= 0.6, d
     same = np.mean([set(a) == set(b) for a, b in zip(quant.routes, fp32.routes)])
     print(f"qwen3moe: the quantised and fp32 goldens choose the same experts at {same:.3f} of (token, layer)s")
     assert len(quant.routes) == len(fp32.routes) == len(fed) * 2 and same > 0.8
@@ -238,8 +223,9 @@ def test_qwen3moe_safetensors_every_expert_absent_and_k_slots(models):
     assert llmtiny.greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
     quant.reset()
     fed = prompt + turn.tokens[:-1]
-    d = _distances("quantised", np.stack(turn.logits), quant.forward(fed)[len(prompt) - 1:])
-    assert d[0] > 0.99999, d
+    d = llmtiny.distances("qwen3moe card vs quantised golden", np.stack(turn.logits),
+                          quant.forward(fed)[len(prompt) - 1:])
+    assert d.min > 0.99999, d
     st, lay = eng.experts.stats, eng.plan.offload
     chosen = len(fed) * lay.layers * lay.k
     print(f"qwen3moe offload, 3 of 8 slots from cold: {st.streamed} experts streamed in {st.requests} requests, "
@@ -410,8 +396,9 @@ def test_without_norm_topk_prob_the_weights_are_the_full_softmax_ones(models):
     assert llmtiny.greedy(quant, tokens, 12) == turn.tokens
     quant.reset()
     fed = tokens + turn.tokens[:-1]
-    dist = _distances("quantised (norm_topk_prob false)", np.stack(turn.logits), quant.forward(fed)[len(tokens) - 1:])
-    assert dist[0] > 0.99999, dist
+    dist = llmtiny.distances("qwen3moe card vs quantised (norm_topk_prob false) golden", np.stack(turn.logits),
+                             quant.forward(fed)[len(tokens) - 1:])
+    assert dist.min > 0.99999, dist
     renorm, *_ = make(models["hf"][0], expert_slots=4)
     s2 = renorm.new_sequence()
     renorm.submit(s2, tokens)
@@ -495,7 +482,7 @@ def test_qwen3moe_on_the_chat_target(tmp_path):
     quant = llmtiny.quant_golden(eng, conv)
     assert llmtiny.greedy(quant, prompt, 16) == turn.tokens
     quant.reset()
-    d = _distances("quantised (ypcb-00338, fp4)", np.stack(turn.logits),
+    d = llmtiny.distances("qwen3moe card vs quantised (ypcb-00338, fp4) golden", np.stack(turn.logits),
                    quant.forward(prompt + turn.tokens[:-1])[len(prompt) - 1:])
-    assert d[0] > 0.99999, d
+    assert d.min > 0.99999, d
     assert eng.experts.stats.evictions > 0
