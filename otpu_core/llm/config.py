@@ -519,11 +519,12 @@ def _positive(cfg: dict, key: str, where: str) -> int:
 
 def _hf_experts(cfg: dict, where: str) -> tuple[int, int, int, bool]:
     """(experts, experts per token, expert width, renormalised) of a Qwen3-MoE config.json; every
-    layer sparse."""
-    experts, used = _positive(cfg, "num_experts", where), _positive(cfg, "num_experts_per_tok", where)
+    layer sparse. The expert count is `num_experts`, or `num_local_experts` as transformers 5 writes it."""
+    key = "num_local_experts" if "num_experts" not in cfg and "num_local_experts" in cfg else "num_experts"
+    experts, used = _positive(cfg, key, where), _positive(cfg, "num_experts_per_tok", where)
     width = _positive(cfg, "moe_intermediate_size", where)
     if used > experts:
-        raise ModelError(f"{where}: num_experts_per_tok = {used} exceeds num_experts = {experts}")
+        raise ModelError(f"{where}: num_experts_per_tok = {used} exceeds {key} = {experts}")
     norm_topk = cfg.get("norm_topk_prob", False)
     if not isinstance(norm_topk, bool):
         raise ModelError(f"{where}: norm_topk_prob = {norm_topk!r}; it must be true or false")
