@@ -6,16 +6,21 @@ the directory with our loader (`checkpoint.open_checkpoint`: config.json parsing
 and compares the fp32 golden's logits over 14 tokens with transformers' forward: max-abs and cosine,
 printed and asserted. A second run of the golden with the family's distinguishing feature switched
 off (Llama 3's rope scaling, SmolLM3's NoPE layers, Qwen3-MoE's renormalisation, ...) must be far
-off, so the bound is tight enough to see that feature.
+off, so the bound is tight enough to see that feature. Qwen3, Llama, SmolLM3 and Qwen3-MoE (whose
+GGUF always renormalises) are also written as GGUF the way llama.cpp's converter writes them (gguf's
+writer and tensor name map, q/k rows permuted, `rope_freqs`, experts stacked) and that file's golden
+held to the same logits and bounds.
 
 torch and transformers come from the `reference` extra (`pip install -e '.[reference]'`); without
 them the tests skip, and under CI (OTPU_CI=1) they fail.
 """
+import math
 import os
 
 import llmtiny
 import numpy as np
 import pytest
+import safetensors.numpy
 
 from otpu_core.kernels import reference as R
 from otpu_core.llm import checkpoint, reference
@@ -67,15 +72,71 @@ def _randomise_norms(model, centre: float = 1.0, scale_qk: bool = False) -> None
                 p.copy_((c + 0.1 * torch.randn_like(p)) * q)
 
 
-def _compare(tmp_path, capsys, model, family: str, label: str, vocab: int, off: dict):
-    """save_pretrained, our loader, the fp32 golden against transformers' logits; `off`: config fields
-    whose change (the feature switched off) must put the golden far from transformers."""
-    torch, transformers = _libs()
-    model.save_pretrained(tmp_path, safe_serialization=True)
-    tokens = llmtiny.prompts(1, vocab, length=N_TOKENS)[0]
-    with torch.no_grad():
-        want = model(torch.tensor([tokens])).logits[0].double().numpy()
-    ck = checkpoint.open_checkpoint(tmp_path)
+def _gguf_as_llama_cpp_writes_it(model, hf_dir, arch: str, path):
+    """The saved model (`hf_dir`'s safetensors, what the converter reads: transformers 5 keeps a layer's
+    experts fused in memory but saves them one by one) as llama.cpp's convert_hf_to_gguf.py writes a
+    dense (or MoE) decoder, with gguf's own
+    writer and tensor name map: its hyperparameter keys, q/k rows permuted for interleaved-pair RoPE
+    (Llama, SmolLM3: `LlamaModel.permute`), Llama 3 scaling as the `rope_freqs` divisors computed in
+    float32, a layer's experts stacked, every tensor F32."""
+    import gguf
+    torch, _ = _libs()
+    c = model.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_vocab_size(c.vocab_size)
+    if arch == "qwen3moe":
+        w.add_expert_count(c.num_experts)
+        w.add_expert_used_count(c.num_experts_per_tok)
+        w.add_expert_feed_forward_length(c.moe_intermediate_size)
+    names = gguf.get_tensor_name_map({v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[arch], c.num_hidden_layers)
+    sd = {k: v for f in sorted(hf_dir.glob("*.safetensors")) for k, v in safetensors.numpy.load_file(f).items()}
+    if c.tie_word_embeddings:
+        sd.pop("lm_head.weight", None)
+    for i in range(c.num_hidden_layers):
+        for part in ("gate_proj", "up_proj", "down_proj"):
+            es = [sd.pop(f"model.layers.{i}.mlp.experts.{e}.{part}.weight")
+                  for e in range(getattr(c, "num_experts", 0))]
+            if es:
+                sd[f"model.layers.{i}.mlp.experts.{part}.weight"] = np.stack(es)
+    permute = arch in ("llama", "smollm3")
+    for name, a in sd.items():
+        heads = c.num_attention_heads if name.endswith("q_proj.weight") else c.num_key_value_heads
+        if permute and name.endswith(("q_proj.weight", "k_proj.weight")):
+            a = a.reshape(heads, 2, a.shape[0] // heads // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
+        w.add_tensor(names.get_name(name, try_suffixes=(".weight",)), np.ascontiguousarray(a, np.float32))
+    rope = c.rope_parameters
+    if rope.get("rope_type") == "llama3":
+        freqs = 1.0 / (rope["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+        old, lo, hi, f = (rope["original_max_position_embeddings"], rope["low_freq_factor"], rope["high_freq_factor"],
+                          rope["factor"])
+        out = []
+        for freq in freqs.tolist():
+            wavelen = 2 * math.pi / freq
+            smooth = (old / wavelen - lo) / (hi - lo)
+            out.append(1.0 if wavelen < old / hi else f if wavelen > old / lo else 1 / ((1 - smooth) / f + smooth))
+        w.add_tensor("rope_freqs.weight", np.asarray(out, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _golden_line(capsys, label: str, path, tokens, want, family: str):
+    """Our loader on `path`, the fp32 golden's logits against `want`: printed, asserted; the checkpoint."""
+    _, transformers = _libs()
+    ck = checkpoint.open_checkpoint(path)
     assert ck.config.family == family
     got = reference.Golden(ck.config, reference.SourceWeights(ck), positions=64).forward(tokens)
     err, cos = R.max_abs(got, want), R.cosine(got, want)
@@ -83,6 +144,22 @@ def _compare(tmp_path, capsys, model, family: str, label: str, vocab: int, off: 
         print(f"\n{label} fp32 golden vs transformers {transformers.__version__}: max-abs {err:.3g} "
               f"(logits up to {np.abs(want).max():.2f}), cosine {cos:.13f}")
     assert err < MAX_ABS and cos > MIN_COS, (label, err, cos)
+    return ck
+
+
+def _compare(tmp_path, capsys, model, family: str, label: str, vocab: int, off: dict, gguf_arch: str = ""):
+    """save_pretrained, our loader, the fp32 golden against transformers' logits; `off`: config fields
+    whose change (the feature switched off) must put the golden far from transformers; `gguf_arch`:
+    the same model written as llama.cpp's converter writes that architecture, held to the same bounds."""
+    torch, _ = _libs()
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    tokens = llmtiny.prompts(1, vocab, length=N_TOKENS)[0]
+    with torch.no_grad():
+        want = model(torch.tensor([tokens])).logits[0].double().numpy()
+    ck = _golden_line(capsys, label, tmp_path, tokens, want, family)
+    if gguf_arch:
+        _gguf_as_llama_cpp_writes_it(model, tmp_path, gguf_arch, tmp_path / "model.gguf")
+        _golden_line(capsys, f"{label} GGUF", tmp_path / "model.gguf", tokens, want, family)
     wrong = reference.Golden(ck.config.with_(**off), reference.SourceWeights(ck), positions=64).forward(tokens)
     far = R.max_abs(wrong, want)
     with capsys.disabled():
@@ -98,7 +175,8 @@ def test_qwen3(tmp_path, capsys):
                rope_parameters={"rope_type": "default", "rope_theta": 1e4}, rms_norm_eps=1e-6,
                tie_word_embeddings=False, initializer_range=0.1)
     _randomise_norms(m)
-    cfg = _compare(tmp_path, capsys, m, "qwen3", "qwen3", 256, off={"family": "llama"})   # no q/k norms
+    cfg = _compare(tmp_path, capsys, m, "qwen3", "qwen3", 256, off={"family": "llama"},
+                   gguf_arch="qwen3")   # no q/k norms
     assert cfg.head_dim == 32 and not cfg.tied
 
 
@@ -110,7 +188,8 @@ def test_llama_with_llama3_rope_scaling(tmp_path, capsys):
                rope_parameters={"rope_theta": 1e4, **llmtiny.LLAMA3_SCALING}, rms_norm_eps=1e-5,
                tie_word_embeddings=True, initializer_range=0.1)
     _randomise_norms(m)
-    cfg = _compare(tmp_path, capsys, m, "llama", "llama (llama3 rope scaling)", 256, off={"rope_factors": None})
+    cfg = _compare(tmp_path, capsys, m, "llama", "llama (llama3 rope scaling)", 256, off={"rope_factors": None},
+                   gguf_arch="llama")
     assert cfg.rope_factors is not None and any(1.0 < f < 8.0 for f in cfg.rope_factors)      # a blended band
 
 
@@ -121,7 +200,8 @@ def test_smollm3_with_nope_layers(tmp_path, capsys):
                rope_parameters={"rope_type": "default", "rope_theta": 1e4}, pad_token_id=0, bos_token_id=1,
                eos_token_id=2, initializer_range=0.1)
     _randomise_norms(m)
-    cfg = _compare(tmp_path, capsys, m, "smollm3", "smollm3 (NoPE layer 3)", 256, off={"nope_layers": ()})
+    cfg = _compare(tmp_path, capsys, m, "smollm3", "smollm3 (NoPE layer 3)", 256, off={"nope_layers": ()},
+                   gguf_arch="smollm3")
     assert cfg.nope_layers == (3,)
 
 
@@ -167,7 +247,7 @@ def test_qwen3moe(tmp_path, norm_topk, capsys):
                initializer_range=0.1)
     _randomise_norms(m)
     cfg = _compare(tmp_path, capsys, m, "qwen3moe", f"qwen3moe (norm_topk_prob {norm_topk})", 256,
-                   off={"norm_topk": not norm_topk})
+                   off={"norm_topk": not norm_topk}, gguf_arch="qwen3moe" if norm_topk else "")
     assert (cfg.experts, cfg.experts_used, cfg.norm_topk) == (8, 3, norm_topk)
 
 
