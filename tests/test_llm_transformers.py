@@ -6,10 +6,11 @@ the directory with our loader (`checkpoint.open_checkpoint`: config.json parsing
 and compares the fp32 golden's logits over 14 tokens with transformers' forward: max-abs and cosine,
 printed and asserted. A second run of the golden with the family's distinguishing feature switched
 off (Llama 3's rope scaling, SmolLM3's NoPE layers, Qwen3-MoE's renormalisation, ...) must be far
-off, so the bound is tight enough to see that feature. Qwen3, Llama, SmolLM3 and Qwen3-MoE (whose
-GGUF always renormalises) are also written as GGUF the way llama.cpp's converter writes them (gguf's
-writer and tensor name map, q/k rows permuted, `rope_freqs`, experts stacked) and that file's golden
-held to the same logits and bounds.
+off, so the bound is tight enough to see that feature. Qwen3, Llama, SmolLM3, LFM2 and Qwen3-MoE
+(whose GGUF always renormalises) are also written as GGUF the way llama.cpp's converter writes them
+(gguf's writer and tensor name map, q/k rows permuted, `rope_freqs`, experts stacked, taps squeezed)
+and that file's golden held to the same logits and bounds; Qwen3.5's and Gemma 4's GGUF conversions
+(norm offsets, value-head reordering, proportional-RoPE divisors) are not written here.
 
 torch and transformers come from the `reference` extra (`pip install -e '.[reference]'`); without
 them the tests skip, and under CI (OTPU_CI=1) they fail.
@@ -75,10 +76,10 @@ def _randomise_norms(model, centre: float = 1.0, scale_qk: bool = False) -> None
 def _gguf_as_llama_cpp_writes_it(model, hf_dir, arch: str, path):
     """The saved model (`hf_dir`'s safetensors, what the converter reads: transformers 5 keeps a layer's
     experts fused in memory but saves them one by one) as llama.cpp's convert_hf_to_gguf.py writes a
-    dense (or MoE) decoder, with gguf's own
-    writer and tensor name map: its hyperparameter keys, q/k rows permuted for interleaved-pair RoPE
-    (Llama, SmolLM3: `LlamaModel.permute`), Llama 3 scaling as the `rope_freqs` divisors computed in
-    float32, a layer's experts stacked, every tensor F32."""
+    dense decoder, LFM2 or Qwen3-MoE, with gguf's own writer and tensor name map: its hyperparameter
+    keys, q/k rows permuted for interleaved-pair RoPE (Llama, SmolLM3: `LlamaModel.permute`), Llama 3
+    scaling as the `rope_freqs` divisors computed in float32, a layer's experts stacked, LFM2's KV
+    heads per layer and squeezed convolution taps, every tensor F32."""
     import gguf
     torch, _ = _libs()
     c = model.config
@@ -86,22 +87,27 @@ def _gguf_as_llama_cpp_writes_it(model, hf_dir, arch: str, path):
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
     w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
+    sd = {k: v for f in sorted(hf_dir.glob("*.safetensors")) for k, v in safetensors.numpy.load_file(f).items()}
+    w.add_feed_forward_length(sd["model.layers.0.feed_forward.w1.weight"].shape[0] if arch == "lfm2"
+                              else c.intermediate_size)
     w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
+    if arch == "lfm2":           # KV heads per layer, 0 for a convolution layer; the convolution's length
+        w.add_head_count_kv([c.num_key_value_heads if t == "full_attention" else 0 for t in c.layer_types])
+        w.add_shortconv_l_cache(c.conv_L_cache)
+    else:
+        w.add_head_count_kv(c.num_key_value_heads)
     hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_dimension_count(hd)
     w.add_rope_freq_base(c.rope_parameters["rope_theta"])
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_layer_norm_rms_eps(c.norm_eps if arch == "lfm2" else c.rms_norm_eps)
     w.add_vocab_size(c.vocab_size)
     if arch == "qwen3moe":
         w.add_expert_count(c.num_experts)
         w.add_expert_used_count(c.num_experts_per_tok)
         w.add_expert_feed_forward_length(c.moe_intermediate_size)
     names = gguf.get_tensor_name_map({v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[arch], c.num_hidden_layers)
-    sd = {k: v for f in sorted(hf_dir.glob("*.safetensors")) for k, v in safetensors.numpy.load_file(f).items()}
     if c.tie_word_embeddings:
         sd.pop("lm_head.weight", None)
     for i in range(c.num_hidden_layers):
@@ -115,6 +121,8 @@ def _gguf_as_llama_cpp_writes_it(model, hf_dir, arch: str, path):
         heads = c.num_attention_heads if name.endswith("q_proj.weight") else c.num_key_value_heads
         if permute and name.endswith(("q_proj.weight", "k_proj.weight")):
             a = a.reshape(heads, 2, a.shape[0] // heads // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
+        if "conv.conv" in name:                   # LFM2's depthwise taps [d, 1, L] as [d, L]
+            a = a.squeeze(1)
         w.add_tensor(names.get_name(name, try_suffixes=(".weight",)), np.ascontiguousarray(a, np.float32))
     rope = c.rope_parameters
     if rope.get("rope_type") == "llama3":
@@ -214,7 +222,8 @@ def test_lfm2(tmp_path, capsys):
                block_multiple_of=32, block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=True,
                rope_parameters={"rope_type": "default", "rope_theta": 1e6}, norm_eps=1e-5, initializer_range=0.1)
     _randomise_norms(m)
-    cfg = _compare(tmp_path, capsys, m, "lfm2", "lfm2", 256, off={"rope_theta": 1e4})
+    cfg = _compare(tmp_path, capsys, m, "lfm2", "lfm2", 256, off={"rope_theta": 1e4},
+                   gguf_arch="lfm2")
     assert cfg.ffn == m.model.layers[0].feed_forward.w1.out_features
 
 
