@@ -227,21 +227,31 @@ def test_lfm2(tmp_path, capsys):
     assert cfg.ffn == m.model.layers[0].feed_forward.w1.out_features
 
 
-def test_qwen35_text_model(tmp_path, capsys):
-    """Qwen3.5's text model (`Qwen3_5ForCausalLM`): `D D D A` with Gated DeltaNet layers of 4 value
-    heads on 2 key heads, attention with partial RoPE (a quarter of each head) and the output gate,
-    zero-centred norms (randomised around 0: weights around 1)."""
+@pytest.mark.parametrize("multimodal", [False, True])
+def test_qwen35(tmp_path, capsys, multimodal):
+    """Qwen3.5's text model (`Qwen3_5ForCausalLM`, and inside the multimodal
+    `Qwen3_5ForConditionalGeneration` of the published checkpoints, with a one-block vision tower):
+    `D D D A` with Gated DeltaNet layers of 4 value heads on 2 key heads, attention with partial RoPE
+    (a quarter of each head) and the output gate, zero-centred norms (randomised around 0: weights
+    around 1)."""
     torch, _ = _libs()
-    m = _model("Qwen3_5ForCausalLM:Qwen3_5TextConfig", vocab_size=256, hidden_size=64, intermediate_size=96,
-               num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-               linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-               linear_conv_kernel_dim=4, rms_norm_eps=1e-6, tie_word_embeddings=False, initializer_range=0.1)
+    text = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
+                linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4, rms_norm_eps=1e-6,
+                initializer_range=0.1)
+    if multimodal:
+        m = _model("Qwen3_5ForConditionalGeneration:Qwen3_5Config", text_config=text, tie_word_embeddings=False,
+                   vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4,
+                                      out_hidden_size=64, num_position_embeddings=16))
+    else:
+        m = _model("Qwen3_5ForCausalLM:Qwen3_5TextConfig", tie_word_embeddings=False, **text)
     _randomise_norms(m, centre=0.0)
     with torch.no_grad():                       # decays and step sizes away from their defaults
         for name, p in m.named_parameters():
             if name.endswith("A_log") or name.endswith("dt_bias"):
                 p.copy_(0.5 * torch.randn_like(p))
-    cfg = _compare(tmp_path, capsys, m, "qwen35", "qwen35", 256, off={"rotary_dim": 0})
+    label = "qwen35 multimodal" if multimodal else "qwen35"
+    cfg = _compare(tmp_path, capsys, m, "qwen35", label, 256, off={"rotary_dim": 0})
     assert cfg.kinds == ("deltanet",) * 3 + ("attention",) and cfg.rotary_dim == 8
     assert (cfg.lin_k_heads, cfg.lin_v_heads) == (2, 4)
 
@@ -260,24 +270,32 @@ def test_qwen3moe(tmp_path, norm_topk, capsys):
     assert (cfg.experts, cfg.experts_used, cfg.norm_topk) == (8, 3, norm_topk)
 
 
-def test_gemma4(tmp_path, capsys):
-    """Gemma 4 (`Gemma4ForCausalLM`): window 5, three shared layers, double-wide MLP, proportional RoPE,
-    PLE, random layer scalars, the soft cap."""
+@pytest.mark.parametrize("multimodal", [False, True])
+def test_gemma4(tmp_path, capsys, multimodal):
+    """Gemma 4 (`Gemma4ForCausalLM`, and the text model of `Gemma4ForConditionalGeneration` with a
+    one-layer vision tower): window 5, three shared layers, double-wide MLP, proportional RoPE, PLE,
+    random layer scalars, the soft cap."""
     torch, _ = _libs()
-    m = _model("Gemma4ForCausalLM:Gemma4TextConfig",
-               vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
-               num_key_value_heads=2, head_dim=32, global_head_dim=64,
-               layer_types=list(("sliding_attention",) * 2 + ("full_attention",)) * 2, sliding_window=5,
-               rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
-                                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
-                                                   "rope_theta": 1e6}},
-               num_kv_shared_layers=3, use_double_wide_mlp=True, hidden_size_per_layer_input=32,
-               vocab_size_per_layer_input=384, final_logit_softcapping=30.0, rms_norm_eps=1e-6,
-               tie_word_embeddings=True, initializer_range=0.2, max_position_embeddings=1024)
+    text = dict(vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=32, global_head_dim=64,
+                layer_types=list(("sliding_attention",) * 2 + ("full_attention",)) * 2, sliding_window=5,
+                rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                 "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                    "rope_theta": 1e6}},
+                num_kv_shared_layers=3, use_double_wide_mlp=True, hidden_size_per_layer_input=32,
+                vocab_size_per_layer_input=384, final_logit_softcapping=30.0, rms_norm_eps=1e-6,
+                initializer_range=0.2, max_position_embeddings=1024)
+    if multimodal:
+        m = _model("Gemma4ForConditionalGeneration:Gemma4Config", text_config=text, audio_config=None,
+                   vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                      num_key_value_heads=2, head_dim=16))
+    else:
+        m = _model("Gemma4ForCausalLM:Gemma4TextConfig", tie_word_embeddings=True, **text)
     _randomise_norms(m, scale_qk=True)
     with torch.no_grad():
         for name, b in m.named_buffers():
             if name.endswith("layer_scalar"):
                 b.copy_(1.0 + 0.1 * torch.randn_like(b))
-    cfg = _compare(tmp_path, capsys, m, "gemma4", "gemma4", 384, off={"sliding_window": 6})
+    cfg = _compare(tmp_path, capsys, m, "gemma4", "gemma4 multimodal" if multimodal else "gemma4", 384,
+                   off={"sliding_window": 6})
     assert cfg.kinds == ("sliding", "sliding", "attention") * 2 and cfg.global_head_dim == 64 and cfg.kv_shared == 3
