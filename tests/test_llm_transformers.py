@@ -227,10 +227,11 @@ def test_lfm2(tmp_path, capsys):
     assert cfg.ffn == m.model.layers[0].feed_forward.w1.out_features
 
 
-@pytest.mark.parametrize("multimodal", [False, True])
-def test_qwen35(tmp_path, capsys, multimodal):
+@pytest.mark.parametrize("multimodal,tied", [(False, False), (True, False), (True, True)])
+def test_qwen35(tmp_path, capsys, multimodal, tied):
     """Qwen3.5's text model (`Qwen3_5ForCausalLM`, and inside the multimodal
-    `Qwen3_5ForConditionalGeneration` of the published checkpoints, with a one-block vision tower):
+    `Qwen3_5ForConditionalGeneration` of the published checkpoints, with a one-block vision tower;
+    tied, it is saved with the wrapper's tie_word_embeddings true and text_config's false):
     `D D D A` with Gated DeltaNet layers of 4 value heads on 2 key heads, attention with partial RoPE
     (a quarter of each head) and the output gate, zero-centred norms (randomised around 0: weights
     around 1)."""
@@ -240,7 +241,7 @@ def test_qwen35(tmp_path, capsys, multimodal):
                 linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4, rms_norm_eps=1e-6,
                 initializer_range=0.1)
     if multimodal:
-        m = _model("Qwen3_5ForConditionalGeneration:Qwen3_5Config", text_config=text, tie_word_embeddings=False,
+        m = _model("Qwen3_5ForConditionalGeneration:Qwen3_5Config", text_config=text, tie_word_embeddings=tied,
                    vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4,
                                       out_hidden_size=64, num_position_embeddings=16))
     else:
@@ -250,10 +251,10 @@ def test_qwen35(tmp_path, capsys, multimodal):
         for name, p in m.named_parameters():
             if name.endswith("A_log") or name.endswith("dt_bias"):
                 p.copy_(0.5 * torch.randn_like(p))
-    label = "qwen35 multimodal" if multimodal else "qwen35"
+    label = ("qwen35 multimodal" + (" tied" if tied else "")) if multimodal else "qwen35"
     cfg = _compare(tmp_path, capsys, m, "qwen35", label, 256, off={"rotary_dim": 0})
     assert cfg.kinds == ("deltanet",) * 3 + ("attention",) and cfg.rotary_dim == 8
-    assert (cfg.lin_k_heads, cfg.lin_v_heads) == (2, 4)
+    assert (cfg.lin_k_heads, cfg.lin_v_heads) == (2, 4) and cfg.tied == tied
 
 
 @pytest.mark.parametrize("norm_topk", [True, False])

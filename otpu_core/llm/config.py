@@ -329,7 +329,9 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
     if "sliding" in dict(fam.layer_types).values():
         return _from_hf_gemma(cfg, fam, where, generation, name)
     if fam.hf_text_prefix and isinstance(cfg.get("text_config"), dict):     # a multimodal file: its text model
-        cfg = {"tie_word_embeddings": cfg.get("tie_word_embeddings", False), **cfg["text_config"],
+        # tied or not is the wrapper's key, as transformers ties it (text_config keeps its own default)
+        text = cfg["text_config"]
+        cfg = {**text, "tie_word_embeddings": cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False)),
                "architectures": archs}
     for key, allowed in (("hidden_act", ("silu",)), ("attention_bias", (False,)), ("mlp_bias", (False,))):
         if key in cfg and cfg[key] not in allowed:
