@@ -25,6 +25,7 @@ import safetensors.numpy
 
 from otpu_core.kernels import reference as R
 from otpu_core.llm import checkpoint, reference
+from otpu_core.llm.errors import ModelError
 
 pytestmark = pytest.mark.slow
 
@@ -186,6 +187,17 @@ def test_qwen3(tmp_path, capsys):
     cfg = _compare(tmp_path, capsys, m, "qwen3", "qwen3", 256, off={"family": "llama"},
                    gguf_arch="qwen3")   # no q/k norms
     assert cfg.head_dim == 32 and not cfg.tied
+
+
+def test_qwen3_sliding_window_layers_are_refused(tmp_path):
+    """A Qwen3 with use_sliding_window (layers from max_window_layers on attend over 4 positions in
+    transformers) is refused by the layer_types entry transformers saves, not read as full attention."""
+    m = _model("Qwen3ForCausalLM:Qwen3Config", vocab_size=256, hidden_size=64, intermediate_size=96,
+               num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+               use_sliding_window=True, sliding_window=4, max_window_layers=1)
+    m.save_pretrained(tmp_path, safe_serialization=True)
+    with pytest.raises(ModelError, match=r"layer_types\[1\] = 'sliding_attention' is not supported in a qwen3 model"):
+        checkpoint.open_checkpoint(tmp_path)
 
 
 def test_llama_with_llama3_rope_scaling(tmp_path, capsys):

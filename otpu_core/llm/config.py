@@ -369,6 +369,7 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
         step = int(cfg.get("no_rope_layer_interval", fam.nope_every))
         nope = tuple(i for i in range(layers) if (i + 1) % step == 0)
     eos = _ids((generation or {}).get("eos_token_id", cfg.get("eos_token_id")))
+    _hf_no_sliding(cfg, fam, where)
     kinds, taps = _hf_layer_kinds(cfg, fam, layers, where), 0
     experts, used, ffn, norm_topk = _hf_experts(cfg, where) if fam.moe else (0, 0, _hf_ffn(cfg, where), True)
     lin: dict[str, int] = {}
@@ -487,6 +488,23 @@ def _gemma_per_layer(cfg: dict, types: list[str], global_hd: int, where: str) ->
         raise ModelError(f"{where}: per_layer_config gives the full layers head widths {sorted(widths)}; "
                          "they must share one")
     return widths.pop() if widths else global_hd
+
+
+def _hf_no_sliding(cfg: dict, fam: Family, where: str) -> None:
+    """Refuse sliding-window layers in a family read as attention throughout (Qwen3, Llama, SmolLM3,
+    Qwen3-MoE): transformers gives a layer a window when `layer_types` names it sliding_attention, or,
+    without layer_types, when use_sliding_window is true with a sliding_window."""
+    if fam.layer_types:
+        return
+    types = cfg.get("layer_types")
+    bad = next(((i, t) for i, t in enumerate(types) if t != "full_attention"), None) if isinstance(types, list) else None
+    if bad:
+        raise ModelError(f"{where}: layer_types[{bad[0]}] = {bad[1]!r} is not supported in a {fam.name} model",
+                         hint="supported: full_attention in every layer")
+    if types is None and cfg.get("use_sliding_window") and cfg.get("sliding_window") is not None:
+        raise ModelError(f"{where}: use_sliding_window = true (sliding_window {cfg['sliding_window']!r}): "
+                         f"sliding-window attention is not supported in a {fam.name} model",
+                         hint="supported: use_sliding_window false (full attention in every layer)")
 
 
 def _hf_layer_kinds(cfg: dict, fam: Family, layers: int, where: str) -> tuple[str, ...]:
