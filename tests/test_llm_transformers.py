@@ -21,7 +21,7 @@ import os
 import llmtiny
 import numpy as np
 import pytest
-import safetensors.numpy
+import safetensors.torch
 
 from otpu_core.kernels import reference as R
 from otpu_core.llm import checkpoint, reference
@@ -88,7 +88,8 @@ def _gguf_as_llama_cpp_writes_it(model, hf_dir, arch: str, path):
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
     w.add_block_count(c.num_hidden_layers)
-    sd = {k: v for f in sorted(hf_dir.glob("*.safetensors")) for k, v in safetensors.numpy.load_file(f).items()}
+    sd = {k: v.float().numpy() for f in sorted(hf_dir.glob("*.safetensors"))
+          for k, v in safetensors.torch.load_file(f).items()}
     w.add_feed_forward_length(sd["model.layers.0.feed_forward.w1.weight"].shape[0] if arch == "lfm2"
                               else c.intermediate_size)
     w.add_head_count(c.num_attention_heads)
@@ -156,12 +157,17 @@ def _golden_line(capsys, label: str, path, tokens, want, family: str):
     return ck
 
 
-def _compare(tmp_path, capsys, model, family: str, label: str, vocab: int, off: dict, gguf_arch: str = ""):
+def _compare(tmp_path, capsys, model, family: str, label: str, vocab: int, off: dict, gguf_arch: str = "",
+             bf16: bool = False):
     """save_pretrained, our loader, the fp32 golden against transformers' logits; `off`: config fields
     whose change (the feature switched off) must put the golden far from transformers; `gguf_arch`:
-    the same model written as llama.cpp's converter writes that architecture, held to the same bounds."""
+    the same model written as llama.cpp's converter writes that architecture, held to the same bounds;
+    `bf16`: saved as bfloat16 (as models are published), transformers then loading that file in fp32
+    (a fresh model: casting this one back would leave its RoPE frequencies rounded to bfloat16)."""
     torch, _ = _libs()
-    model.save_pretrained(tmp_path, safe_serialization=True)
+    model.to(torch.bfloat16 if bf16 else torch.float32).save_pretrained(tmp_path, safe_serialization=True)
+    if bf16:
+        model = type(model).from_pretrained(tmp_path, dtype=torch.float32, attn_implementation="eager").eval()
     tokens = llmtiny.prompts(1, vocab, length=N_TOKENS)[0]
     with torch.no_grad():
         want = model(torch.tensor([tokens])).logits[0].double().numpy()
@@ -177,15 +183,16 @@ def _compare(tmp_path, capsys, model, family: str, label: str, vocab: int, off: 
     return ck.config
 
 
-def test_qwen3(tmp_path, capsys):
-    """q/k norms, a head_dim wider than hidden / heads, untied head."""
+@pytest.mark.parametrize("bf16", [False, True])
+def test_qwen3(tmp_path, capsys, bf16):
+    """q/k norms, a head_dim wider than hidden / heads, untied head; also saved as bfloat16."""
     m = _model("Qwen3ForCausalLM:Qwen3Config", vocab_size=256, hidden_size=64, intermediate_size=96,
                num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                rope_parameters={"rope_type": "default", "rope_theta": 1e4}, rms_norm_eps=1e-6,
                tie_word_embeddings=False, initializer_range=0.1)
     _randomise_norms(m)
-    cfg = _compare(tmp_path, capsys, m, "qwen3", "qwen3", 256, off={"family": "llama"},
-                   gguf_arch="qwen3")   # no q/k norms
+    cfg = _compare(tmp_path, capsys, m, "qwen3", "qwen3 bf16" if bf16 else "qwen3", 256, off={"family": "llama"},
+                   gguf_arch="qwen3", bf16=bf16)   # no q/k norms
     assert cfg.head_dim == 32 and not cfg.tied
 
 
