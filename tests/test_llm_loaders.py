@@ -259,6 +259,26 @@ def test_missing_config_key_and_bad_json(tmp_path):
         checkpoint.open_checkpoint(d)
 
 
+@pytest.mark.parametrize("edit,message", [
+    ({"layer_types": ["full_attention", "sliding_attention"], "use_sliding_window": True, "sliding_window": 4},
+     "layer_types[1] = 'sliding_attention' is not supported in a qwen3 model"),
+    ({"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+     "use_sliding_window = true (sliding_window 4): sliding-window attention is not supported in a qwen3 model"),
+])
+def test_sliding_window_layers_are_refused_where_attention_is_full(tmp_path, edit, message):
+    """transformers gives Qwen3's layers a window when layer_types (or use_sliding_window without it) says
+    so; read as full attention they would be silently wrong past the window."""
+    d, _ = llmtiny.write(tmp_path, llmtiny.config())
+    c = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**c, **edit}))
+    with pytest.raises(ModelError) as e:
+        checkpoint.open_checkpoint(d)
+    assert message in e.value.message and "config.json" in e.value.message
+    (d / "config.json").write_text(json.dumps({**c, "layer_types": ["full_attention"] * 2, "use_sliding_window": False,
+                                               "sliding_window": None}))
+    assert checkpoint.open_checkpoint(d).config.kinds == ("attention",) * 2
+
+
 def test_loader_errors_exit_2_without_traceback(tmp_path):
     p = _gguf(tmp_path)
     p.write_bytes(p.read_bytes()[:-1000])

@@ -98,6 +98,20 @@ def test_published_layouts_read_back(models):
             assert np.abs(ck.get(name) - w[name]).max() <= 2 ** -10 * np.abs(w[name]).max(), (path, name)
 
 
+def test_a_multimodal_file_is_tied_by_its_wrapper_key(models):
+    """transformers 5 saves a tied Qwen3_5ForConditionalGeneration with tie_word_embeddings true at the top
+    and the text config's own default (false) in text_config, and ties the head to the embedding: no
+    lm_head tensor. The wrapper's key decides, as in transformers."""
+    _, cfg, w = models["hf"]
+    assert cfg.tied
+    d = synthetic.write_hf(models["dir"] / "multimodal-tied", cfg, w, llmtiny.tokenizer(), multimodal=True)
+    js = json.loads((d / "config.json").read_text())
+    js["text_config"]["tie_word_embeddings"] = False
+    (d / "config.json").write_text(json.dumps(js))
+    ck = checkpoint.open_checkpoint(d)
+    assert ck.config.tied and np.array_equal(ck.get("head"), ck.get("embed"))
+
+
 @pytest.mark.parametrize("edit,message", [
     (lambda js: js["layer_types"].__setitem__(1, "sliding_attention"),
      "layer_types[1] = 'sliding_attention' is not supported"),

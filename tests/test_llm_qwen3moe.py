@@ -104,6 +104,19 @@ def test_bad_hf_configs_are_refused_by_key_and_value(models, edit, message):
     assert message in e.value.message and str(d) in e.value.message
 
 
+def test_num_local_experts_as_transformers_5_writes_it(models):
+    """transformers 5's Qwen3MoeConfig saves the expert count as num_local_experts (num_experts is its
+    alias): read the same model, and refuse a bad count by that key."""
+    path, cfg, _ = models["hf"]
+    d = llmtiny.edited_hf_dir(models, "local-experts",
+                              lambda js: js.__setitem__("num_local_experts", js.pop("num_experts")))
+    assert checkpoint.open_checkpoint(d).config == checkpoint.open_checkpoint(path).config.with_(name=d.name)
+    bad = llmtiny.edited_hf_dir(models, "local-experts-bad",
+                                lambda js: js.update(num_local_experts=2, num_experts_per_tok=3) or js.pop("num_experts"))
+    with pytest.raises(ModelError, match="num_experts_per_tok = 3 exceeds num_local_experts = 2"):
+        checkpoint.open_checkpoint(bad)
+
+
 def test_bad_gguf_is_refused_by_key_and_tensor(models, tmp_path):
     _, cfg, w = models["gguf"]
     bad = synthetic.write_gguf(tmp_path / "nine.gguf", cfg.with_(experts=9), {**w, **{

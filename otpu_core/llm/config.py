@@ -329,7 +329,9 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
     if "sliding" in dict(fam.layer_types).values():
         return _from_hf_gemma(cfg, fam, where, generation, name)
     if fam.hf_text_prefix and isinstance(cfg.get("text_config"), dict):     # a multimodal file: its text model
-        cfg = {"tie_word_embeddings": cfg.get("tie_word_embeddings", False), **cfg["text_config"],
+        # tied or not is the wrapper's key, as transformers ties it (text_config keeps its own default)
+        text = cfg["text_config"]
+        cfg = {**text, "tie_word_embeddings": cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False)),
                "architectures": archs}
     for key, allowed in (("hidden_act", ("silu",)), ("attention_bias", (False,)), ("mlp_bias", (False,))):
         if key in cfg and cfg[key] not in allowed:
@@ -367,6 +369,7 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
         step = int(cfg.get("no_rope_layer_interval", fam.nope_every))
         nope = tuple(i for i in range(layers) if (i + 1) % step == 0)
     eos = _ids((generation or {}).get("eos_token_id", cfg.get("eos_token_id")))
+    _hf_no_sliding(cfg, fam, where)
     kinds, taps = _hf_layer_kinds(cfg, fam, layers, where), 0
     experts, used, ffn, norm_topk = _hf_experts(cfg, where) if fam.moe else (0, 0, _hf_ffn(cfg, where), True)
     lin: dict[str, int] = {}
@@ -487,6 +490,23 @@ def _gemma_per_layer(cfg: dict, types: list[str], global_hd: int, where: str) ->
     return widths.pop() if widths else global_hd
 
 
+def _hf_no_sliding(cfg: dict, fam: Family, where: str) -> None:
+    """Refuse sliding-window layers in a family read as attention throughout (Qwen3, Llama, SmolLM3,
+    Qwen3-MoE): transformers gives a layer a window when `layer_types` names it sliding_attention, or,
+    without layer_types, when use_sliding_window is true with a sliding_window."""
+    if fam.layer_types:
+        return
+    types = cfg.get("layer_types")
+    bad = next(((i, t) for i, t in enumerate(types) if t != "full_attention"), None) if isinstance(types, list) else None
+    if bad:
+        raise ModelError(f"{where}: layer_types[{bad[0]}] = {bad[1]!r} is not supported in a {fam.name} model",
+                         hint="supported: full_attention in every layer")
+    if types is None and cfg.get("use_sliding_window") and cfg.get("sliding_window") is not None:
+        raise ModelError(f"{where}: use_sliding_window = true (sliding_window {cfg['sliding_window']!r}): "
+                         f"sliding-window attention is not supported in a {fam.name} model",
+                         hint="supported: use_sliding_window false (full attention in every layer)")
+
+
 def _hf_layer_kinds(cfg: dict, fam: Family, layers: int, where: str) -> tuple[str, ...]:
     """Per-layer kinds from `layer_types` (or LFM2's older `full_attn_idxs`); () for one-kind families."""
     if not fam.layer_types:
@@ -519,11 +539,12 @@ def _positive(cfg: dict, key: str, where: str) -> int:
 
 def _hf_experts(cfg: dict, where: str) -> tuple[int, int, int, bool]:
     """(experts, experts per token, expert width, renormalised) of a Qwen3-MoE config.json; every
-    layer sparse."""
-    experts, used = _positive(cfg, "num_experts", where), _positive(cfg, "num_experts_per_tok", where)
+    layer sparse. The expert count is `num_experts`, or `num_local_experts` as transformers 5 writes it."""
+    key = "num_local_experts" if "num_experts" not in cfg and "num_local_experts" in cfg else "num_experts"
+    experts, used = _positive(cfg, key, where), _positive(cfg, "num_experts_per_tok", where)
     width = _positive(cfg, "moe_intermediate_size", where)
     if used > experts:
-        raise ModelError(f"{where}: num_experts_per_tok = {used} exceeds num_experts = {experts}")
+        raise ModelError(f"{where}: num_experts_per_tok = {used} exceeds {key} = {experts}")
     norm_topk = cfg.get("norm_topk_prob", False)
     if not isinstance(norm_topk, bool):
         raise ModelError(f"{where}: norm_topk_prob = {norm_topk!r}; it must be true or false")
