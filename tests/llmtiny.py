@@ -213,3 +213,26 @@ def steps_match_the_loop(make, path, prompt, turn, **kw):
         assert np.array_equal(u32(steps.logits(seq)), u32(turn.logits[i])), f"logits of token {i}"
         steps.submit(seq, [tok])
     return steps, be
+
+
+def formats_against_fp32(label: str, path, make, capsys, card_bound: float = 0.99999) -> dict[str, tuple]:
+    """int8, the public 4-bit E2M1 (int8 head) and the seed fp4x6 (int8x head) of a model file,
+    teacher-forced over 48 tokens through the quantised golden: {format: (mean KL from the fp32
+    golden in nats, top-1 agreement)}, printed; each format's card checked against its golden on
+    6 steps (cosine above `card_bound`)."""
+    ck = checkpoint.open_checkpoint(path)
+    tokens = prompts(1, ck.config.vocab, length=48, seed=3)[0]
+    fp = reference.Golden(ck.config, reference.SourceWeights(ck), positions=64).forward(tokens)
+    rows = {}
+    for fmt in ("int8", "fp4", "fp4x6"):
+        eng, _, conv, _ = make(path, fmt=fmt)
+        q = quant_golden(eng, conv).forward(tokens)
+        rows[fmt] = (float(kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
+        seq = eng.new_sequence()
+        eng.submit(seq, tokens[:6])
+        got = eng.logits(seq)
+        assert R.cosine(got, q[5]) > card_bound, (fmt, R.cosine(got, q[5]), R.max_abs(got, q[5]))
+    with capsys.disabled():
+        for fmt, (k, top1) in rows.items():
+            print(f"\n{label} tiny {fmt:5s}: mean KL from fp32 {k:.5f} nats, top-1 agreement {top1:.3f}")
+    return rows

@@ -310,35 +310,12 @@ def test_one_sequence_a_step_and_serve_says_so(models):
         image_options(ServeOptions(devs=["sim:x"], model=str(path)), open_model(str(path)), load_target(T), 128)
 
 
-def _kl(p_logits, q_logits) -> np.ndarray:
-    """KL(p || q) per row, natural log, from logits."""
-    lp = p_logits - p_logits.max(1, keepdims=True)
-    lp = lp - np.log(np.exp(lp).sum(1, keepdims=True))
-    lq = q_logits - q_logits.max(1, keepdims=True)
-    lq = lq - np.log(np.exp(lq).sum(1, keepdims=True))
-    return (np.exp(lp) * (lp - lq)).sum(1)
-
-
 @pytest.mark.slow          # ~13 s: three conversions and images
 def test_card_formats_against_the_fp32_golden(models, capsys):
     """int8, the public 4-bit E2M1 (int8 head) and the seed fp4x6 (int8x head) on the tiny Gemma 4, teacher-forced
     over 48 tokens: KL from the fp32 golden and top-1 agreement, through the quantised golden (which the card
     matches: 6 steps per format checked on the card too)."""
     path, _, _ = models["gguf"]
-    ck = checkpoint.open_checkpoint(path)
-    tokens = llmtiny.prompts(1, ck.config.vocab, length=48, seed=3)[0]
-    fp = reference.Golden(ck.config, reference.SourceWeights(ck), positions=64).forward(tokens)
-    rows = {}
-    for fmt in ("int8", "fp4", "fp4x6"):
-        eng, _, conv, _ = make(path, fmt=fmt)
-        q = llmtiny.quant_golden(eng, conv).forward(tokens)
-        rows[fmt] = (float(_kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
-        seq = eng.new_sequence()
-        eng.submit(seq, tokens[:6])
-        got = eng.logits(seq)
-        assert R.cosine(got, q[5]) > 0.9999, (fmt, R.cosine(got, q[5]), R.max_abs(got, q[5]))
-    with capsys.disabled():
-        for fmt, (kl, top1) in rows.items():
-            print(f"\ngemma4 tiny {fmt:5s}: mean KL from fp32 {kl:.5f} nats, top-1 agreement {top1:.3f}")
+    rows = llmtiny.formats_against_fp32("gemma4", path, make, capsys, card_bound=0.9999)
     assert rows["int8"][0] < min(rows["fp4"][0], rows["fp4x6"][0]), rows
     assert rows["int8"][0] < 2e-3 and max(r[0] for r in rows.values()) < 0.1, rows

@@ -212,22 +212,7 @@ def test_card_formats_against_the_fp32_golden(models, capsys):
     over 48 tokens: KL divergence from the fp32 golden and top-1 agreement, through the quantised golden
     (which the card matches: 6 steps per format checked here on the card too)."""
     path, _, _ = models["gguf"]
-    ck = checkpoint.open_checkpoint(path)
-    tokens = llmtiny.prompts(1, ck.config.vocab, length=48, seed=3)[0]
-    fp = reference.Golden(ck.config, reference.SourceWeights(ck), positions=64).forward(tokens)
-    rows = {}
-    for fmt in ("int8", "fp4", "fp4x6"):
-        eng, _, conv, _ = make(path, fmt=fmt)
-        quant = llmtiny.quant_golden(eng, conv)
-        q = quant.forward(tokens)
-        rows[fmt] = (float(llmtiny.kl(fp, q).mean()), float(np.mean(np.argmax(q, 1) == np.argmax(fp, 1))))
-        seq = eng.new_sequence()
-        eng.submit(seq, tokens[:6])
-        got = eng.logits(seq)
-        assert R.cosine(got, q[5]) > 0.99999, (fmt, R.cosine(got, q[5]), R.max_abs(got, q[5]))
-    with capsys.disabled():
-        for fmt, (kl, top1) in rows.items():
-            print(f"\nlfm2 tiny {fmt:5s}: mean KL from fp32 {kl:.5f} nats, top-1 agreement {top1:.3f}")
+    rows = llmtiny.formats_against_fp32("lfm2", path, make, capsys)
     assert rows["int8"][0] < min(rows["fp4"][0], rows["fp4x6"][0]), rows
     assert rows["int8"][0] < 1e-3 and rows["int8"][1] >= 0.85, rows        # the random model's logits are flat:
     assert max(r[0] for r in rows.values()) < 0.05, rows                    # top-1 is noisy, KL is the measure
