@@ -236,3 +236,25 @@ def formats_against_fp32(label: str, path, make, capsys, card_bound: float = 0.9
         for fmt, (k, top1) in rows.items():
             print(f"\n{label} tiny {fmt:5s}: mean KL from fp32 {k:.5f} nats, top-1 agreement {top1:.3f}")
     return rows
+
+
+def assert_refused(d: Path, message: str) -> None:
+    """Opening the model at d is refused with a ModelError naming the file and saying `message`."""
+    from otpu_core.llm.errors import ModelError
+    with pytest.raises(ModelError) as e:
+        checkpoint.open_checkpoint(d)
+    assert message in e.value.message and str(d) in e.value.message, e.value.message
+
+
+def against_goldens(label: str, turn, prompt, quant, ck, ctx: int, fp32_bound: float,
+                    quant_bound: float = 0.99999) -> dict[str, Distances]:
+    """The generate loop's logits (`turn`, after `prompt`) against the quantised golden `quant` and
+    the fp32 golden of checkpoint ck, both fed the same tokens; each golden's min cosine bound held."""
+    got, fed = np.stack(turn.logits), prompt + turn.tokens[:-1]
+    out = {}
+    for name, g, bound in (("quantised", quant, quant_bound),
+                           ("fp32", reference.Golden(ck.config, reference.SourceWeights(ck), positions=ctx), fp32_bound)):
+        g.reset()
+        out[name] = d = distances(f"{label} card vs {name} golden", got, g.forward(fed)[len(prompt) - 1:])
+        assert d.min > bound, (name, d)
+    return out
