@@ -258,3 +258,19 @@ def against_goldens(label: str, turn, prompt, quant, ck, ctx: int, fp32_bound: f
         out[name] = d = distances(f"{label} card vs {name} golden", got, g.forward(fed)[len(prompt) - 1:])
         assert d.min > bound, (name, d)
     return out
+
+
+def greedy_loop(eng, prompt, n: int = 32):
+    """(sequence, Turn) of n greedy tokens after `prompt` from the generate loop, logits kept."""
+    from otpu_core.llm.sampling import Sampling
+    seq = eng.new_sequence()
+    eng.submit(seq, prompt)
+    return seq, eng.generate(seq, Sampling(temperature=0), n, want_logits=True)
+
+
+def goldens_greedy_tokens(eng, conv, prompt, turn):
+    """The quantised golden of the engine's model, after checking that its own greedy run gives the
+    loop's tokens."""
+    quant = quant_golden(eng, conv)
+    assert greedy(quant, prompt, len(turn.tokens)) == turn.tokens, "the quantised golden's greedy tokens"
+    return quant

@@ -151,14 +151,11 @@ def test_lfm2_gguf_32_greedy_tokens_on_the_card(models):
     prompt = llmtiny.prompts(1, 384, length=20)[0]
     eng, ck, conv, be = make(path)
     assert eng.plan.mixed and eng.plan.lead_convs == 1 and layout.conv_runs(eng.plan.cfg)[1] == [(1, 1), (2, 1)]
-    seq = eng.new_sequence()
-    eng.submit(seq, prompt)
-    turn = eng.generate(seq, GREEDY, 32, want_logits=True)
+    seq, turn = llmtiny.greedy_loop(eng, prompt)
     assert len(turn.tokens) == 32 and turn.decode.runs == 1 and len(seq.pages) == 2
     steps, be2 = llmtiny.steps_match_the_loop(make, path, prompt, turn)
     assert np.array_equal(state_bytes(steps, be2), state_bytes(eng, be)), "KV pages and conv rings"
-    quant = llmtiny.quant_golden(eng, conv)
-    assert llmtiny.greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
+    quant = llmtiny.goldens_greedy_tokens(eng, conv, prompt, turn)
     llmtiny.against_goldens("lfm2", turn, prompt, quant, ck, eng.opts.ctx, fp32_bound=0.995)
 
 

@@ -189,14 +189,11 @@ def test_qwen3moe_gguf_32_greedy_tokens_with_experts_streamed_into_lru_slots(mod
     prompt = llmtiny.prompts(1, 384, length=20)[0]
     eng, ck, conv, be = make(path, expert_slots=4)
     assert _absent_everywhere(eng, be)
-    seq = eng.new_sequence()
-    eng.submit(seq, prompt)
-    turn = eng.generate(seq, GREEDY, 32, want_logits=True)
+    seq, turn = llmtiny.greedy_loop(eng, prompt)
     st, lay = eng.experts.stats, eng.plan.offload
     assert len(turn.tokens) == 32 and turn.decode.runs == 1
     steps, _ = llmtiny.steps_match_the_loop(make, path, prompt, turn)
-    quant = llmtiny.quant_golden(eng, conv)
-    assert llmtiny.greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
+    quant = llmtiny.goldens_greedy_tokens(eng, conv, prompt, turn)
     got, fed = np.stack(turn.logits), prompt + turn.tokens[:-1]
     quant.reset()
     d = llmtiny.distances("qwen3moe card vs quantised golden", got, quant.forward(fed)[len(prompt) - 1:])
@@ -227,11 +224,8 @@ def test_qwen3moe_safetensors_every_expert_absent_and_k_slots(models):
     prompt = llmtiny.prompts(1, 384, length=8, seed=2)[0]
     eng, ck, conv, be = make(path, expert_slots=3)
     assert _absent_everywhere(eng, be)
-    seq = eng.new_sequence()
-    eng.submit(seq, prompt)
-    turn = eng.generate(seq, GREEDY, 32, want_logits=True)
-    quant = llmtiny.quant_golden(eng, conv)
-    assert llmtiny.greedy(quant, prompt, 32) == turn.tokens, "the quantised golden's greedy tokens"
+    seq, turn = llmtiny.greedy_loop(eng, prompt)
+    quant = llmtiny.goldens_greedy_tokens(eng, conv, prompt, turn)
     quant.reset()
     fed = prompt + turn.tokens[:-1]
     d = llmtiny.distances("qwen3moe card vs quantised golden", np.stack(turn.logits),
