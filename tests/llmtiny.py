@@ -274,3 +274,20 @@ def goldens_greedy_tokens(eng, conv, prompt, turn):
     quant = quant_golden(eng, conv)
     assert greedy(quant, prompt, len(turn.tokens)) == turn.tokens, "the quantised golden's greedy tokens"
     return quant
+
+
+def batched_equals_alone(make, path, prompts_, eng, conv) -> None:
+    """The prompts as sequences of one step on `eng` (one slot each) against each alone on a second
+    card (a slot released and reused between them): logits bit for bit, and the quantised golden's."""
+    seqs = [eng.new_sequence() for _ in prompts_]
+    for s, p in zip(seqs, prompts_):
+        eng.submit(s, p)
+    batched = eng.logits(seqs)
+    one, *_ = make(path, slots=len(prompts_))
+    for p, got in zip(prompts_, batched):
+        s = one.new_sequence()
+        one.submit(s, p)
+        assert np.array_equal(u32(one.logits(s)), u32(got))
+        one.release(s)
+        ref = quant_golden(eng, conv).forward(p)[-1]
+        assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))

@@ -272,18 +272,7 @@ def test_qwen35_safetensors_two_sequences_in_one_step(models):
     path, _, _ = models["hf"]
     pa, pb = llmtiny.prompts(2, 384, length=5)
     eng, ck, conv, _ = make(path, slots=2)
-    a, b = eng.new_sequence(), eng.new_sequence()
-    eng.submit(a, pa), eng.submit(b, pb)
-    both = eng.logits([a, b])
-    one, *_ = make(path, slots=2)
-    for p, got in ((pa, both[0]), (pb, both[1])):
-        s = one.new_sequence()
-        one.submit(s, p)
-        assert np.array_equal(llmtiny.u32(one.logits(s)), llmtiny.u32(got))
-        one.release(s)
-        g = llmtiny.quant_golden(eng, conv)
-        ref = g.forward(p)[-1]
-        assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
+    llmtiny.batched_equals_alone(make, path, (pa, pb), eng, conv)
 
 
 def test_qwen35_on_a_seq_wc_target(models):
