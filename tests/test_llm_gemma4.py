@@ -23,7 +23,7 @@ import pytest
 from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program cache per module)
 
 from otpu_core.kernels import reference as R
-from otpu_core.llm import checkpoint, layout, reference, synthetic
+from otpu_core.llm import checkpoint, engine, layout, reference, synthetic
 from otpu_core.llm.errors import ModelError
 from otpu_core.llm.sampling import Sampling
 from otpu_core.target import load as load_target
@@ -198,7 +198,7 @@ def kv_bytes(eng, be):
 
 
 def test_gemma4_gguf_32_greedy_tokens_on_the_card(models):
-    """20 prompt tokens (prefill runs of 1 row: a run of more rows leaves no IMEM), then 32 generated across the
+    """20 prompt tokens (prefill runs of 4 rows), then 32 generated across the
     32-token page (so the sliding layers drop the first page, the shared layers read layers 1 and 2 over two
     pages, and the runs of layers 0-1 and 3-4 are hardware loops):
     the loop's logits bit for bit those of one-row host-driven steps on a second card, its tokens
@@ -206,7 +206,7 @@ def test_gemma4_gguf_32_greedy_tokens_on_the_card(models):
     mailbox; the fp32 golden's distance reported."""
     path, _, _ = models["gguf"]
     prompt = llmtiny.prompts(1, 384, length=20)[0]
-    eng, ck, conv, be = make(path)
+    eng, ck, conv, be = make(path, rows=4)
     seq, turn = llmtiny.greedy_loop(eng, prompt)
     assert len(turn.tokens) == 32 and turn.decode.runs == 1 and len(seq.pages) == 2
     assert eng.rows.stats.requests == 20 + 31 and eng.rows.stats.bytes == 51 * 4 * 6 * 32
@@ -227,6 +227,32 @@ def test_gemma4_gguf_32_greedy_tokens_on_the_card(models):
         print(f"  positions within 1e-7 {exact:.3f}; PLE rows served {eng.rows.stats.requests}, "
               f"{eng.rows.stats.bytes} bytes")
         assert d.min > bound and exact >= close, (d, exact)
+
+
+def test_multi_row_prefill_leaves_the_bits_of_one_row_runs(models):
+    """39 prompt tokens in runs of 4 rows and of 3 (the last of a page shorter, the second page's rows past the
+    sliding window's first page), against runs of one row: every layer's KV pages byte for byte and the next
+    logits bit for bit, every row's per-layer embeddings asked of the host once; the runs of several rows are a
+    hardware loop over the rows (the 4-row program not much longer than the one-row one)."""
+    from otpu_core.llm import programs
+    path, _, _ = models["gguf"]
+    prompt = llmtiny.prompts(1, 384, length=40, seed=7)[0]
+    got, sizes = {}, {}
+    for rows in (4, 3, 1):
+        eng, _, _, be = make(path, rows=rows)
+        seq = eng.new_sequence()
+        eng.submit(seq, prompt)
+        cost = engine.RunCost()
+        eng.prefill(seq, cost)
+        assert cost.runs == -(-32 // rows) + -(-7 // rows) and eng.rows.stats.requests == 39, (rows, cost.runs)
+        got[rows] = (kv_bytes(eng, be), eng.logits(seq))
+        spec = programs.StepSpec((engine.rows_group(seq, 32, rows, 32),))
+        sizes[rows] = len(programs.compile_program(eng.plan, spec, eng.target).instrs)
+    for rows in (4, 3):
+        assert np.array_equal(got[rows][0], got[1][0]), f"KV pages after runs of {rows} rows"
+        assert np.array_equal(llmtiny.u32(got[rows][1]), llmtiny.u32(got[1][1])), f"logits after runs of {rows} rows"
+    print(f"gemma4 prefill step programs: {sizes[1]} / {sizes[3]} / {sizes[4]} instructions for 1 / 3 / 4 rows")
+    assert sizes[4] < 1.5 * sizes[1], sizes
 
 
 def test_gemma4_safetensors_on_the_card(models):

@@ -123,8 +123,8 @@ def max_row_groups(cfg: ModelConfig) -> int | None:
 
 
 def prefill_rows(cfg: ModelConfig, tcfg: Config) -> int:
-    """Rows one prefill run takes: MCOLS, or one with Gemma's layers (a run of more rows does not fit IMEM)."""
-    return 1 if "sliding" in cfg.kinds else tcfg.MCOLS
+    """Rows one prefill run takes: MCOLS (Gemma's layers too: their per-row work is a hardware loop over the rows)."""
+    return tcfg.MCOLS
 
 
 def sequence_options(cfg: ModelConfig, tcfg: Config, fmt: str, ctx: int | None, f_chunk: int, slots: int = 1,

@@ -139,6 +139,12 @@ class _Rows:
     @property
     def R(self) -> int: return len(self.of)
 
+    def renew(self, *scales: int) -> None:
+        """Fresh RLDs of the positions' offsets from here on (`scales` taken now)."""
+        self.pos = [Pos(p.word) for p in self.pos]
+        for p in self.pos:
+            p.prepare(*scales)
+
     def tile(self, cols: int) -> Tile:
         return ol.empty((self.R, cols)) if self.R > 1 else ol.empty((cols,))
 
@@ -393,12 +399,26 @@ def _experts(plan: ImagePlan, Ly, h: Tile, first: Tile) -> Tile:
     return moe_ffn_rows(y, Ly.router, lay, first, plan.cfg.norm_topk)
 
 
+def _row_loop(rows: _Rows):
+    """(r, g, j) of every row, a group of several rows one hardware loop over them (its body traced
+    once; r and j are then affine): Gemma's per-row work, which unrolled does not fit IMEM past a row.
+    Row r still runs after rows < r and before rows > r, so the bits are those of the unrolled rows."""
+    r0 = 0
+    for g, grp in enumerate(rows.groups):
+        if grp.n == 1:
+            yield r0, g, 0
+        else:
+            for j in ol.range(grp.n):
+                yield Affine.of(j) + r0, g, j
+        r0 += grp.n
+
+
 def _gemma_ple(plan: ImagePlan, h: Tile, rows: _Rows) -> None:
     """Each row's per-layer inputs into its scratch row: (norm(e Wp / sqrt(d)) + table row * sqrt(ple)) / sqrt(2),
     the table row fetched from the host (one mailbox request per row)."""
     cfg, G, ple = plan.cfg, plan.gemma, plan.cfg.ple_dim
     pln = ol.load(G.pln)
-    for r, (g, j) in enumerate(rows.of):
+    for r, g, j in _row_loop(rows):
         grp, pos = rows.groups[g], rows.pos[g]
         tok = ol.load(_word(plan.io(grp.slot)["ids"], pos.times(4) + 4 * j))
         proj = (ol.dot(_row(h, r), G.plp) * (1.0 / math.sqrt(cfg.d))).reshape(cfg.layers, ple)
@@ -410,7 +430,9 @@ def _gemma_ple(plan: ImagePlan, h: Tile, rows: _Rows) -> None:
 
 def _gemma_attention(plan: ImagePlan, kind: str, Ly, src, h: Tile, rows: _Rows, tables: dict) -> Tile:
     """One Gemma layer's attention for every row (q/k/v norms, RoPE of its kind, appends to its own
-    pages, the window or the shared layer's pages `src`), o_proj and the post-attention norm."""
+    pages, the window or the shared layer's pages `src`), o_proj and the post-attention norm. Every
+    row appends before any attends (a row's mask hides the later rows' slots, so the bits are those
+    of one row at a time), which keeps the append loop's addresses out of the attention loop's."""
     cfg = plan.cfg
     H, KV, hd, grp_size, mcols = cfg.heads, cfg.kv_heads, Ly.hd, cfg.group, ol.config().MCOLS
     window = cfg.sliding_window if kind == "sliding" else None
@@ -420,13 +442,10 @@ def _gemma_attention(plan: ImagePlan, kind: str, Ly, src, h: Tile, rows: _Rows, 
     own = Ly.kv is not None
     k, v = (ol.dot(xn, Ly.wk), ol.dot(xn, Ly.wv)) if own else (None, None)
     del xn
-    qn = ol.load(Ly.qn)
-    kn, ones = (ol.load(Ly.kn), ol.full((hd,), 1.0)) if own else (None, None)
-    att = ol.empty(q.shape)
-    for r, (g, j) in enumerate(rows.of):
-        grp = rows.groups[g]
-        qr = rope(rmsnorm(_row(q, r).reshape(H, hd), qn, cfg.norm_eps), _row(cos, r), _row(sin, r))
-        if own:
+    if own:
+        kn, ones = ol.load(Ly.kn), ol.full((hd,), 1.0)
+        for r, g, j in _row_loop(rows):
+            grp = rows.groups[g]
             kr = rope(rmsnorm(_row(k, r).reshape(KV, hd), kn, cfg.norm_eps), _row(cos, r), _row(sin, r))
             vr = rmsnorm(_row(v, r).reshape(KV, hd), ones, cfg.norm_eps)
             for kh in ol.static_range(KV):
@@ -434,7 +453,15 @@ def _gemma_attention(plan: ImagePlan, kind: str, Ly, src, h: Tile, rows: _Rows, 
                 ol.kv_append_k(slot, 0, kr[kh])
                 ol.kv_append_v(slot, 0, vr[kh])
             del kr, vr
-        ar = _row(att, r).reshape(H, hd)
+        del kn, ones
+    del k, v
+    qn = ol.load(Ly.qn)
+    for pos in rows.pos:          # the mask rows' offsets, set for this layer's row loop
+        pos.prepare(4 * plan.opts.page)
+    for r, g, j in _row_loop(rows):
+        grp = rows.groups[g]
+        qr = rope(rmsnorm(_row(q, r).reshape(H, hd), qn, cfg.norm_eps), _row(cos, r), _row(sin, r))
+        ar = _row(q, r).reshape(H, hd)        # the output takes row r of q (read already): TMEM for 4 full rows
         for kh in ol.static_range(KV):
             pages = [src.page(p, kh) for p in grp.pages]
             for h0 in range(kh * grp_size, (kh + 1) * grp_size, mcols):
@@ -442,8 +469,7 @@ def _gemma_attention(plan: ImagePlan, kind: str, Ly, src, h: Tile, rows: _Rows, 
                 ar[h0:h1].set(PagedAttention(qr[h0:h1], pages, last_mask=rows.mask_row(g, j), window=window,
                                              scale=1.0 if cfg.spec.unit_scores else None).start().finish())
         del qr
-    del q, k, v
-    return rmsnorm(ol.dot(att, Ly.wo), ol.load(Ly.an), cfg.norm_eps)
+    return rmsnorm(ol.dot(q, Ly.wo), ol.load(Ly.an), cfg.norm_eps)
 
 
 def _gemma_layer(plan: ImagePlan, kind: str, Ly, src, li, h: Tile, rows: _Rows, tables: dict, looped: bool) -> None:
@@ -476,6 +502,11 @@ def _gemma_layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
               "attention": (rows.table_rows(G.gcos), rows.table_rows(G.gsin))}
     for first, n in gemma_runs(cfg, G.layers):
         kind, shared = cfg.kinds[first], cfg.shares_kv(first)
+        hd = G.layers[first].hd
+        # each run RLDs its own position offsets (its token slots'; the mask rows' are taken in each
+        # layer), so no offset stays in a register through the other runs: a row loop inside a layer
+        # loop needs the registers
+        rows.renew(*(() if shared else (hd, 4 * (hd // plan.D), 1, 4)))
         for l in (ol.range(n) if n > 1 else range(1)):
             Ly = G.layers[first].at(l)
             src = G.layers[cfg.kv_source(first)] if shared else Ly
