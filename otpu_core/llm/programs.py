@@ -174,23 +174,22 @@ class _Rows:
 
 def _embed_rows(plan: ImagePlan, rows: _Rows) -> Tile:
     h = rows.tile(plan.cfg.d)
-    r = 0
-    for grp, pos in zip(rows.groups, rows.pos):
-        ids = plan.io(grp.slot)["ids"]
-        for j in range(grp.n):
-            tok = ol.load(_word(ids, pos.times(4) + 4 * j))
-            if plan.embed_kind == "f32":          # one LD of the fp32 row
-                t = plan.embed
-                e = ol.load(Tensor(t.base + ol.rld(tok, scale=4 * t.rs), (t.cols,)))
-            else:                                 # int8 rows, gathered through the MXU
-                e = embed(plan.embed, tok)
-            if plan.cfg.spec.embed_scaled:
-                e = e * math.sqrt(plan.cfg.d)
-            if rows.R == 1:
-                h = e
-            else:
-                h[r].set(e)
-            r += 1
+    # Gemma's rows as a hardware loop (its programs are at IMEM's limit), the other families' unrolled
+    each = _row_loop(rows) if plan.gemma is not None else ((r, g, j) for r, (g, j) in enumerate(rows.of))
+    for r, g, j in each:
+        grp, pos = rows.groups[g], rows.pos[g]
+        tok = ol.load(_word(plan.io(grp.slot)["ids"], pos.times(4) + 4 * j))
+        if plan.embed_kind == "f32":          # one LD of the fp32 row
+            t = plan.embed
+            e = ol.load(Tensor(t.base + ol.rld(tok, scale=4 * t.rs), (t.cols,)))
+        else:                                 # int8 rows, gathered through the MXU
+            e = embed(plan.embed, tok)
+        if plan.cfg.spec.embed_scaled:
+            e = e * math.sqrt(plan.cfg.d)
+        if rows.R == 1:
+            h = e
+        else:
+            h[r].set(e)
     return h
 
 
@@ -456,7 +455,7 @@ def _gemma_attention(plan: ImagePlan, kind: str, Ly, src, h: Tile, rows: _Rows, 
         del kn, ones
     del k, v
     qn = ol.load(Ly.qn)
-    for pos in rows.pos:          # the mask rows' offsets, set for this layer's row loop
+    for pos in rows.pos:          # the mask rows' offsets, taken before the row loop
         pos.prepare(4 * plan.opts.page)
     for r, g, j in _row_loop(rows):
         grp = rows.groups[g]
@@ -489,7 +488,7 @@ def _gemma_layer(plan: ImagePlan, kind: str, Ly, src, li, h: Tile, rows: _Rows, 
         h += rmsnorm(y, ol.load(Ly.pn), eps)
         del y, per
     ls = ol.load(Ly.ls)
-    h.set(h * ls[0:1] if rows.R == 1 else h * (ol.zeros((rows.R,)) + ls[0:1])[:, None])
+    h.set(h * ls[0:1])
 
 
 def _gemma_layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
@@ -503,10 +502,11 @@ def _gemma_layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
     for first, n in gemma_runs(cfg, G.layers):
         kind, shared = cfg.kinds[first], cfg.shares_kv(first)
         hd = G.layers[first].hd
-        # each run RLDs its own position offsets (its token slots'; the mask rows' are taken in each
-        # layer), so no offset stays in a register through the other runs: a row loop inside a layer
-        # loop needs the registers
-        rows.renew(*(() if shared else (hd, 4 * (hd // plan.D), 1, 4)))
+        if rows.R > 1:
+            # each run RLDs its own position offsets (its token slots'; the mask rows' are taken in each
+            # layer), so no offset stays in a register through the other runs: a row loop inside a layer
+            # loop needs the registers
+            rows.renew(*(() if shared else (hd, 4 * (hd // plan.D), 1, 4)))
         for l in (ol.range(n) if n > 1 else range(1)):
             Ly = G.layers[first].at(l)
             src = G.layers[cfg.kv_source(first)] if shared else Ly
