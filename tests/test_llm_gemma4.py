@@ -12,7 +12,8 @@ the earlier layer's K and V, every norm, PLE, the layer scalar and the soft cap)
 tokens from the generate loop, bit for bit the logits of host-driven one-row steps on a second card
 (KV pages byte-equal too) and token for token the quantised golden's greedy run, each token's
 per-layer embedding row served by the host through the WAITW mailbox; the fp32 golden's cosine,
-max-abs and top-1 reported. Tiny models on sim-small (D=32).
+max-abs and top-1 reported; prefill runs of several rows (the per-row work a hardware loop) leave
+the KV pages and logits of one-row runs bit for bit. Tiny models on sim-small (D=32).
 """
 import functools
 import json

@@ -19,7 +19,8 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
   sliding layers attend over their window of pages, the KV-sharing ones over an earlier layer's pages, scores with q.k
   unscaled, the sandwich norms, GeGLU, the per-layer inputs (the token's row of the table is
   asked of the host through the mailbox, kernels/mailbox.host_row) and the layer scalar; its
-  logits are soft-capped wherever they are made.
+  logits are soft-capped wherever they are made; a run's per-row work is a hardware loop over its
+  rows (`_row_loop`), which unrolled would not fit IMEM past one row.
   Either way a run of R rows leaves the same bits as R runs of one row. Optionally the last
   row of each group writes its logits. Prefill is this with R rows and no logits.
 - `generate_kernel(plan, spec)`: a hardware loop of tokens (count = min(tokens left, room in the
@@ -467,8 +468,10 @@ def _gemma_attention(plan: ImagePlan, kind: str, Ly, src, h: Tile, rows: _Rows, 
                 h1 = min(h0 + mcols, (kh + 1) * grp_size)
                 ar[h0:h1].set(PagedAttention(qr[h0:h1], pages, last_mask=rows.mask_row(g, j), window=window,
                                              scale=1.0 if cfg.spec.unit_scores else None).start().finish())
-        del qr
-    return rmsnorm(ol.dot(q, Ly.wo), ol.load(Ly.an), cfg.norm_eps)
+        del qr, ar
+    o = ol.dot(q, Ly.wo)
+    del q                         # before the norm's temporaries (TMEM for 4 rows of wider models)
+    return rmsnorm(o, ol.load(Ly.an), cfg.norm_eps)
 
 
 def _gemma_layer(plan: ImagePlan, kind: str, Ly, src, li, h: Tile, rows: _Rows, tables: dict, looped: bool) -> None:
