@@ -230,28 +230,42 @@ def test_gemma4_gguf_32_greedy_tokens_on_the_card(models):
         assert d.min > bound and exact >= close, (d, exact)
 
 
-def test_multi_row_prefill_leaves_the_bits_of_one_row_runs(models):
+def test_multi_row_prefill_leaves_the_bits_of_one_row_runs(models, monkeypatch):
     """39 prompt tokens in runs of 4 rows and of 3 (the last of a page shorter, the second page's rows past the
-    sliding window's first page), against runs of one row: every layer's KV pages byte for byte and the next
+    sliding window's first page), and in runs of 4 whose programs are made not to fit past 2 rows (the engine
+    splits such a run in halves), against runs of one row: every layer's KV pages byte for byte and the next
     logits bit for bit, every row's per-layer embeddings asked of the host once; the runs of several rows are a
     hardware loop over the rows (the 4-row program not much longer than the one-row one)."""
     from otpu_core.llm import programs
+    from otpu_core.ol import CompileError
     path, _, _ = models["gguf"]
     prompt = llmtiny.prompts(1, 384, length=40, seed=7)[0]
+    compile_program, refused = programs.compile_program, []
+
+    def at_most_2_rows(plan, spec, target, cache=True):
+        if spec.groups[0].n > 2:
+            refused.append(spec)
+            raise CompileError("the program has 5000 instructions; IMEM holds 4096")
+        return compile_program(plan, spec, target, cache)
     got, sizes = {}, {}
-    for rows in (4, 3, 1):
+    for rows, split in ((4, False), (3, False), (4, True), (1, False)):
+        if split:
+            monkeypatch.setattr(programs, "compile_program", at_most_2_rows)
         eng, _, _, be = make(path, rows=rows)
         seq = eng.new_sequence()
         eng.submit(seq, prompt)
         cost = engine.RunCost()
         eng.prefill(seq, cost)
-        assert cost.runs == -(-32 // rows) + -(-7 // rows) and eng.rows.stats.requests == 39, (rows, cost.runs)
-        got[rows] = (kv_bytes(eng, be), eng.logits(seq))
+        runs = 16 + 4 if split else -(-32 // rows) + -(-7 // rows)      # split: 4 -> 2 + 2 and 3 -> 1 + 2
+        assert cost.runs == runs and eng.rows.stats.requests == 39, (rows, split, cost.runs)
+        got[rows, split] = (kv_bytes(eng, be), eng.logits(seq))
+        monkeypatch.setattr(programs, "compile_program", compile_program)
         spec = programs.StepSpec((engine.rows_group(seq, 32, rows, 32),))
         sizes[rows] = len(programs.compile_program(eng.plan, spec, eng.target).instrs)
-    for rows in (4, 3):
-        assert np.array_equal(got[rows][0], got[1][0]), f"KV pages after runs of {rows} rows"
-        assert np.array_equal(llmtiny.u32(got[rows][1]), llmtiny.u32(got[1][1])), f"logits after runs of {rows} rows"
+    assert sorted((s.groups[0].bucket, s.groups[0].n) for s in refused) == [(0, 4), (1, 3), (1, 4)], refused
+    for key in ((4, False), (3, False), (4, True)):
+        assert np.array_equal(got[key][0], got[1, False][0]), f"KV pages after runs of {key}"
+        assert np.array_equal(llmtiny.u32(got[key][1]), llmtiny.u32(got[1, False][1])), f"logits after runs of {key}"
     print(f"gemma4 prefill step programs: {sizes[1]} / {sizes[3]} / {sizes[4]} instructions for 1 / 3 / 4 rows")
     assert sizes[4] < 1.5 * sizes[1], sizes
 

@@ -6,7 +6,9 @@ owns KV pages taken from the `KVStore`, the pool every slot shares; an outside s
 hold the store and hand pages to sequences itself. Per turn:
 
 - `prefill(seq)`: the tokens not yet in the cache, all but the last, in runs of up to
-  `opts.rows` rows that never cross a page (one step program per bucket and row count);
+  `opts.rows` rows that never cross a page (one step program per bucket and row count); a run
+  whose program does not fit the card (IMEM, TMEM, registers: a wide Gemma 4, a scattered page
+  list) goes as two runs of half its rows, which leave the same bits;
 - `generate(seq, ...)`: the generate loop for the last fed token onwards: the host writes the
   state block and the uniforms, starts bucket b's program and, while the card runs, watches
   the state and ids (streaming tokens as they land), compiles and writes bucket b+1's program
@@ -37,6 +39,7 @@ from typing import Callable
 import numpy as np
 
 from ..board import Prepared
+from ..ol import CompileError
 from ..target import Target
 from . import image, layout, programs
 from .convert import Converted
@@ -201,6 +204,7 @@ class Engine:
         self.kv = KVStore(opts.pages)
         self.core_hz = core_hz or target.core_hz
         self._programs: dict = {}
+        self._unfit: set = set()            # prefill specs whose program does not fit the card
         self.program_cache = program_cache
         self._free_slots = list(range(opts.slots))
         self.rows: RowServer | None = None
@@ -309,10 +313,22 @@ class Engine:
         self._write_ids(seq, seq.kv_len, seq.tokens[seq.kv_len:end])
         cost = cost if cost is not None else RunCost()
         for p, n in prefill_runs(seq.kv_len, end, self.opts.page, self.opts.rows):
-            spec = programs.StepSpec((rows_group(seq, p, n, self.opts.page),))
-            self._write_state(seq, p)
-            self._run(self.program(spec), cost, n)
-            seq.kv_len = p + n
+            self._prefill_run(seq, p, n, cost)
+
+    def _prefill_run(self, seq: Sequence, p: int, n: int, cost: RunCost) -> None:
+        spec = programs.StepSpec((rows_group(seq, p, n, self.opts.page),))
+        if n > 1 and spec not in self._unfit:
+            try:
+                self.program(spec)
+            except CompileError:
+                self._unfit.add(spec)
+        if n > 1 and spec in self._unfit:
+            self._prefill_run(seq, p, n // 2, cost)
+            self._prefill_run(seq, p + n // 2, n - n // 2, cost)
+            return
+        self._write_state(seq, p)
+        self._run(self.program(spec), cost, n)
+        seq.kv_len = p + n
 
     def logits(self, seqs, cost: RunCost | None = None):
         """Feed every token not yet in the cache and return the logits after each sequence's last one
