@@ -265,7 +265,8 @@ def test_multi_row_prefill_leaves_the_bits_of_one_row_runs(models, monkeypatch):
     assert sorted((s.groups[0].bucket, s.groups[0].n) for s in refused) == [(0, 4), (1, 3), (1, 4)], refused
     for key in ((4, False), (3, False), (4, True)):
         assert np.array_equal(got[key][0], got[1, False][0]), f"KV pages after runs of {key}"
-        assert np.array_equal(llmtiny.u32(got[key][1]), llmtiny.u32(got[1, False][1])), f"logits after runs of {key}"
+        assert np.array_equal(llmtiny.u32(got[key][1]), llmtiny.u32(got[1, False][1])), \
+            f"logits after runs of {key}"
     print(f"gemma4 prefill step programs: {sizes[1]} / {sizes[3]} / {sizes[4]} instructions for 1 / 3 / 4 rows")
     assert sizes[4] < 1.5 * sizes[1], sizes
 
