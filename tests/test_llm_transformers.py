@@ -21,7 +21,6 @@ import os
 import llmtiny
 import numpy as np
 import pytest
-import safetensors.torch
 
 from otpu_core.kernels import reference as R
 from otpu_core.llm import checkpoint, reference
@@ -83,6 +82,7 @@ def _gguf_as_llama_cpp_writes_it(model, hf_dir, arch: str, path):
     heads per layer and squeezed convolution taps, every tensor F32."""
     import gguf
     torch, _ = _libs()
+    import safetensors.torch                 # needs torch: imported once _libs has it (or skipped)
     c = model.config
     w = gguf.GGUFWriter(str(path), arch)
     w.add_context_length(c.max_position_embeddings)
