@@ -17,7 +17,7 @@ hold the store and hand pages to sequences itself. Per turn:
 - `logits(seq)`: one step whose logits the host reads (teacher-forced checks, host sampling).
 
 A model with a table kept on the host (Gemma 4's per-layer embeddings) has a `RowServer`
-(llm/offload.py) that answers the card's mailbox while every run goes on; `rows_served` counts it.
+(llm/offload.py) that answers the card's mailbox while every run goes on; `rows.stats` counts it.
 
 Programs are compiled on first use (`programs.compile_program`, disk-cached) and kept. Every run's
 counters are collected into the turn's `RunCost`, from which the stats line comes: cycles at
@@ -43,11 +43,10 @@ from ..ol import CompileError
 from ..target import Target
 from . import image, layout, programs
 from .convert import Converted
-from .offload import RowServer
 from .errors import ModelError
-from .offload import ExpertServer
 from .layout import (MAX_STOP_IDS, S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP,
                      STATE_WORDS, ImageOptions, ImagePlan)
+from .offload import ExpertServer, RowServer
 from .sampling import Sampling
 
 LOG2E = 1.4426950408889634

@@ -172,8 +172,24 @@ class LayerPlan:
         return ol.shift(self.kv, Affine.of(p) * self.page_stride + g * self.head_stride)
 
 
+class _RingedBlocks:
+    """Block 0 of a kind whose layers keep a per-slot ring (and state) beside their weights: every
+    field but the two strides is an address, so block l and slot s follow from `stride` and
+    `slot_stride`."""
+
+    def at(self, l, base=0):
+        """Block l (affine), moved by `base` bytes more (a device value: a run's first block)."""
+        delta = Affine.of(l) * self.stride + base
+        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
+                                            for f in dataclasses.fields(self)
+                                            if f.name not in ("stride", "slot_stride")})
+
+    def ring_of(self, slot: int) -> Tensor:
+        return ol.shift(self.ring, slot * self.slot_stride)
+
+
 @dataclass(eq=False)
-class ConvLayerPlan:
+class ConvLayerPlan(_RingedBlocks):
     """Block 0 of the convolution layers (kernels/conv.py) and the strides to any block and slot's ring."""
     ln1: Tensor
     ln2: Tensor
@@ -187,18 +203,10 @@ class ConvLayerPlan:
     stride: int
     slot_stride: int
 
-    def at(self, l, base=0) -> "ConvLayerPlan":
-        """Block l (affine), moved by `base` bytes more (a device value: a run's first block)."""
-        delta = Affine.of(l) * self.stride + base
-        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
-                                            for f in dataclasses.fields(self)[:9]})
-
-    def ring_of(self, slot: int) -> Tensor:
-        return ol.shift(self.ring, slot * self.slot_stride)
 
 
 @dataclass(eq=False)
-class GdnLayerPlan:
+class GdnLayerPlan(_RingedBlocks):
     """Block 0 of the Gated DeltaNet layers and the strides to any block and slot's ring and state."""
     ln1: Tensor
     ln2: Tensor
@@ -218,15 +226,6 @@ class GdnLayerPlan:
     state: Tensor               # slot 0's state [Hv dv, dk] fp32: value head h is rows h*dv..(h+1)*dv
     stride: int
     slot_stride: int
-
-    def at(self, l, base=0) -> "GdnLayerPlan":
-        """Block l (affine), moved by `base` bytes more (a device value: a run's first block)."""
-        delta = Affine.of(l) * self.stride + base
-        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
-                                            for f in dataclasses.fields(self)[:16]})
-
-    def ring_of(self, slot: int) -> Tensor:
-        return ol.shift(self.ring, slot * self.slot_stride)
 
     def state_of(self, slot: int) -> Tensor:
         return ol.shift(self.state, slot * self.slot_stride)

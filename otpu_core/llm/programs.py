@@ -260,6 +260,16 @@ def _rope(x: Tile, c: Tile, s: Tile, rot: int) -> Tile:
     return x
 
 
+def _group_ring(plan: ImagePlan, Ly, rows: _Rows, g: int, block: Tile | None, width: int):
+    """Row group g's ring (rows of `width` fp32) and its run-time row address: Ly's own, or, when Ly
+    is addressed by the block counter `block`, block 0's ring with the address moved by that many
+    blocks (a loop-stepped address cannot add a device value of its own loop)."""
+    slot = rows.groups[g].slot
+    if block is None:
+        return Ly.ring_of(slot), rows.ring[g]
+    return plan.other.ring_of(slot), rows.ring[g].moved(block, plan.other.stride // (4 * width))
+
+
 def _conv(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = None) -> Tile:
     """One convolution layer's mixer for every row: in_proj to B, C, x; per group the short
     convolution of B*x over its slot's ring; C times it; out_proj. `block`: the layer's block
@@ -273,10 +283,7 @@ def _conv(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = None) 
     del xn
     r = 0
     for g, grp in enumerate(rows.groups):
-        if block is None:
-            ring, at = Ly.ring_of(grp.slot), rows.ring[g]
-        else:
-            ring, at = plan.conv.ring_of(grp.slot), rows.ring[g].moved(block, plan.conv.stride // (4 * d))
+        ring, at = _group_ring(plan, Ly, rows, g, block, d)
         for j, conv in enumerate(short_conv([_row(u, r + j) for j in range(grp.n)], Ly.taps, ring, at)):
             _row(c, r + j).set(_row(c, r + j) * conv)
         r += grp.n
@@ -308,10 +315,7 @@ def _deltanet(plan: ImagePlan, Ly, h: Tile, rows: _Rows, block: Tile | None = No
         mixed = ol.dot(xn, Ly.gqkv if len(parts) == 1 else Ly.gqkv.rows(c0, c1 - c0))
         r = 0
         for g, grp in enumerate(rows.groups):
-            if block is None:
-                ring, at = Ly.ring_of(grp.slot), rows.ring[g]
-            else:
-                ring, at = plan.gdn.ring_of(grp.slot), rows.ring[g].moved(block, plan.gdn.stride // (4 * C))
+            ring, at = _group_ring(plan, Ly, rows, g, block, C)
             out = short_conv([_row(mixed, r + j) for j in range(grp.n)], Ly.taps[:, c0:c1], ring[:, c0:c1], at,
                              activation="silu")
             if park is None:
