@@ -92,7 +92,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--slots", default="8,16,24,28")
     a = ap.parse_args()
-    blob = ExpertBlob(D_MODEL, WIDTH, f_chunk_for(WIDTH, D), isa.WF_E2M1, D)
+    blob = ExpertBlob(D_MODEL, WIDTH, f_chunk_for(WIDTH, D, wf=isa.WF_E2M1), isa.WF_E2M1, D)
     route = trace(a.tokens, np.random.default_rng(SEED))
     print(f"LFM2.5-8B-A1B shape: {MOE_LAYERS} MoE layers x {EXPERTS} experts, k={K}, expert {blob.nbytes / 1e6:.2f} MB "
           f"in fp4; trace: Zipf({ZIPF}) popularity, previous experts kept with {STAY}, {a.tokens} tokens")

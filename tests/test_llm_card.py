@@ -232,3 +232,25 @@ def test_the_engine_hands_a_seq_wc_target_each_programs_wait_table(models, targe
         assert sum(w.waits for w in loaded) > 10, "entries that wait for something"
     else:
         assert loaded is None
+
+
+@pytest.mark.parametrize("fmt", ["fp4", "int8"])
+def test_a_4bit_down_projection_runs_paired_whatever_the_mlp_width(fmt):
+    """MM PAIR needs a weight's scale rows a multiple of 8 bytes apart (isa.md 3.5: even block counts).
+    An MLP of 84 blocks (LFM2-2.6B's 10752 at D=128) splits best into chunks of 7 blocks, so a 4-bit
+    model takes chunks of 6 and every 4-bit MM of its decode step runs paired on a PAIR target (at twice
+    the unpaired rate); int8 keeps the largest chunk."""
+    t = load_target("bcu1525")
+    D = t.config().D
+    cfg = llmtiny.config("llama", D=D, ffn=84 * D)
+    plan = layout.plan(cfg, t.config(), layout.ImageOptions(fmt=fmt, page=256, ctx=256, pages=1))
+    spec = programs.StepSpec((programs.Group(0, 1, (0,)),), logits=True)
+    mms = [i for i in programs.compile_program(plan, spec, t, cache=False).instrs if i.op == isa.Op.MM]
+    four_bit = [i for i in mms if i.wf in isa.WF_4BIT]
+    if fmt == "int8":
+        assert not four_bit and not any(i.has(isa.F_PAIR) for i in mms) and plan.f_chunk == 7 * D
+        return
+    assert any(i.fields["n"] == cfg.d and i.fields["kb"] == 6 for i in four_bit), "a down part's MM"
+    unpaired = [(i.fields["n"], i.fields["kb"]) for i in four_bit if not i.has(isa.F_PAIR)]
+    assert not unpaired, f"4-bit MMs without PAIR (n, kb): {unpaired}"
+    assert plan.f_chunk == 6 * D

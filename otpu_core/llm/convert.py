@@ -125,7 +125,7 @@ def convert(ckpt: Checkpoint, fmt_name: str, target: Target, progress: Progress 
             cache: bool = True) -> Converted:
     fmt = card_format(fmt_name)
     D = target.config().D
-    f_chunk = f_chunk_for(ckpt.config.ffn, D)
+    f_chunk = f_chunk_for(ckpt.config.ffn, D, wf=fmt.layer_wf)
     key = cache_key(ckpt, fmt, target, f_chunk)
     final = models_cache() / "convert" / key
     if cache and (final / "index.json").exists():

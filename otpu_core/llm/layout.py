@@ -111,7 +111,7 @@ class ImageOptions:
     rows: int = 4               # most rows one prefill run processes
     ring: bool = False          # a logits ring per slot for the generate loop (--logits, --check)
     head_chunk: int = 8192
-    f_chunk: int = 0            # 0: the largest multiple of D dividing ffn, at most 1024
+    f_chunk: int = 0            # 0: `f_chunk_for`'s choice
     expert_slots: int = 0       # mixture of experts: slots per layer (0: one for every expert)
 
 
@@ -456,14 +456,16 @@ def embed_kind(cfg: ModelConfig, fmt: CardFormat) -> str:
     return "head" if cfg.tied and fmt.head_wf == isa.WF_INT8 else "int8"
 
 
-def f_chunk_for(ffn: int, D: int, want: int = 0) -> int:
+def f_chunk_for(ffn: int, D: int, want: int = 0, wf: int = isa.WF_INT8) -> int:
+    """The MLP's hidden chunk: the largest multiple of D dividing ffn, at most 1024; for a 4-bit
+    weight format the largest of an even number of blocks when there is one. MM PAIR reads a
+    weight's scale words in pairs (its scale row stride a multiple of 8 bytes), so a 4-bit down
+    part of an odd block count cannot run paired and streams at half the rate."""
     if want:
         return want
-    best = 0
-    for c in range(D, min(ffn, 1024) + 1, D):
-        if ffn % c == 0:
-            best = c
-    return best
+    fits = [c for c in range(D, min(ffn, 1024) + 1, D) if ffn % c == 0]
+    even = [c for c in fits if c // D % 2 == 0] if wf in isa.WF_4BIT else []
+    return max(even or fits, default=0)
 
 
 def check_fits(cfg: ModelConfig, tcfg: Config, opts: ImageOptions) -> None:
@@ -483,7 +485,7 @@ def check_fits(cfg: ModelConfig, tcfg: Config, opts: ImageOptions) -> None:
             cols = ", ".join(map(str, isa.DSTEP_COLS))
             raise ModelError(f"{cfg.name}: DeltaNet heads of {cfg.lin_k_dim} keys x {cfg.lin_v_dim} values; DSTEP "
                              f"takes {cols} keys and at most {isa.DSTEP_MAX_ROWS} values")
-    fc = f_chunk_for(cfg.ffn, D, opts.f_chunk)
+    fc = f_chunk_for(cfg.ffn, D, opts.f_chunk, card_format(opts.fmt).layer_wf)
     if fc == 0 or any(f % fc for f in set(cfg.layer_ffn) | {cfg.ffn}):
         raise ModelError(f"{cfg.name}: ffn {cfg.ffn} has no chunk that is a multiple of D={D} (at most 1024) "
                          "and divides every layer's MLP width")
@@ -498,7 +500,7 @@ def check_fits(cfg: ModelConfig, tcfg: Config, opts: ImageOptions) -> None:
     if opts.ctx % opts.page:
         raise ModelError(f"context {opts.ctx} is not a whole number of {opts.page}-token pages")
     if max(cfg.d, cfg.heads * cfg.head_dim, cfg.ffn) > tcfg.ACT_BLOCKS * D:
-        raise ModelError(f"{cfg.name}: a matmul input of {max(cfg.d, cfg.heads * cfg.head_dim)} exceeds the "
+        raise ModelError(f"{cfg.name}: a matmul input of {max(cfg.d, cfg.heads * cfg.head_dim, cfg.ffn)} exceeds the "
                          f"card's ACT RAM ({tcfg.ACT_BLOCKS} blocks of {D})")
     if not 1 <= opts.rows <= tcfg.MCOLS * 4:
         raise ModelError(f"prefill rows {opts.rows}: must be 1..{tcfg.MCOLS * 4}")
@@ -532,12 +534,13 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     n_gdn = len(cfg.kind_layers("deltanet"))
     gemma = None
     if "sliding" in cfg.kinds:
-        gemma = _gemma_blocks(cfg, cur, opts, fmt.layer_wf, D, f_chunk_for(cfg.ffn, D, opts.f_chunk))
+        gemma = _gemma_blocks(cfg, cur, opts, fmt.layer_wf, D, f_chunk_for(cfg.ffn, D, opts.f_chunk, fmt.layer_wf))
         n_attn = 0
 
     layers_at = -(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN
     d, q, kv, hd = cfg.d, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.head_dim
-    wf, fc = fmt.layer_wf, f_chunk_for(cfg.ffn, D, opts.f_chunk)
+    wf = fmt.layer_wf
+    fc = f_chunk_for(cfg.ffn, D, opts.f_chunk, wf)
 
     def mlp(lc: _Cursor) -> tuple[QTensor, QTensor, QTensor]:
         wg, wu = _weight(lc, cfg.ffn, d, wf, D), _weight(lc, cfg.ffn, d, wf, D)
