@@ -71,7 +71,12 @@ class _Flash:
                 mask_row[n:npad].set(MASKED)
             if lo:
                 mask_row[0:lo].set(MASKED)
-        if mask_row is not None:
+        if mask_row is not None and mask_row.ndim == 2:    # a mask row per band of query rows
+            band = s.rows // mask_row.rows
+            for i in range(mask_row.rows):
+                rows = s[i * band:(i + 1) * band]
+                rows += mask_row[i][None, :]
+        elif mask_row is not None:
             s += mask_row[None, :]
         return s, ol.maximum(m, ol.max(s))
 
@@ -170,8 +175,12 @@ class PagedAttention:
             raise CompileError("paged_attention: give the last page's token count (last_n) or its mask row (last_mask)")
         if last_n is not None and not 0 < last_n <= P:
             raise CompileError(f"paged_attention: {last_n} tokens in a page of {P}")
-        if last_mask is not None and last_mask.shape != (P,):
-            raise CompileError(f"paged_attention: the mask row must be ({P},), not {last_mask.shape}")
+        if last_mask is not None and (last_mask.cols != P or
+                                      (len(last_mask.shape) == 2 and (q.ndim != 2 or q.shape[0] % last_mask.rows))):
+            raise CompileError(f"paged_attention: the mask must be a row of {P} or, for queries in bands of equal "
+                               f"rows, a row per band; not {last_mask.shape} for queries of shape {q.shape}")
+        if window is not None and last_mask is not None and len(last_mask.shape) == 2:
+            raise CompileError("paged_attention: a sliding window takes one mask row")
         if window is not None and window < 1:
             raise CompileError(f"paged_attention: a sliding window of {window} positions; it must be at least 1")
         if window is not None and last_mask is not None and window % P:
@@ -238,7 +247,9 @@ def paged_attention(q: Tile, pages: list[KVCache], *, last_n: int | None = None,
 
     Every page but the last is full. The last holds `last_n` tokens (a compile-time count), or is
     a whole page whose scores get the additive mask row `last_mask` (one row of `mask_table(P)`
-    at a run-time offset: the position is known only on the card). Runs of pages equally far
+    at a run-time offset: the position is known only on the card), or, for queries that are
+    bands of equal rows (the heads of consecutive positions, attended together so each page is
+    read once), a (bands, P) mask with a row per band. Runs of pages equally far
     apart in DRAM are one hardware loop, so a sequence laid out in consecutive pages costs one
     loop body whatever its length; a page list in any order still works, one block per page.
     `PagedAttention` is the same in two halves, for interleaving.

@@ -169,8 +169,13 @@ class _Rows:
                        page.vt + pos.times(1) + t, page.v_scale + pos.times(4) + 4 * t, page.cap, page.d)
 
     def mask_row(self, g: int, j: int) -> Tensor:
+        return self.mask_rows(g, j, 1)
+
+    def mask_rows(self, g: int, j: int, n: int) -> Tensor:
+        """The mask table's rows for rows j..j+n of group g (consecutive rows of the table)."""
         P, pos = self.plan.opts.page, self.pos[g]
-        return Tensor(self.plan.mask.base + pos.times(4 * P) + 4 * P * (j - self.groups[g].bucket * P), (P,))
+        return Tensor(self.plan.mask.base + pos.times(4 * P) + 4 * P * (j - self.groups[g].bucket * P),
+                      (n, P) if n > 1 else (P,))
 
 
 def _embed_rows(plan: ImagePlan, rows: _Rows) -> Tile:
@@ -211,37 +216,50 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
     gated = cfg.attn_gate                     # Qwen3.5: q_proj gives per head the query, then its output gate
     qw = 2 * hd if gated else hd
     att = rows.tile(H * hd) if gated else None
-    pending = None
-    for r, (g, j) in enumerate(rows.of):
-        # Row r appends its K and V^T, then attends; its mask hides every later slot of the page, so
-        # whether later rows appended yet does not change a bit (a run of R rows = R runs of one).
+    pending = []
+    for batch in _attention_batches(rows, grp_size, mcols):
+        # Each row appends its K and V^T, then attends; its mask hides every later slot of the page, so
+        # whether later rows appended yet does not change a bit (a run of R rows = R runs of one). The
+        # rows of a batch (consecutive positions of one sequence) attend together: a page is read once.
+        g, j0 = rows.of[batch[0]]
         grp = rows.groups[g]
-        qr, kr = _row(q, r).reshape(H, qw), _row(k, r).reshape(KV, hd)
-        qr = qr[:, 0:hd] if gated else qr
-        if qn is not None:
-            qr, kr = rmsnorm(qr, qn, qk_eps), rmsnorm(kr, kn, qk_eps)
-        qr, kr = _rope(qr, _row(c, r), _row(s, r), cfg.rotary_dim), _rope(kr, _row(c, r), _row(s, r), cfg.rotary_dim)
-        vr = _row(v, r)
-        slots = [rows.token_slot(Ly.page(grp.pages[-1], kh), g, j) for kh in range(KV)]
+        slots = [rows.token_slot(Ly.page(grp.pages[-1], kh), g, j0) for kh in range(KV)]
+        qrs, vrs, ars = [], [], []
+        for i, r in enumerate(batch):
+            qr, kr = _row(q, r).reshape(H, qw), _row(k, r).reshape(KV, hd)
+            qr = qr[:, 0:hd] if gated else qr
+            if qn is not None:
+                qr, kr = rmsnorm(qr, qn, qk_eps), rmsnorm(kr, kn, qk_eps)
+            qr = _rope(qr, _row(c, r), _row(s, r), cfg.rotary_dim)
+            kr = _rope(kr, _row(c, r), _row(s, r), cfg.rotary_dim)
+            for kh in ol.static_range(KV):
+                ol.kv_append_k(slots[kh], i, kr[kh])
+            del kr
+            qrs.append(qr)
+            vrs.append(_row(v, r))
+            # the attention output takes row r of q (it is read already), or of its own tile beside the gates
+            ars.append(_row(att, r).reshape(H, hd) if gated else _row(q, r).reshape(H, hd))
+        mask = rows.mask_rows(g, j0, len(batch))
         for kh in ol.static_range(KV):
-            ol.kv_append_k(slots[kh], 0, kr[kh])
-        del kr
-        # the attention output takes row r of q (it is read already), or of its own tile beside the gates
-        ar = _row(att, r).reshape(H, hd) if gated else _row(q, r).reshape(H, hd)
-        for kh in ol.static_range(KV):
-            # each head's V^T append (a byte-strided store, the slow one) just before its queries:
-            # it overlaps the heads before it instead of holding up the quantiser ahead of all of them
-            ol.kv_append_v(slots[kh], 0, vr[kh * hd:(kh + 1) * hd])
+            # each head's V^T appends (byte-strided stores, the slow ones) just before its queries:
+            # they overlap the heads before it instead of holding up the quantiser ahead of all of them
+            for i, vr in enumerate(vrs):
+                ol.kv_append_v(slots[kh], i, vr[kh * hd:(kh + 1) * hd])
             pages = [Ly.page(p, kh) for p in grp.pages]
             for h0 in range(kh * grp_size, (kh + 1) * grp_size, mcols):
                 h1 = min(h0 + mcols, (kh + 1) * grp_size)
-                unit = PagedAttention(qr[h0:h1], pages, last_mask=rows.mask_row(g, j)).start()
-                if pending is not None:      # one unit in flight: its scores stream while the last one's softmax runs
-                    pending[0][pending[1]:pending[2]].set(pending[3].finish())
-                pending = (ar, h0, h1, unit)
-        del qr, vr
-    if pending is not None:
-        pending[0][pending[1]:pending[2]].set(pending[3].finish())
+                if len(batch) == 1:
+                    qb = qrs[0][h0:h1]
+                else:
+                    qb = ol.empty((len(batch) * (h1 - h0), hd))
+                    for i, qr in enumerate(qrs):
+                        qb[i * (h1 - h0):(i + 1) * (h1 - h0)].set(qr[h0:h1])
+                pending.append((ars, h0, h1, PagedAttention(qb, pages, last_mask=mask).start()))
+                if len(pending) > 1:         # one unit in flight: its scores stream while the last one's softmax runs
+                    _finish_unit(*pending.pop(0))
+        del qrs, vrs
+    for unit in pending:
+        _finish_unit(*unit)
     del k, v, pending
     if not gated:
         return ol.dot(q, Ly.wo)
@@ -250,6 +268,30 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
         ar.set(ar * sigmoid(_row(q, r).reshape(H, qw)[:, hd:qw]))
     del q
     return ol.dot(att, Ly.wo)
+
+
+def _attention_batches(rows: _Rows, grp_size: int, mcols: int) -> list[list[int]]:
+    """The run's rows in batches that attend together: consecutive rows of one sequence, as many as
+    fit the MXU columns with a KV head's query heads each (the scores' RMAX and the rescaling
+    ASCALE take at most MCOLS rows); one row a batch when a head group fills the columns."""
+    most = max(1, mcols // grp_size)
+    batches: list[list[int]] = []
+    for r, (g, _) in enumerate(rows.of):
+        if batches and len(batches[-1]) < most and rows.of[batches[-1][0]][0] == g:
+            batches[-1].append(r)
+        else:
+            batches.append([r])
+    return batches
+
+
+def _finish_unit(outs: list[Tile], h0: int, h1: int, unit: PagedAttention) -> None:
+    """A batch's attention unit: its softmax and P.V^T, the output rows back into each row's heads."""
+    res = unit.finish()
+    if len(outs) == 1:
+        outs[0][h0:h1].set(res)
+        return
+    for i, out in enumerate(outs):
+        out[h0:h1].set(res[i * (h1 - h0):(i + 1) * (h1 - h0)])
 
 
 def _rope(x: Tile, c: Tile, s: Tile, rot: int) -> Tile:
