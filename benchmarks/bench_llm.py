@@ -236,8 +236,9 @@ def bench_sim(rng) -> None:
           f"{t_sim / t_np:.1f}x wall, {cpu / cpu_np:.1f}x CPU (timing off)")
 
 
-def _modelled(cfg: ModelConfig, t, fmt: str, rng) -> tuple[float, float, dict]:
-    """(decode tok/s at 544, 512-token prefill tok/s, the decode step's unit utilisation)."""
+def _modelled(cfg: ModelConfig, t, fmt: str, rng, paired: bool = False) -> tuple[float, float, dict, float | None]:
+    """(decode tok/s at 544, 512-token prefill tok/s, the decode step's unit utilisation, and with
+    `paired` the prefill tok/s in runs of MCOLS/2 rows, whose 4-bit MMs run PAIR)."""
     from otpu_core.llm.offload import RowServer
     hz = t.core_hz
     rows = layout.prefill_rows(cfg, t.config())          # MCOLS: 4
@@ -261,10 +262,12 @@ def _modelled(cfg: ModelConfig, t, fmt: str, rng) -> tuple[float, float, dict]:
     dec = run(_step(be, plan, t, 544, logits=True)).cycles
     c1 = be.counters()
     util = {k: (c1[k] - c0[k]) / dec for k in ("MXU_BUSY", "DMA_BUSY", "VPU_BUSY", "QNT_BUSY")}
-    pre = [run(_step(be, plan, t, p, rows=rows, logits=False)).cycles for p in (4, 260)]
-    per_page = plan.opts.page // rows
-    prefill_s = per_page * pre[0] / hz + per_page * pre[1] / hz    # 512 tokens: runs of `rows` rows, two pages
-    return hz / dec, 512 / prefill_s, util
+
+    def prefill(rows: int) -> float:
+        pre = [run(_step(be, plan, t, p, rows=rows, logits=False)).cycles for p in (4, 260)]
+        per_page = plan.opts.page // rows
+        return 512 / (per_page * pre[0] / hz + per_page * pre[1] / hz)   # 512 tokens: runs of `rows` rows, two pages
+    return hz / dec, prefill(rows), util, prefill(rows // 2) if paired else None
 
 
 def bench_card(rng, models=tuple(MEASURED)) -> None:
@@ -281,12 +284,14 @@ def bench_card(rng, models=tuple(MEASURED)) -> None:
         for fmt, t in (("int8", base), ("fp4", base), ("int8", card), ("fp4", card)):
             if fmt not in measured:
                 continue
-            dec, pre, util = _modelled(cfg, t, fmt, rng)
+            dec, pre, util, pre_paired = _modelled(cfg, t, fmt, rng, paired=fmt == "fp4" and t is card)
             m_dec, m_pre = measured[fmt]
             busy = " ".join(f"{k[:3]} {100 * v:.0f}%" for k, v in util.items())
+            paired = "" if pre_paired is None else (f"; prefill in paired runs of 2 rows {pre_paired:6.1f} tok/s "
+                                                    f"(ratio {pre_paired / m_pre:.2f})")
             print(f"card: {name} {fmt:4s} on {t.name:10s} decode {dec:6.2f} tok/s, measured {m_dec} (ratio "
-                  f"{dec / m_dec:.2f}; {busy}); prefill {pre:6.1f} tok/s, measured {m_pre} (ratio {pre / m_pre:.2f}); "
-                  "goal within 15%", flush=True)
+                  f"{dec / m_dec:.2f}; {busy}); prefill {pre:6.1f} tok/s, measured {m_pre} (ratio {pre / m_pre:.2f})"
+                  f"{paired}; goal within 15%", flush=True)
 
 
 def bench_host(rng) -> None:

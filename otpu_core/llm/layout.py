@@ -117,8 +117,9 @@ class ImageOptions:
 
 def max_row_groups(cfg: ModelConfig) -> int | None:
     """How many sequences one step may batch, when the model limits it: Gemma 4's step with two row
-    groups does not compile (15 addresses and device values live at once, more than the card's
-    address registers; per-run position offsets did not bring it down, the cause is not traced)."""
+    groups does not compile at E2B's shape (15 addresses and device values live at once, more than
+    the card's address registers: each group's four KV position offsets become loop-stepped
+    addresses in every layer-run loop)."""
     return 1 if "sliding" in cfg.kinds else None
 
 

@@ -286,10 +286,10 @@ def _attention_batches(rows: _Rows, grp_size: int, mcols: int) -> list[list[int]
 
 def _finish_unit(outs: list[Tile], h0: int, h1: int, unit: PagedAttention) -> None:
     """A batch's attention unit: its softmax and P.V^T, the output rows back into each row's heads."""
-    res = unit.finish()
     if len(outs) == 1:
-        outs[0][h0:h1].set(res)
+        outs[0][h0:h1].set(unit.finish())   # an unnamed result: the last VOP writes the heads in place
         return
+    res = unit.finish()
     for i, out in enumerate(outs):
         out[h0:h1].set(res[i * (h1 - h0):(i + 1) * (h1 - h0)])
 
