@@ -11,9 +11,9 @@
 //   - the reader requests the state's beats from the DSTEP's start, while the ring has room
 //     (a beat's slot is free once its updated value has been sent back), and has the DRAM port
 //     whenever it has a beat to request: the writes then keep the port busy to the end;
-//   - q, k, v, e and beta come from TMEM, LANES words a cycle, at the same time;
+//   - k, e, beta, v and q come from TMEM in that order, LANES words a cycle, at the same time;
 //   - stage K reduces each arrived beat against k (a beat a cycle), and at a row's end hands its
-//     partials to its fold; the fold's sum gives the row's delta;
+//     partials to its fold; the fold's sum gives the row's delta (from e, beta and v[r]);
 //   - stage U takes a row whose delta is known, a beat a cycle: S' = S * e + delta * k into the
 //     beat's slot (sent back from there) and S' * q into its partials; its fold gives o[r];
 //   - the writer sends each updated beat when the reader has none to request.
@@ -49,10 +49,10 @@ module otpu_dstep
   input  logic                   resp_write,
   input  logic [BB*8-1:0]        resp_rdata,
   // TMEM
-  output logic [LANES-1:0]       rd_en,
-  output logic [LANES-1:0][31:0] rd_addr,
-  input  logic                   rd_gnt,
-  input  logic [LANES-1:0][31:0] rd_data,
+  output logic [2*LANES-1:0]       rd_en,   // the DMA's two read ports, LANES words each
+  output logic [2*LANES-1:0][31:0] rd_addr,
+  input  logic [1:0]               rd_gnt,
+  input  logic [2*LANES-1:0][31:0] rd_data,
   output logic                   wr_en,
   output logic [31:0]            wr_addr,
   output logic [31:0]            wr_data
@@ -89,19 +89,25 @@ module otpu_dstep
   assign total = 32'(rows) * bpr;
   assign pace = 32'(rows) * 32'(cols) / STREAM_WORDS_PER_CYCLE + STREAM_FILL;
 
-  // -- TMEM reads: q, k, v, then T[g] and T[g + gs] ------------------------------------------------------
-  logic vec_issue, vec_pend, vec_done;
-  logic [31:0] vi, vec_base, nvec;
+  // -- TMEM reads: k, T[g] and T[g + gs], v, then q (the order the stages use them; each waits only
+  //    for the words it needs: vl counts the words landed). 2 x LANES words a cycle through the two
+  //    ports; when the upper port is denied (TMEM_IMPL 3: the same banks) only the lower one's count,
+  //    and the upper words are read again ---------------------------------------------------------------
+  logic vec_issue;
+  logic [31:0] vi, vl, vec_base, vec_k, vec_got, nvec, v0, q0;
   assign nvec = 2 * 32'(cols) + 32'(rows) + 2;
+  assign v0 = 32'(cols) + 2;
+  assign q0 = v0 + 32'(rows);
   function automatic logic [31:0] vec_addr(input logic [31:0] j);
-    if (j < 2 * 32'(cols)) vec_addr = qk + j;
-    else if (j < 2 * 32'(cols) + 32'(rows)) vec_addr = va + j - 2 * 32'(cols);
-    else if (j == 2 * 32'(cols) + 32'(rows)) vec_addr = g;
-    else vec_addr = g + gs;
+    if (j < 32'(cols)) vec_addr = qk + 32'(cols) + j;
+    else if (j == 32'(cols)) vec_addr = g;
+    else if (j == 32'(cols) + 1) vec_addr = g + gs;
+    else if (j < q0) vec_addr = va + j - v0;
+    else vec_addr = qk + j - q0;
   endfunction
   assign vec_issue = state == X_RUN && vi < nvec;
-  assign vec_done = state == X_RUN && vi >= nvec && !vec_pend;
-  always_comb for (int l = 0; l < LANES; l++) begin
+  assign vec_got = !vec_issue || !rd_gnt[0] ? 0 : (rd_gnt[1] ? 2 * LANES : LANES);
+  always_comb for (int l = 0; l < 2 * LANES; l++) begin
     rd_en[l] = vec_issue && vi + l < nvec;
     rd_addr[l] = vec_addr(vi + l);
   end
@@ -125,7 +131,7 @@ module otpu_dstep
   logic [31:0] fk_y;
   logic [P-1:0][31:0] pk;
   assign k_last = k_c + 1 == bpr;
-  assign k_go = vec_done && k_r < 32'(rows) && (dzero || k_g < rb_arr) && (!k_last || fk_free);
+  assign k_go = state == X_RUN && vl >= (k_c + 1) * WPB && k_r < 32'(rows) && (dzero || k_g < rb_arr) && (!k_last || fk_free);
   // -- stage U: S' = S * e + delta * k, o = RDOT(S', q) ------------------------------------------------
   logic [31:0] u_g, u_c, odone;
   logic u_go, u_last, fu_free, fu_valid;
@@ -134,7 +140,7 @@ module otpu_dstep
   logic [31:0] dq [DQ];
   assign u_last = u_c + 1 == bpr;
   assign delta = dq[u_r % DQ];
-  assign u_go = state == X_RUN && u_r < kdone && u_g < wb_iss + RB && (!u_last || fu_free);
+  assign u_go = state == X_RUN && vl >= q0 + (u_c + 1) * WPB && u_r < kdone && u_g < wb_iss + RB && (!u_last || fu_free);
 
   logic [WPB-1:0][31:0] s2;
   logic [WPB-1:0][31:0] k_acc, u_acc;
@@ -169,7 +175,7 @@ module otpu_dstep
 
   // delta = (v - kv * e) * beta, as the row's kv leaves the fold (room for it between the stages)
   logic [31:0] kve, vmk, dl;
-  assign fk_ack = kdone < u_r + DQ;
+  assign fk_ack = kdone < u_r + DQ && vl > v0 + kdone;
   otpu_fp_mul u_kve (.a(fk_y), .b(e_val), .y(kve));
   otpu_fp_add u_vmk (.a(vb[8'(kdone)]), .b(kve), .sub(1'b1), .y(vmk));
   otpu_fp_mul u_dl (.a(vmk), .b(beta), .y(dl));
@@ -187,22 +193,24 @@ module otpu_dstep
       state <= X_IDLE;
       err <= 1'b0;
       err_code <= E_NONE;
-      vec_pend <= 1'b0;
+      vec_k <= 0;
     end else begin
       elapsed <= elapsed + 1;
-      vec_pend <= vec_issue && rd_gnt;
+      vec_k <= vec_got;
       vec_base <= vi;
-      if (vec_issue && rd_gnt) vi <= vi + LANES;
-      if (vec_pend)
-        for (int l = 0; l < LANES; l++) begin
+      vi <= vi + vec_got;
+      if (vec_k != 0) begin
+        for (int l = 0; l < 2 * LANES; l++) if (32'(l) < vec_k) begin
           logic [31:0] j;
           j = vec_base + l;
-          if (j < 32'(cols)) qb[8'(j)] <= rd_data[l];
-          else if (j < 2 * 32'(cols)) kb[8'(j - 32'(cols))] <= rd_data[l];
-          else if (j < 2 * 32'(cols) + 32'(rows)) vb[8'(j - 2 * 32'(cols))] <= rd_data[l];
-          else if (j == 2 * 32'(cols) + 32'(rows)) e_val <= rd_data[l];
-          else if (j < nvec) beta <= rd_data[l];
+          if (j < 32'(cols)) kb[8'(j)] <= rd_data[l];
+          else if (j == 32'(cols)) e_val <= rd_data[l];
+          else if (j == 32'(cols) + 1) beta <= rd_data[l];
+          else if (j < q0) vb[8'(j - v0)] <= rd_data[l];
+          else if (j < nvec) qb[8'(j - q0)] <= rd_data[l];
         end
+        vl <= vec_base + vec_k;
+      end
       if (req_valid && req_ready) begin
         if (rd_can) rb_iss <= rb_iss + 1;
         else wb_iss <= wb_iss + 1;
@@ -235,6 +243,7 @@ module otpu_dstep
       if (start) begin
         w <= in_w;
         vi <= 0;
+        vl <= 0;
         elapsed <= 0;
         rb_iss <= 0; rb_arr <= 0; wb_iss <= 0; acks <= 0; u_beats <= 0;
         k_g <= 0; k_r <= 0; k_c <= 0; kdone <= 0;
@@ -247,50 +256,6 @@ module otpu_dstep
           err_code <= E_SHAPE;
           state <= X_IDLE;
         end else state <= X_RUN;
-      end
-    end
-  end
-endmodule
-
-// otpu_dstep_fold: the RDOT fold of 64 partials, p[i] += p[i + n] for n = 32 .. 1, NL pairs a
-// cycle; `valid` holds p[0] until `ack`, and a new set loads in the cycle the last is taken.
-module otpu_dstep_fold
-#(
-  parameter int NL = 8
-) (
-  input  logic               clk,
-  input  logic               rst,
-  input  logic               load,
-  input  logic [63:0][31:0]  in_p,
-  output logic               free,
-  output logic               valid,
-  input  logic               ack,
-  output logic [31:0]        y
-);
-  logic [63:0][31:0] p;
-  logic        run;
-  logic [31:0] n, i;                         // pairs of this level (0: done), first pair of this cycle
-  logic [NL-1:0][31:0] f_y;
-  for (genvar l = 0; l < NL; l++) begin : g_f
-    otpu_fp_add u_f (.a(p[6'(i + l)]), .b(p[6'(i + l + n)]), .sub(1'b0), .y(f_y[l]));
-  end
-  assign valid = run && n == 0;
-  assign free = !run || (valid && ack);
-  assign y = p[0];
-  always_ff @(posedge clk) begin
-    if (rst) run <= 1'b0;
-    else begin
-      if (run && n != 0) begin
-        for (int l = 0; l < NL; l++) if (i + 32'(l) < n) p[6'(i + 32'(l))] <= f_y[l];
-        if (i + NL >= n) begin n <= n >> 1; i <= 0; end
-        else i <= i + NL;
-      end
-      if (valid && ack) run <= 1'b0;
-      if (load) begin
-        p <= in_p;
-        run <= 1'b1;
-        n <= 32;
-        i <= 0;
       end
     end
   end
