@@ -11,7 +11,7 @@
 //   - the reader requests the state's beats from the DSTEP's start, while the ring has room
 //     (a beat's slot is free once its updated value has been sent back), and has the DRAM port
 //     whenever it has a beat to request: the writes then keep the port busy to the end;
-//   - k, e, beta, v and q come from TMEM in that order, LANES words a cycle, at the same time;
+//   - k, e, beta, v and q come from TMEM in that order, 2 x LANES words a cycle, at the same time;
 //   - stage K reduces each arrived beat against k (a beat a cycle), and at a row's end hands its
 //     partials to its fold; the fold's sum gives the row's delta (from e, beta and v[r]);
 //   - stage U takes a row whose delta is known, a beat a cycle: S' = S * e + delta * k into the
