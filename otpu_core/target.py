@@ -23,8 +23,8 @@ RTL_DIR = Path(__file__).resolve().parent.parent / "rtl"
 # The machine's RTL in build order: the headers its modules include, then the units, then the slice top.
 RTL_SOURCES = ("fp/otpu_fp_funcs.svh", "core/otpu_defs.svh", "fp/otpu_fp_add.sv", "fp/otpu_fp_mul.sv", "fp/otpu_fp_i2f.sv",
                "fp/otpu_fp_composite.sv", "core/otpu_tmem.sv", "core/otpu_actram.sv", "core/otpu_seq.sv",
-               "core/otpu_dstep.sv", "core/otpu_dma.sv", "core/otpu_mxu.sv", "core/otpu_qnt.sv", "core/otpu_vpu.sv", "core/otpu_coll.sv",
-               "core/otpu_core.sv")
+               "core/otpu_dstep_fold.sv", "core/otpu_dstep.sv", "core/otpu_dma.sv", "core/otpu_mxu.sv", "core/otpu_qnt.sv",
+               "core/otpu_vpu.sv", "core/otpu_coll.sv", "core/otpu_core.sv")
 # otpu_core's parameters (rtl/core/otpu_core.sv), all of them in rtl_params()
 RTL_CORE_PARAMS = ("D", "MCOLS", "LANES", "ACT_BLOCKS", "ACT_ROWS", "TMEM_WORDS", "IMEM_WORDS", "DSTEP", "SEQ_WC", "WIN",
                    "FIFO_DEPTH", "TMEM_IMPL", "MXU_LATENCY", "COMPOSITE_COLS_PER_CYCLE", "DRAM_BYTES_PER_CYCLE",

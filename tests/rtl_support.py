@@ -9,11 +9,6 @@ from otpu_core import rtlcases, rtlsim
 from otpu_core.rtlcheck import compare_case
 
 TARGET = "nangate45-small"
-# Cases whose cycles the timing model does not describe (bit-exactness is still asserted). The
-# RTL's DSTEP is a per-row datapath at LANES columns a cycle with a DRAM round trip per row, not
-# the model's stream engine at 8 state words a cycle plus 200 (docs/rtl.md "DSTEP"): one 16 x 64
-# head step takes 1,958 RTL cycles against the model's 352 on nangate45-small.
-NOT_MODELLED = {"gated_deltanet": "DSTEP: the RTL's per-row datapath, not the model's stream engine"}
 
 
 def require_verilator() -> None:

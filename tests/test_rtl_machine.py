@@ -8,7 +8,7 @@ import pytest
 from otpu_core import isa, opchecks, rtlcases
 from otpu_core.rtlbackend import RtlError
 from otpu_core.rtlcheck import compare_run, reset_state
-from rtl_support import NOT_MODELLED, TARGET, compare_kernels, rtl_backend  # noqa: F401  (fixture)
+from rtl_support import TARGET, compare_kernels, rtl_backend  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def test_every_kernel_is_bit_exact_and_its_cycles_are_reported(rtl_backend, caps
     assert not bad, bad
     assert len(rows) == len(rtlcases.kernel_cases(TARGET)) >= 16
     # the 5% band is asserted per kernel in test_rtl_cycles.py; none may drift far from it
-    far = {n: f"{r:.3f}" for n, r in ratios.items() if abs(r - 1) > 0.10 and n not in NOT_MODELLED}
+    far = {n: f"{r:.3f}" for n, r in ratios.items() if abs(r - 1) > 0.10}
     assert not far, far
 
 
@@ -70,6 +70,34 @@ def test_dstep_reads_back_its_state_from_dram_bit_exact(rtl_backend):
     assert r.ok, r.message()
     s2 = be.read(state, 4 * rows * cols).view(np.float32)
     assert np.count_nonzero(s2) > rows * cols // 2          # the second step saw (and updated) a real state
+
+
+@pytest.mark.parametrize("rows, cols", [(40, 64), (48, 192), (128, 128)])
+@pytest.mark.parametrize("dzero", [False, True], ids=["read", "dzero"])
+def test_dstep_on_a_state_larger_than_its_ring_is_bit_exact_at_the_models_cycles(rtl_backend, rows, cols, dzero):
+    """otpu_dstep streams the state through a ring of 1,024 words, reusing a slot once its beat is
+    written back: these states are 2.5 to 16 rings long. The state and k hold infinities, NaNs,
+    signed zeros and subnormals (flushed), so an element taken in another order, or from a stale
+    slot, changes bits. The run (two LDs and the DSTEP) lands within 5% of the timing model, whose
+    DSTEP is DRAM-bound when it reads the state and its stream estimate with DZERO."""
+    be = rtl_backend
+    rng = np.random.default_rng(rows * cols + dzero)
+    state = 0x40000
+    vec = rng.standard_normal(2 * cols + rows).astype(np.float32)
+    s0 = rng.standard_normal(rows * cols).astype(np.float32)
+    special = np.array([np.inf, -np.inf, np.nan, -0.0, 1e-40, -1e-42, 3e38], np.float32)
+    s0[rng.choice(s0.size, 24, replace=False)] = rng.choice(special, 24)
+    vec[cols + rng.choice(cols, 2, replace=False)] = [-0.0, 1e-41]          # in k
+    reset_state(be)
+    be.write(0x1000, vec)
+    be.write(0x2000, np.array([0.93, 0.4], np.float32))
+    be.write(state, s0)
+    prog = (f"ld dram=0x1000 tmem=100 n={2 * cols + rows}\nld dram=0x2000 tmem=1700 n=2\n"
+            f"dstep state={state} qk=100 v={100 + 2 * cols} rows={rows} cols={cols} g=1700 gs=1 o=1800"
+            f"{' dzero' if dzero else ''}\nhalt")
+    r = compare_run(be, prog)
+    assert r.ok, r.message()
+    assert abs(r.ratio - 1) <= 0.05, r.message()
 
 
 def test_backend_interface_keeps_state_between_runs_like_a_card(rtl_backend):

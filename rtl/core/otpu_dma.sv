@@ -186,7 +186,8 @@ module otpu_dma
       req_valid = x_req_valid; req_write = x_req_write; req_addr = x_req_addr; req_wdata = x_req_wdata;
       req_wstrb = x_req_wstrb; req_bytes = x_req_bytes; dram_pop = x_dram_pop;
       rd_en = '0;
-      for (int l = 0; l < LANES; l++) begin rd_en[l] = x_rd_en[l]; rd_addr[l] = x_rd_addr[l]; end
+      rd_en = x_rd_en;
+      rd_addr = x_rd_addr;
       wr_en = '0;
       wr_en[0] = x_wr_en; wr_addr[0] = x_wr_addr; wr_data[0] = x_wr_data;
     end
@@ -199,16 +200,16 @@ module otpu_dma
   logic [BB*8-1:0]        x_req_wdata;
   logic [BB-1:0]          x_req_wstrb;
   logic [15:0]            x_req_bytes;
-  logic [LANES-1:0]       x_rd_en;
-  logic [LANES-1:0][31:0] x_rd_addr;
+  logic [2*LANES-1:0]       x_rd_en;
+  logic [2*LANES-1:0][31:0] x_rd_addr;
   if (DSTEP != 0) begin : g_dstep
     logic x_busy;
     otpu_dstep #(.BB(BB), .LANES(LANES), .D(D)) u_dstep (
       .clk, .rst, .start(take && in_op == OP_DSTEP), .in_w, .busy(x_busy), .finish(x_finish),
       .err(x_err), .err_code(x_err_code), .req_valid(x_req_valid), .req_write(x_req_write), .req_addr(x_req_addr),
       .req_wdata(x_req_wdata), .req_wstrb(x_req_wstrb), .req_bytes(x_req_bytes), .req_ready, .dram_pop(x_dram_pop),
-      .resp_valid, .resp_write, .resp_rdata, .rd_en(x_rd_en), .rd_addr(x_rd_addr), .rd_gnt(&rd_gnt),
-      .rd_data(rd_data[LANES-1:0]),
+      .resp_valid, .resp_write, .resp_rdata, .rd_en(x_rd_en), .rd_addr(x_rd_addr), .rd_gnt,
+      .rd_data,
       .wr_en(x_wr_en), .wr_addr(x_wr_addr), .wr_data(x_wr_data));
   end else begin : g_no_dstep
     assign x_finish = 1'b0; assign x_err = 1'b0; assign x_err_code = E_NONE;
