@@ -1,0 +1,132 @@
+"""GGUF vocabularies of every family rebuilt as tokenizers (otpu_core/llm/tokenizer.py), against llama.cpp's
+split regexes (its src/llama-vocab.cpp patterns, copied here as written there) and against the tokenizer the
+family's files carry; transformers' own GGUF tokenizer converter is the reference in
+test_llm_gguf_tokenizers_transformers.py."""
+import pytest
+
+import llmtiny
+from otpu_core.llm import checkpoint, synthetic
+from otpu_core.llm.errors import ModelError
+from otpu_core.llm.tokenizer import PRE_TOKENIZERS, from_gguf, load
+
+# text a tokenizer gets wrong first: scripts, combining marks, emoji (a ZWJ sequence), code, runs of spaces,
+# tabs and newlines, digits, contractions, special tokens inside words
+CORPUS = ["Hello world, the quick brown fox!", "def f(x):\n    return x + 1  # comment\n\n\n",
+          "<|im_start|>user\nWhat is a list?<|im_end|>\n<|im_start|>assistant\n", "naïve café 東京 \t\n\n  spaces   ",
+          "It's 2024; DON'T panic... 12345 + 67.89 = 1234567890", "Привет, мир! Ελληνικά. عربي. हिन्दी. ภาษาไทย",
+          "cafe\u0301 ne\u0301e \U0001F600 \U0001F468\u200D\U0001F469\u200D\U0001F467 \u2581x \u00a0nbsp",
+          "  leading spaces\r\nwindows line\ttab\t\tend ", "<|im_end|><|im_end|>x<|endoftext|>", "",
+          "for (int i = 0; i < n; ++i) { a[i] = b[i] * 2; }\n", "😀😀😀 ZWJ‍ 한국어 텍스트 日本語のテキスト"]
+
+# llama.cpp's regex for each pre-tokenizer family, as src/llama-vocab.cpp writes it (its case-insensitive
+# contractions spelled out, GPT-2's without the trailing \s+ alternative)
+LLAMA_CPP = {
+    "gpt-2": [r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"],
+    "llama-bpe": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                  r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "qwen2": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+              r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "qwen35": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+               r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "smollm": [r"\p{N}", r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"],
+    "default": [r"[\p{P}\$\+<=>\^~\|]+", r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+                r"\p{N}+", r"[0-9][0-9][0-9]"],
+}
+# llama.cpp's names for each (llama_vocab::impl::load): LFM2 and Llama 3 read as LLAMA3 (merges ignored)
+ALIASES = {"llama-bpe": ("llama-bpe", "llama3", "llama-v3", "lfm2")}
+
+
+def _cut(patterns):
+    """llama.cpp's cut: each regex in turn, matches and the text between them kept (unicode_regex_split), then
+    the byte-level spelling."""
+    from tokenizers import Regex, pre_tokenizers
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(p), behavior="isolated") for p in patterns]
+                                   + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+
+@pytest.mark.parametrize("base", sorted(LLAMA_CPP))
+def test_split_regexes_cut_text_as_llama_cpp_does(base):
+    meta = {"model": "gpt2", "tokens": ["a", "b", "ab"], "merges": ["a b"]}
+    want = _cut(LLAMA_CPP[base])
+    for pre in ALIASES.get(base, (base,)):
+        tk = from_gguf({**meta, "pre": pre}, "x.gguf").tk
+        for text in CORPUS:
+            assert tk.pre_tokenizer.pre_tokenize_str(text) == want.pre_tokenize_str(text), (pre, text)
+        assert PRE_TOKENIZERS[pre][1] == (base == "llama-bpe"), pre     # ignore_merges: llama.cpp's LLAMA3 only
+
+
+FAMILIES = sorted(synthetic.FAMILY_PRE)
+
+
+@pytest.fixture(scope="module")
+def family_files(tmp_path_factory):
+    """Per family a GGUF with its real tokenizer keys and the tokenizer.json of the same vocabulary."""
+    d = tmp_path_factory.mktemp("famtok")
+    out = {}
+    for fam in FAMILIES + ["gemma4"]:
+        cfg, tk, kw = family_model(fam)
+        out[fam] = synthetic.write_gguf(d / f"{fam}.gguf", cfg, synthetic.random_weights(cfg, 0), tk, **kw), tk
+    return out
+
+
+def family_model(fam: str, D: int = 32, **over):
+    """(config, tokenizer, write_gguf keywords) of a tiny `fam` model whose vocabulary is the family's kind, 1536
+    tokens learned from the standard library's text and this corpus (so digit runs, contractions, accents and
+    scripts have merges for the splits to differ on)."""
+    text = synthetic.corpus(100_000) + "\n".join(CORPUS * 3)
+    if fam == "gemma4":
+        tk = synthetic.gemma4_tokenizer(1536, alphabet=200, text=text)
+        v = tk.get_vocab()
+        cfg = llmtiny.config(fam, D=D, vocab=tk.get_vocab_size(), eos_ids=(v["<turn|>"],), bos_id=v["<bos>"], **over)
+        return cfg, tk, {"template": synthetic.GEMMA4_TEMPLATE}
+    pre = synthetic.FAMILY_PRE[fam]
+    tk = synthetic.tokenizer(1536, pre, text)
+    return llmtiny.config(fam, D=D, vocab=tk.get_vocab_size(), **over), tk, {"pre": pre, "template": synthetic.CHATML}
+
+
+def spelled(fam: str, text: str) -> str:
+    """The text a decode gives back: SentencePiece's U+2581 is a space to Gemma (its own tokenizer too)."""
+    return text.replace("\u2581", " ") if fam == "gemma4" else text
+
+
+@pytest.mark.parametrize("fam", FAMILIES + ["gemma4"])
+def test_each_familys_gguf_tokenizes_like_its_tokenizer_json(family_files, fam):
+    path, tk = family_files[fam]
+    ck = checkpoint.open_checkpoint(path)
+    tok = load(ck.tokenizer, str(path), ck.config.bos_id)
+    want_pre = synthetic.FAMILY_PRE.get(fam)
+    assert (ck.tokenizer.gguf["model"], ck.tokenizer.gguf["pre"]) == (("gpt2", want_pre) if want_pre else ("gemma4", None))
+    assert tok.vocab_size == tk.get_vocab_size() == ck.config.vocab
+    for text in CORPUS:
+        ids = tk.encode(text, add_special_tokens=False).ids
+        assert tok.encode(text) == ids, (fam, text)
+        assert tok.decode(ids, skip_special=False) == spelled(fam, text), (fam, text)
+
+
+def test_gemma4_vocabulary_falls_back_to_bytes_and_keeps_visible_tokens(family_files):
+    path, tk = family_files["gemma4"]
+    ck = checkpoint.open_checkpoint(path)
+    tok = load(ck.tokenizer, str(path), ck.config.bos_id)
+    ids = tok.encode("\u0f00 a")                      # a Tibetan letter the vocabulary never saw: its UTF-8 bytes
+    assert [tok.tk.id_to_token(i) for i in ids[:3]] == ["<0xE0>", "<0xBC>", "<0x80>"] and tok.decode(ids) == "\u0f00 a"
+    turn, channel = tok.token_id("<|turn>"), tok.token_id("<|channel>")
+    assert tok.encode("x<|turn>y")[1] == turn and tok.encode("x<|channel>y")[1] == channel
+    assert tok.decode([turn, channel]) == "<|channel>"          # control skipped, user-defined rendered
+    assert tok.encode("hi", add_special=True)[0] == ck.config.bos_id          # the file's add_bos_token
+    s = tok.stream()
+    text = "café \u0f00\u0f01 東京 😀 ok"
+    pieces = [s.push(i) for i in tok.encode(text)]
+    assert "".join(pieces) == text and all("\ufffd" not in p for p in pieces)
+
+
+def test_unsupported_vocabularies_are_refused_by_name():
+    with pytest.raises(ModelError, match="tokenizer.ggml.model 'llama' is not supported") as e:
+        from_gguf({"model": "llama", "tokens": ["a"]}, "x.gguf")
+    assert "gpt2" in e.value.hint and "gemma4" in e.value.hint
+    with pytest.raises(ModelError, match="x.gguf: tokenizer.ggml.pre 'tekken' is not supported") as e:
+        from_gguf({"model": "gpt2", "pre": "tekken", "tokens": ["a"], "merges": ["a a"]}, "x.gguf")
+    assert all(p in e.value.hint for p in ("lfm2", "llama-bpe", "qwen2", "qwen35", "smollm"))
+    with pytest.raises(ModelError, match=r"x.gguf: tokenizer.ggml.tokens has no byte token <0x00>"):
+        from_gguf({"model": "gemma4", "tokens": ["a", "b", "ab"], "merges": ["a b"]}, "x.gguf")
+    with pytest.raises(ModelError, match="missing key 'tokenizer.ggml.merges'"):
+        from_gguf({"model": "gpt2", "pre": "qwen2", "tokens": ["a"]}, "x.gguf")
