@@ -130,3 +130,36 @@ def test_unsupported_vocabularies_are_refused_by_name():
         from_gguf({"model": "gemma4", "tokens": ["a", "b", "ab"], "merges": ["a b"]}, "x.gguf")
     with pytest.raises(ModelError, match="missing key 'tokenizer.ggml.merges'"):
         from_gguf({"model": "gpt2", "pre": "qwen2", "tokens": ["a"]}, "x.gguf")
+
+
+@pytest.mark.slow          # ~20 s: the D=128 programs are compiled
+def test_otpu_chat_answers_on_a_gemma4_gguf_with_its_own_vocabulary(tmp_path, monkeypatch, capsys):
+    """otpu-chat --model on a Gemma 4 GGUF whose vocabulary is Gemma 4's kind (gemma4 keys, its chat template
+    with `<bos>`, `<|turn>` and `<turn|>`): the prompt rendered and tokenized as Gemma's, the answer checked
+    against the quantised golden on the simulated card."""
+    import json
+
+    from otpu_chat import cli as chat_cli
+
+    from otpu_core.cli import run_app
+    from otpu_core.llm import models
+    monkeypatch.setenv("OTPU_TARGET", "ypcb-00338")
+    tk = synthetic.gemma4_tokenizer(384)
+    v = tk.get_vocab()
+    cfg = llmtiny.config("gemma4", D=128, sliding_window=256, vocab=384, eos_ids=(v["<turn|>"],), bos_id=v["<bos>"],
+                         name="chat-gemma4-vocab")
+    path = synthetic.write_gguf(tmp_path / "chat-gemma4-vocab.gguf", cfg, synthetic.random_weights(cfg, 0, gain=1.0), tk,
+                                template=synthetic.GEMMA4_TEMPLATE)
+    m = models.open_model(str(path))
+    ids = m.prompt_ids("Tell me about tuples")
+    want = tk.encode("<bos><|turn>user\nTell me about tuples<turn|>\n<|turn>model\n", add_special_tokens=False).ids
+    assert ids == want and ids[:2] == [v["<bos>"], v["<|turn>"]], (ids, want)
+    assert v["<turn|>"] in m.stop_ids()
+    assert run_app(chat_cli.app, "otpu-chat", ["-p", "Tell me about tuples", "--model", str(path), "-n", "6", "--json",
+                                               "--check", "--dev", "sim:gemma4vocab"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    chk = doc["check"]
+    print(f"otpu-chat gemma4 (gemma4 vocabulary) --check: min cosine {chk['min_cosine']}, top-1 {chk['top1_agreement']}")
+    assert doc["model"] == "chat-gemma4-vocab" and len(doc["ids"]) == doc["stats"]["tokens"] == 6
+    assert chk["steps"] == 6 and chk["first_difference"] is None and chk["top1_agreement"] == 1.0
+    assert doc["text"] == tk.decode(doc["ids"], skip_special_tokens=True)
