@@ -45,6 +45,7 @@ class Checkpoint:
     tokenizer: TokenizerSource
     chat_template: str | None = None
     special: dict[str, str] = field(default_factory=dict)   # bos_token, eos_token, ... as the template sees them
+    rows: Callable[[str, int, int], np.ndarray] | None = None   # (name, start, count) -> float32 rows, read alone
 
     def get(self, name: str) -> np.ndarray:
         """One tensor by canonical name (`embed`, `head`, `wq.0`, ...), float32, HF orientation."""
@@ -52,11 +53,37 @@ class Checkpoint:
             name = "embed"
         return self.reader(name)
 
+    def read_rows(self, name: str, start: int, count: int) -> np.ndarray:
+        """Rows start .. start + count of a 2-D tensor as float32, the same values `get(name)` holds there, read
+        from the file without the rest of the tensor."""
+        if self.rows is None:
+            return self.get(name)[start:start + count]
+        return self.rows(name, start, count)
+
     def fingerprint(self) -> str:
         return content_hash(self.weight_files)
 
     @property
     def display(self) -> str: return str(self.path)
+
+
+class RowTable:
+    """A table kept in the checkpoint's file in its own type (BF16, F16, a quantised GGUF type), a row converted
+    to float32 only when it is asked for: `table[i]`, `len(table)`. Gemma 4's per-layer embeddings (E2B's are
+    9.4 GB as float32) are served to the card this way."""
+
+    def __init__(self, ckpt: Checkpoint, name: str):
+        self.ckpt, self.name = ckpt, name
+        self.shape = tuple(ckpt.config.tensor_shapes()[name])
+        self.stored = ckpt.raw_types.get(name, "F32")
+
+    def __len__(self) -> int: return self.shape[0]
+
+    def __getitem__(self, i) -> np.ndarray:
+        i = int(i)
+        if not 0 <= i < self.shape[0]:
+            raise IndexError(f"row {i} of {self.name} (it has {self.shape[0]})")
+        return self.ckpt.read_rows(self.name, i, 1)[0]
 
 
 def file_names(config: ModelConfig, gguf: bool) -> dict[str, str]:
