@@ -119,6 +119,20 @@ def test_gemma4_vocabulary_falls_back_to_bytes_and_keeps_visible_tokens(family_f
     assert "".join(pieces) == text and all("\ufffd" not in p for p in pieces)
 
 
+def test_gemma4_prompt_is_the_same_from_its_gguf_and_its_hf_directory(tmp_path, family_files):
+    """The chat template rendered with `<bos>` and tokenized: one id sequence whether the vocabulary comes from
+    the GGUF keys or from tokenizer.json and tokenizer_config.json; `<turn|>` ends a turn in both."""
+    from otpu_core.llm import models
+    path, tk = family_files["gemma4"]
+    cfg = checkpoint.open_checkpoint(path).config
+    hf = synthetic.write_hf(tmp_path / "g", cfg, synthetic.random_weights(cfg, 0), tk, template=synthetic.GEMMA4_TEMPLATE)
+    a, b = models.open_model(str(path)), models.open_model(str(hf))
+    text = "Tell me about tuples, naïve 東京 \u0f00"
+    want = tk.encode(f"<bos><|turn>user\n{text}<turn|>\n<|turn>model\n", add_special_tokens=False).ids
+    assert a.prompt_ids(text) == b.prompt_ids(text) == want
+    assert tk.token_to_id("<turn|>") in a.stop_ids() and tk.token_to_id("<turn|>") in b.stop_ids()
+
+
 def test_unsupported_vocabularies_are_refused_by_name():
     with pytest.raises(ModelError, match="tokenizer.ggml.model 'llama' is not supported") as e:
         from_gguf({"model": "llama", "tokens": ["a"]}, "x.gguf")

@@ -3,8 +3,9 @@
 `open_checkpoint(path)` accepts a GGUF file or a Hugging Face directory (config.json plus
 safetensors, one file or an index of shards) and returns a `Checkpoint`: `config`, the tensors
 by canonical name (`get("wq.3")` reads, dequantises and returns one float32 array in Hugging
-Face orientation, never the whole model), the tokenizer source, the chat template and its
-special tokens, and `fingerprint()`, a SHA-256 of the weight files' contents (memoised per path,
+Face orientation, never the whole model; `read_rows(name, start, count)` a few rows of one
+without the rest, and `RowTable` a table served that way), the tokenizer source, the chat
+template and its special tokens, and `fingerprint()`, a SHA-256 of the weight files' contents (memoised per path,
 size and modification time, so a 1 GB file is hashed once). Opening checks every tensor's
 presence, type and shape against the config, so a file that disagrees with its config fails
 before any work, naming the tensor, its shape and the shape the config needs.

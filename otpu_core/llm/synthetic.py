@@ -2,14 +2,17 @@
 
 `random_weights(cfg, seed)` draws every tensor a `ModelConfig` needs (Hugging Face orientation,
 norms around 1, matrices scaled so activations stay near unit size and logits spread out);
-`tokenizer(size)` trains a byte-level BPE on text every Python install has (the standard
-library's pydoc topics) with ChatML's special tokens; `write_hf` writes a Hugging Face
-directory (config.json, safetensors in F32, F16 or BF16, tokenizer.json, tokenizer_config.json
-with the chat template) and `write_gguf` a GGUF file the way llama.cpp's converter lays it out
-(its metadata keys, tensor names, the permuted q/k rows of Llama-family files, a `rope_freqs`
-tensor for Llama 3 scaling, Qwen3.5's ssm.* keys, -exp(A_log) and tiled value heads, a
-mixture of experts' keys and each layer's experts stacked in one tensor per projection, the
-vocabulary, merges and token types). Norms a family stores zero-centred in Hugging Face files
+`tokenizer(size, pre)` trains a byte-level BPE on text every Python install has (the standard
+library's pydoc topics) with ChatML's special tokens, split as the GGUF pre-tokenizer `pre`
+names (`FAMILY_PRE`: what each family's real files carry); `gemma4_tokenizer(size)` makes Gemma
+4's SentencePiece-style BPE (its specials, 256 byte-fallback tokens, U+2581 for a space);
+`write_hf` writes a Hugging Face directory (config.json, safetensors in F32, F16 or BF16,
+tokenizer.json, tokenizer_config.json with the chat template) and `write_gguf` a GGUF file the
+way llama.cpp's converter lays it out (its metadata keys, tensor names, the permuted q/k rows of
+Llama-family files, a `rope_freqs` tensor for Llama 3 scaling, Qwen3.5's ssm.* keys, -exp(A_log)
+and tiled value heads, a mixture of experts' keys and each layer's experts stacked in one tensor
+per projection, the vocabulary: `gpt2` with its pre, merges and token types, or `gemma4` with
+scores, token types and merges). Norms a family stores zero-centred in Hugging Face files
 (Qwen3.5) are written as w - 1 there.
 """
 from __future__ import annotations
@@ -227,8 +230,10 @@ def write_hf(d: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=None,
     (d / "config.json").write_text(json.dumps(js, indent=1))
     if tk is not None:
         tk.save(str(d / "tokenizer.json"))
-        (d / "tokenizer_config.json").write_text(json.dumps(
-            {"chat_template": template, "eos_token": "<|im_end|>", "bos_token": None, "pad_token": "<|endoftext|>"}))
+        gemma = json.loads(tk.to_str())["model"].get("byte_fallback")
+        roles = ({"eos_token": "<turn|>", "bos_token": "<bos>", "pad_token": "<pad>", "unk_token": "<unk>"} if gemma else
+                 {"eos_token": "<|im_end|>", "bos_token": None, "pad_token": "<|endoftext|>"})
+        (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, **roles}))
     return d
 
 
