@@ -40,3 +40,15 @@ def test_served_rows_are_the_files_values_as_float32(tmp_path, kind, stored):
         assert np.array_equal(row.view(np.uint32), whole[i].view(np.uint32))
     with pytest.raises(IndexError, match=f"row {cfg.vocab} of ple"):
         table[cfg.vocab]
+
+
+def test_a_row_that_is_not_finite_is_refused_by_tensor_and_place(tmp_path):
+    from otpu_core.llm.errors import ModelError
+    cfg = llmtiny.config("gemma4")
+    w = synthetic.random_weights(cfg, 3)
+    w["ple"][5, 7] = np.nan
+    ck = checkpoint.open_checkpoint(synthetic.write_gguf(tmp_path / "g.gguf", cfg, w, llmtiny.tokenizer()))
+    table = checkpoint.RowTable(ck, "ple")
+    assert np.isfinite(table[4]).all()
+    with pytest.raises(ModelError, match=r"g.gguf: tensor 'ple' holds nan at \[5, 7\]"):
+        table[5]

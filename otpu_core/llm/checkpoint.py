@@ -84,7 +84,12 @@ class RowTable:
         i = int(i)
         if not 0 <= i < self.shape[0]:
             raise IndexError(f"row {i} of {self.name} (it has {self.shape[0]})")
-        return self.ckpt.read_rows(self.name, i, 1)[0]
+        row = self.ckpt.read_rows(self.name, i, 1)[0]
+        if not np.isfinite(row).all():
+            j = int(np.argwhere(~np.isfinite(row))[0][0])
+            raise ModelError(f"{self.ckpt.path}: tensor '{self.name}' holds {row[j]} at [{i}, {j}]; "
+                             "only finite weights can be served")
+        return row
 
 
 def file_names(config: ModelConfig, gguf: bool) -> dict[str, str]:
