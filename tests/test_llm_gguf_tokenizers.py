@@ -95,7 +95,8 @@ def test_each_familys_gguf_tokenizes_like_its_tokenizer_json(family_files, fam):
     ck = checkpoint.open_checkpoint(path)
     tok = load(ck.tokenizer, str(path), ck.config.bos_id)
     want_pre = synthetic.FAMILY_PRE.get(fam)
-    assert (ck.tokenizer.gguf["model"], ck.tokenizer.gguf["pre"]) == (("gpt2", want_pre) if want_pre else ("gemma4", None))
+    keys = (ck.tokenizer.gguf["model"], ck.tokenizer.gguf["pre"])
+    assert keys == (("gpt2", want_pre) if want_pre else ("gemma4", None))
     assert tok.vocab_size == tk.get_vocab_size() == ck.config.vocab
     for text in CORPUS:
         ids = tk.encode(text, add_special_tokens=False).ids
@@ -125,7 +126,8 @@ def test_gemma4_prompt_is_the_same_from_its_gguf_and_its_hf_directory(tmp_path, 
     from otpu_core.llm import models
     path, tk = family_files["gemma4"]
     cfg = checkpoint.open_checkpoint(path).config
-    hf = synthetic.write_hf(tmp_path / "g", cfg, synthetic.random_weights(cfg, 0), tk, template=synthetic.GEMMA4_TEMPLATE)
+    hf = synthetic.write_hf(tmp_path / "g", cfg, synthetic.random_weights(cfg, 0), tk,
+                            template=synthetic.GEMMA4_TEMPLATE)
     a, b = models.open_model(str(path)), models.open_model(str(hf))
     text = "Tell me about tuples, naïve 東京 \u0f00"
     want = tk.encode(f"<bos><|turn>user\n{text}<turn|>\n<|turn>model\n", add_special_tokens=False).ids
@@ -162,8 +164,8 @@ def test_otpu_chat_answers_on_a_gemma4_gguf_with_its_own_vocabulary(tmp_path, mo
     v = tk.get_vocab()
     cfg = llmtiny.config("gemma4", D=128, sliding_window=256, vocab=384, eos_ids=(v["<turn|>"],), bos_id=v["<bos>"],
                          name="chat-gemma4-vocab")
-    path = synthetic.write_gguf(tmp_path / "chat-gemma4-vocab.gguf", cfg, synthetic.random_weights(cfg, 0, gain=1.0), tk,
-                                template=synthetic.GEMMA4_TEMPLATE)
+    path = synthetic.write_gguf(tmp_path / "chat-gemma4-vocab.gguf", cfg, synthetic.random_weights(cfg, 0, gain=1.0),
+                                tk, template=synthetic.GEMMA4_TEMPLATE)
     m = models.open_model(str(path))
     ids = m.prompt_ids("Tell me about tuples")
     want = tk.encode("<bos><|turn>user\nTell me about tuples<turn|>\n<|turn>model\n", add_special_tokens=False).ids
@@ -173,7 +175,8 @@ def test_otpu_chat_answers_on_a_gemma4_gguf_with_its_own_vocabulary(tmp_path, mo
                                                "--check", "--dev", "sim:gemma4vocab"]) == 0
     doc = json.loads(capsys.readouterr().out)
     chk = doc["check"]
-    print(f"otpu-chat gemma4 (gemma4 vocabulary) --check: min cosine {chk['min_cosine']}, top-1 {chk['top1_agreement']}")
+    print(f"otpu-chat gemma4 (gemma4 vocabulary) --check: min cosine {chk['min_cosine']}, "
+          f"top-1 {chk['top1_agreement']}")
     assert doc["model"] == "chat-gemma4-vocab" and len(doc["ids"]) == doc["stats"]["tokens"] == 6
     assert chk["steps"] == 6 and chk["first_difference"] is None and chk["top1_agreement"] == 1.0
     assert doc["text"] == tk.decode(doc["ids"], skip_special_tokens=True)

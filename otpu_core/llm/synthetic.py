@@ -56,8 +56,9 @@ def tokenizer(size: int = 384, pre: str = "gpt-2", text: str | None = None):
     if pre == "gpt-2":
         tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
-        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r), behavior="isolated") for r in splits]
-                                                   + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        cut = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in splits]
+        tk.pre_tokenizer = pre_tokenizers.Sequence(cut + [pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                                                   use_regex=False)])
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=list(SPECIALS), show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -231,8 +232,8 @@ def write_hf(d: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=None,
     if tk is not None:
         tk.save(str(d / "tokenizer.json"))
         gemma = json.loads(tk.to_str())["model"].get("byte_fallback")
-        roles = ({"eos_token": "<turn|>", "bos_token": "<bos>", "pad_token": "<pad>", "unk_token": "<unk>"} if gemma else
-                 {"eos_token": "<|im_end|>", "bos_token": None, "pad_token": "<|endoftext|>"})
+        roles = ({"eos_token": "<turn|>", "bos_token": "<bos>", "pad_token": "<pad>", "unk_token": "<unk>"}
+                 if gemma else {"eos_token": "<|im_end|>", "bos_token": None, "pad_token": "<|endoftext|>"})
         (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, **roles}))
     return d
 
