@@ -11,7 +11,7 @@ does; test_llm_gguf_tokenizers.py holds it to llama.cpp's regexes.)
 import os
 
 import pytest
-from test_llm_gguf_tokenizers import CORPUS, FAMILIES, family_model, spelled
+from famtok import CORPUS, FAMILIES, family_model, spelled
 
 from otpu_core.llm import checkpoint, synthetic
 from otpu_core.llm.tokenizer import load
