@@ -3,8 +3,9 @@
 `open_checkpoint(path)` accepts a GGUF file or a Hugging Face directory (config.json plus
 safetensors, one file or an index of shards) and returns a `Checkpoint`: `config`, the tensors
 by canonical name (`get("wq.3")` reads, dequantises and returns one float32 array in Hugging
-Face orientation, never the whole model), the tokenizer source, the chat template and its
-special tokens, and `fingerprint()`, a SHA-256 of the weight files' contents (memoised per path,
+Face orientation, never the whole model; `read_rows(name, start, count)` a few rows of one
+without the rest, and `RowTable` a table served that way), the tokenizer source, the chat
+template and its special tokens, and `fingerprint()`, a SHA-256 of the weight files' contents (memoised per path,
 size and modification time, so a 1 GB file is hashed once). Opening checks every tensor's
 presence, type and shape against the config, so a file that disagrees with its config fails
 before any work, naming the tensor, its shape and the shape the config needs.
@@ -45,6 +46,7 @@ class Checkpoint:
     tokenizer: TokenizerSource
     chat_template: str | None = None
     special: dict[str, str] = field(default_factory=dict)   # bos_token, eos_token, ... as the template sees them
+    rows: Callable[[str, int, int], np.ndarray] | None = None   # (name, start, count) -> float32 rows, read alone
 
     def get(self, name: str) -> np.ndarray:
         """One tensor by canonical name (`embed`, `head`, `wq.0`, ...), float32, HF orientation."""
@@ -52,11 +54,42 @@ class Checkpoint:
             name = "embed"
         return self.reader(name)
 
+    def read_rows(self, name: str, start: int, count: int) -> np.ndarray:
+        """Rows start .. start + count of a 2-D tensor as float32, the same values `get(name)` holds there, read
+        from the file without the rest of the tensor."""
+        if self.rows is None:
+            return self.get(name)[start:start + count]
+        return self.rows(name, start, count)
+
     def fingerprint(self) -> str:
         return content_hash(self.weight_files)
 
     @property
     def display(self) -> str: return str(self.path)
+
+
+class RowTable:
+    """A table kept in the checkpoint's file in its own type (BF16, F16, a quantised GGUF type), a row converted
+    to float32 only when it is asked for: `table[i]`, `len(table)`. Gemma 4's per-layer embeddings (E2B's are
+    9.4 GB as float32) are served to the card this way."""
+
+    def __init__(self, ckpt: Checkpoint, name: str):
+        self.ckpt, self.name = ckpt, name
+        self.shape = tuple(ckpt.config.tensor_shapes()[name])
+        self.stored = ckpt.raw_types.get(name, "F32")
+
+    def __len__(self) -> int: return self.shape[0]
+
+    def __getitem__(self, i) -> np.ndarray:
+        i = int(i)
+        if not 0 <= i < self.shape[0]:
+            raise IndexError(f"row {i} of {self.name} (it has {self.shape[0]})")
+        row = self.ckpt.read_rows(self.name, i, 1)[0]
+        if not np.isfinite(row).all():
+            j = int(np.argwhere(~np.isfinite(row))[0][0])
+            raise ModelError(f"{self.ckpt.path}: tensor '{self.name}' holds {row[j]} at [{i}, {j}]; "
+                             "only finite weights can be served")
+        return row
 
 
 def file_names(config: ModelConfig, gguf: bool) -> dict[str, str]:

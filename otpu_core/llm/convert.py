@@ -11,7 +11,9 @@ the padded head and scales the q/k norms, or q itself without them, so scores ke
 width's 1/sqrt(head_dim)), and makes the embedding table the card gathers from (`layout.embed_kind`: fp32
 rows for a small table, else int8 rows, the head itself when it is tied and int8). Tensors are read one at a time and large ones quantised in row chunks,
 and each result is appended to the cache file as soon as it exists, so memory stays near one
-source tensor.
+source tensor. A table the host serves row by row (Gemma 4's per-layer embeddings) is not
+converted: it stays in the checkpoint's file in its own type (`checkpoint.RowTable`), each row
+read and turned to float32 when the card asks for it.
 
 Cache: `$OTPU_CACHE/models/convert/<key>/` with `tensors.bin` and `index.json`, key = SHA-256 of
 the weight files' content hash, the format, the target's arch hash, the F-chunk and this
@@ -34,19 +36,20 @@ import numpy as np
 
 from .. import formats, isa
 from ..target import Target
-from .checkpoint import Checkpoint, models_cache
+from .checkpoint import Checkpoint, RowTable, models_cache
 from .errors import ModelError
 from .families import NORM_TENSORS
 from .layout import CardFormat, card_config, card_format, embed_kind, f_chunk_for
 
-CONVERT_VERSION = 3
+CONVERT_VERSION = 4
 ROW_CHUNK = 8192                   # rows quantised at once (bounds the float64 temporaries)
 Progress = Callable[[int, int, str], None]   # (done, total, what)
 
 
 @dataclass
 class Converted:
-    """A model in card formats: name -> PackedWeights, a list of them (column parts) or fp32 (1-D)."""
+    """A model in card formats: name -> PackedWeights, a list of them (column parts) or fp32 (1-D); a table the
+    host serves row by row (Gemma's `ple`) is the checkpoint's own `RowTable`, not converted."""
     key: str
     fmt: CardFormat
     D: int
@@ -60,6 +63,8 @@ class Converted:
         total = 0
         for v in self.tensors.values():
             for p in (v if isinstance(v, list) else [v]):
+                if isinstance(p, RowTable):
+                    continue
                 total += p.nbytes if isinstance(p, np.ndarray) else p.rows.nbytes + p.scales.nbytes
         return total
 
@@ -72,8 +77,8 @@ def _plan_tensors(ckpt: Checkpoint, fmt: CardFormat) -> list[tuple[str, str, int
         for name, k, _ in cfg.layer_names(i):
             wf = None if k in NORM_TENSORS else fmt.head_wf if k == "router" else fmt.layer_wf
             out.append((name, name, wf))
-    for k in cfg.global_tensors():        # Gemma's PLE: the projection on the card, the table (fp32) for the host
-        if k in ("plp", "pln", "ple"):
+    for k in cfg.global_tensors():        # Gemma's PLE: the projection on the card (its table stays in the file)
+        if k in ("plp", "pln"):
             out.append((k, k, fmt.layer_wf if k == "plp" else None))
     out.append(("final_norm", "final_norm", None))
     out.append(("head", "head", fmt.head_wf))
@@ -129,7 +134,7 @@ def convert(ckpt: Checkpoint, fmt_name: str, target: Target, progress: Progress 
     key = cache_key(ckpt, fmt, target, f_chunk)
     final = models_cache() / "convert" / key
     if cache and (final / "index.json").exists():
-        return load(final, fmt, D)
+        return _host_tables(load(final, fmt, D), ckpt)
     t0 = time.perf_counter()
     todo = _plan_tensors(ckpt, fmt)
     card = card_config(ckpt.config, D)
@@ -166,6 +171,14 @@ def convert(ckpt: Checkpoint, fmt_name: str, target: Target, progress: Progress 
         shutil.rmtree(work, ignore_errors=True)
         raise
     conv.seconds, conv.cached = time.perf_counter() - t0, False
+    return _host_tables(conv, ckpt)
+
+
+def _host_tables(conv: Converted, ckpt: Checkpoint) -> Converted:
+    """The tables the host serves row by row, read from the checkpoint in its own type as they are asked for:
+    a row the card receives is the float32 of the file's values, as `ckpt.get` gives them."""
+    if "ple" in ckpt.config.global_tensors():
+        conv.tensors["ple"] = RowTable(ckpt, "ple")
     return conv
 
 

@@ -115,6 +115,12 @@ def open_gguf(path: Path) -> Checkpoint:
             w = v_heads(kind, w, cfg, tiled=False)
         return np.ascontiguousarray(w, np.float32)
 
+    def rows(canon: str, start: int, count: int) -> np.ndarray:
+        kind = canon.split(".")[0]
+        if kind in ("wq", "wk", "galog") or kind in V_HEAD_TENSORS or kind in families.EXPERT_TENSORS:
+            return read(canon)[start:start + count]       # tensors `read` reorders or recomputes: whole
+        return np.ascontiguousarray(src.read_rows(tensors[names[canon]], start, count), np.float32)
+
     tok = None
     if tokens is not None:
         tok = {"model": meta.get("tokenizer.ggml.model"), "pre": meta.get("tokenizer.ggml.pre"), "tokens": tokens,
@@ -127,4 +133,4 @@ def open_gguf(path: Path) -> Checkpoint:
             special[{"unknown": "unk_token", "padding": "pad_token"}.get(role, f"{role}_token")] = tokens[int(idx)]
     return Checkpoint(path, "gguf", cfg, [path], read,
                       {canon: tensors[g].ggml_type for canon, g in names.items() if g in tensors},
-                      TokenizerSource(gguf=tok), meta.get("tokenizer.chat_template"), special)
+                      TokenizerSource(gguf=tok), meta.get("tokenizer.chat_template"), special, rows)

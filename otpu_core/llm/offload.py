@@ -6,8 +6,9 @@ is answered by writing served = seq (anything else the card reads must be writte
 The servers work through any object with `read(addr, n)` and `write(addr, data)` (every Backend)
 and are polled while a program runs (`run_serving`).
 
-`RowServer(dram, mailbox, landing, table)`: the card asks for row i of `table` (Gemma's
-per-layer embeddings stay on the host this way); the host writes it at `landing`.
+`RowServer(dram, mailbox, landing, table)`: the card asks for row i of `table` (`table[i]`, float32:
+Gemma's per-layer embeddings, a `checkpoint.RowTable` reading each row from the model's file); the
+host writes it at `landing`.
 
 `ExpertServer(dram, layout, expert_bytes)`: `reset()` writes an empty mailbox and a directory with
 every expert absent; `preload(layer, experts)` places some before a run. `poll()` is called
@@ -102,7 +103,7 @@ def _index(value: float, n: int, what: str) -> int:
 
 
 class RowServer:
-    def __init__(self, dram, mb: Mailbox, landing: int, table: np.ndarray):
+    def __init__(self, dram, mb: Mailbox, landing: int, table):
         self.dram, self.landing, self.table = dram, landing, table
         self.box = HostMailbox(dram, mb, 1)
         self.stats = Stats()

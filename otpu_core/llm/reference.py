@@ -63,10 +63,8 @@ class SourceWeights:
         return self.get("embed")[tok].astype(np.float64)
 
     def ple_row(self, tok: int) -> np.ndarray:
-        """A row of the per-layer table, kept float32 (E2B's is 9.4 GB as float32, twice that as float64)."""
-        if "ple32" not in self._cache:
-            self._cache["ple32"] = self.ckpt.get("ple")
-        return self._cache["ple32"][tok].astype(np.float64)
+        """A row of the per-layer table, read alone from the file (E2B's is 9.4 GB as float32)."""
+        return self.ckpt.read_rows("ple", int(tok), 1)[0].astype(np.float64)
 
     def down_parts(self, name: str) -> list[np.ndarray]:
         """A down projection (`wd.3`, an expert's `ed.3.5`) as the column parts the MLP sums."""

@@ -97,6 +97,21 @@ class _Files:
         with safe_open(str(f), framework="numpy") as h:
             return h.get_tensor(name).astype(np.float32, copy=False)
 
+    def read_rows(self, name: str, start: int, count: int) -> np.ndarray:
+        """Rows of a 2-D tensor as float32, from a memory map of just those rows' bytes."""
+        f = self.shards[name]
+        info = self.headers[f][name]
+        rows, cols = info["shape"][0], int(np.prod(info["shape"][1:]))
+        if not (0 <= start and start + count <= rows):
+            raise ValueError(f"rows {start}..{start + count} of {name} (it has {rows})")
+        dtype = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32}[info["dtype"]]
+        size = np.dtype(dtype).itemsize
+        raw = np.array(np.memmap(f, dtype=dtype, mode="r", offset=info["start"] + start * cols * size,
+                                 shape=(count, cols)))
+        if info["dtype"] == "BF16":
+            return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        return raw.astype(np.float32)
+
 
 def open_hf_dir(d: Path) -> Checkpoint:
     cfg_json = _json(d / "config.json")
@@ -150,5 +165,11 @@ def open_hf_dir(d: Path) -> Checkpoint:
         w = w.reshape(shapes[canon]) if canon in shapes else w
         return w + np.float32(1.0) if canon.split(".")[0] in offset else w    # zero-centred norms (Qwen3.5)
 
+    def rows(canon: str, start: int, count: int) -> np.ndarray:
+        kind = canon.split(".")[0]
+        if kind in offset or kind in families.DEPTHWISE_TENSORS or len(shapes[canon]) != 2:
+            return read(canon)[start:start + count]       # tensors `read` reshapes or offsets: whole
+        return files.read_rows(names[canon], start, count)
+
     return Checkpoint(d, "safetensors", cfg, weight_files, read, types,
-                      TokenizerSource(json_path=tok_json if tok_json.exists() else None), template, special)
+                      TokenizerSource(json_path=tok_json if tok_json.exists() else None), template, special, rows)

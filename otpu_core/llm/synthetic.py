@@ -2,14 +2,17 @@
 
 `random_weights(cfg, seed)` draws every tensor a `ModelConfig` needs (Hugging Face orientation,
 norms around 1, matrices scaled so activations stay near unit size and logits spread out);
-`tokenizer(size)` trains a byte-level BPE on text every Python install has (the standard
-library's pydoc topics) with ChatML's special tokens; `write_hf` writes a Hugging Face
-directory (config.json, safetensors in F32, F16 or BF16, tokenizer.json, tokenizer_config.json
-with the chat template) and `write_gguf` a GGUF file the way llama.cpp's converter lays it out
-(its metadata keys, tensor names, the permuted q/k rows of Llama-family files, a `rope_freqs`
-tensor for Llama 3 scaling, Qwen3.5's ssm.* keys, -exp(A_log) and tiled value heads, a
-mixture of experts' keys and each layer's experts stacked in one tensor per projection, the
-vocabulary, merges and token types). Norms a family stores zero-centred in Hugging Face files
+`tokenizer(size, pre)` trains a byte-level BPE on text every Python install has (the standard
+library's pydoc topics) with ChatML's special tokens, split as the GGUF pre-tokenizer `pre`
+names (`FAMILY_PRE`: what each family's real files carry); `gemma4_tokenizer(size)` makes Gemma
+4's SentencePiece-style BPE (its specials, 256 byte-fallback tokens, U+2581 for a space);
+`write_hf` writes a Hugging Face directory (config.json, safetensors in F32, F16 or BF16,
+tokenizer.json, tokenizer_config.json with the chat template) and `write_gguf` a GGUF file the
+way llama.cpp's converter lays it out (its metadata keys, tensor names, the permuted q/k rows of
+Llama-family files, a `rope_freqs` tensor for Llama 3 scaling, Qwen3.5's ssm.* keys, -exp(A_log)
+and tiled value heads, a mixture of experts' keys and each layer's experts stacked in one tensor
+per projection, the vocabulary: `gpt2` with its pre, merges and token types, or `gemma4` with
+scores, token types and merges). Norms a family stores zero-centred in Hugging Face files
 (Qwen3.5) are written as w - 1 there.
 """
 from __future__ import annotations
@@ -41,16 +44,64 @@ def corpus(chars: int = 200_000) -> str:
     return "\n".join(text)
 
 
-def tokenizer(size: int = 384):
-    """A byte-level BPE of about `size` tokens (the 3 ChatML specials first), as `tokenizers.Tokenizer`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def tokenizer(size: int = 384, pre: str = "gpt-2", text: str | None = None):
+    """A byte-level BPE of about `size` tokens (the 3 ChatML specials first), as `tokenizers.Tokenizer`, its text
+    split the way the GGUF `tokenizer.ggml.pre` value `pre` names (Llama 3's and LFM2's ignore merges too, as their
+    tokenizer.json files do), learned from `text` (default `corpus()`)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from .tokenizer import PRE_TOKENIZERS
+    splits, ignore_merges = PRE_TOKENIZERS[pre]
     tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre == "gpt-2":
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        cut = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in splits]
+        tk.pre_tokenizer = pre_tokenizers.Sequence(cut + [pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                                                   use_regex=False)])
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=list(SPECIALS), show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tk.train_from_iterator([corpus()], trainer)
+    tk.train_from_iterator([text or corpus()], trainer)
+    if ignore_merges:
+        js = json.loads(tk.to_str())
+        js["model"]["ignore_merges"] = True
+        tk = Tokenizer.from_str(json.dumps(js))
     return tk
+
+
+# the GGUF tokenizer.ggml.pre llama.cpp's converter writes for each family's published tokenizer
+FAMILY_PRE = {"llama": "llama-bpe", "smollm3": "llama-bpe", "lfm2": "lfm2", "qwen3": "qwen2", "qwen3moe": "qwen2",
+              "qwen35": "qwen35"}
+GEMMA4_SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|turn>", "<turn|>", "<|channel>", "<channel|>")
+GEMMA4_VISIBLE = ("<|channel>", "<channel|>")     # llama.cpp's converter types these USER_DEFINED (rendered)
+GEMMA4_TEMPLATE = ("{{- bos_token -}}{%- for message in messages -%}"
+                   "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+                   "{{- '<|turn>' + role + '\n' + message['content'] | trim + '<turn|>\n' -}}{%- endfor -%}"
+                   "{%- if add_generation_prompt -%}{{- '<|turn>model\n' -}}{%- endif -%}")
+
+
+def gemma4_tokenizer(size: int = 384, alphabet: int = 48, text: str | None = None):
+    """Gemma 4's tokenizer shape at `size` tokens: its specials first, the 256 `<0xXX>` byte tokens, then a BPE
+    over SentencePiece-spelled text (a space is U+2581) on `alphabet` characters, merged without crossing a
+    newline; spaces become U+2581, a character outside the vocabulary falls back to its bytes (transformers'
+    GemmaTokenizer: byte fallback, the Replace normalizer, the Replace/ByteFallback/Fuse decoder)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    fixed = list(GEMMA4_SPECIALS) + [f"<0x{b:02X}>" for b in range(256)]
+    tk = Tokenizer(models.BPE())
+    tk.normalizer = normalizers.Replace(" ", "\u2581")
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"\n+"), behavior="isolated")
+    trainer = trainers.BpeTrainer(vocab_size=size - len(fixed), limit_alphabet=alphabet, show_progress=False)
+    tk.train_from_iterator([text or corpus()], trainer)
+    learned = json.loads(tk.to_str())["model"]
+    order = [t for t, _ in sorted(learned["vocab"].items(), key=lambda kv: kv[1])]
+    vocab = {t: i for i, t in enumerate(fixed + order)}
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"]]
+    out = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True, fuse_unk=True, unk_token="<unk>"))
+    out.normalizer = normalizers.Replace(" ", "\u2581")
+    out.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    out.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in GEMMA4_SPECIALS])
+    return out
 
 
 EMBED_STD = 0.05                 # like trained models: small embeddings, so the first norm's epsilon matters
@@ -180,8 +231,10 @@ def write_hf(d: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=None,
     (d / "config.json").write_text(json.dumps(js, indent=1))
     if tk is not None:
         tk.save(str(d / "tokenizer.json"))
-        (d / "tokenizer_config.json").write_text(json.dumps(
-            {"chat_template": template, "eos_token": "<|im_end|>", "bos_token": None, "pad_token": "<|endoftext|>"}))
+        gemma = json.loads(tk.to_str())["model"].get("byte_fallback")
+        roles = ({"eos_token": "<turn|>", "bos_token": "<bos>", "pad_token": "<pad>", "unk_token": "<unk>"}
+                 if gemma else {"eos_token": "<|im_end|>", "bos_token": None, "pad_token": "<|endoftext|>"})
+        (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, **roles}))
     return d
 
 
@@ -196,8 +249,9 @@ def _permute(w: np.ndarray, heads: int) -> np.ndarray:
 
 
 def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=None, template: str | None = CHATML,
-               types: dict[str, str] | None = None, rope_factors=None, mtp_layers: int = 0) -> Path:
+               types: dict[str, str] | None = None, rope_factors=None, mtp_layers: int = 0, pre: str = "gpt-2") -> Path:
     """`types`: canonical name (or kind such as 'wq') -> GGUF type name; default F16 matrices, F32 norms.
+    `pre`: the byte-level vocabulary's tokenizer.ggml.pre (a `gemma4_tokenizer` writes Gemma 4's keys instead).
     `mtp_layers`: counted in the block count after the decoder's, as llama.cpp writes Qwen3.5's MTP
     layer (their tensors are left out)."""
     import gguf
@@ -232,6 +286,7 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
         w.add_ssm_group_count(cfg.lin_k_heads)
         w.add_ssm_time_step_rank(cfg.lin_v_heads)
         w.add_ssm_inner_size(cfg.lin_v_heads * cfg.lin_v_dim)
+        w.add_rope_dimension_sections([11, 11, 10, 0])     # the text model's M-RoPE sections (as hf_config's)
     if cfg.rotary_dim:
         w.add_rope_dimension_count(cfg.rotary_dim)
     if "sliding" in cfg.kinds:
@@ -245,23 +300,7 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
     if mtp_layers:
         w.add_nextn_predict_layers(mtp_layers)
     if tk is not None:
-        vocab = tk.get_vocab(with_added_tokens=True)
-        tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-        model = json.loads(tk.to_str())["model"]
-        merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
-        special = {a.content for a in tk.get_added_tokens_decoder().values()}
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("gpt-2")
-        w.add_token_list(tokens)
-        w.add_token_types([3 if t in special else 1 for t in tokens])
-        w.add_token_merges(merges)
-        if cfg.eos_ids:
-            w.add_eos_token_id(cfg.eos_ids[0])
-        w.add_pad_token_id(vocab["<|endoftext|>"])
-        if cfg.bos_id is not None:
-            w.add_bos_token_id(cfg.bos_id)
-        if template:
-            w.add_chat_template(template)
+        _tokenizer_keys(w, cfg, tk, template, pre)
     types = types or {}
     gguf_names = _file_names(cfg, gguf=True)
     for name in cfg.tensor_shapes():
@@ -295,6 +334,41 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
     w.write_tensors_to_file()
     w.close()
     return Path(path)
+
+
+def _tokenizer_keys(w, cfg: ModelConfig, tk, template: str | None, pre: str) -> None:
+    """The vocabulary as llama.cpp's converter writes it: a byte-level BPE as `gpt2` with `pre`, its merges and
+    token types; a byte-fallback BPE (Gemma 4) as `gemma4`: tokens, scores (-1000, gguf's LlamaHfVocab),
+    types (byte, control, the visible tokens user-defined), merges, BOS added, no prefix space."""
+    vocab = tk.get_vocab(with_added_tokens=True)
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    model = json.loads(tk.to_str())["model"]
+    merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
+    special = {a.content for a in tk.get_added_tokens_decoder().values()}
+    if model.get("byte_fallback"):
+        w.add_tokenizer_model("gemma4")
+        w.add_token_list(tokens)
+        w.add_token_scores([-1000.0] * len(tokens))
+        w.add_token_types([6 if len(t) == 6 and t.startswith("<0x") else 4 if t in GEMMA4_VISIBLE else
+                           3 if t in special else 1 for t in tokens])
+        w.add_token_merges(merges)
+        w.add_add_space_prefix(False)
+        w.add_add_bos_token(True)
+        for role, tok in (("bos", "<bos>"), ("unk", "<unk>"), ("pad", "<pad>")):
+            getattr(w, f"add_{role}_token_id")(vocab[tok])
+    else:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(pre)
+        w.add_token_list(tokens)
+        w.add_token_types([3 if t in special else 1 for t in tokens])
+        w.add_token_merges(merges)
+        w.add_pad_token_id(vocab["<|endoftext|>"])
+        if cfg.bos_id is not None:
+            w.add_bos_token_id(cfg.bos_id)
+    if cfg.eos_ids:
+        w.add_eos_token_id(cfg.eos_ids[0])
+    if template:
+        w.add_chat_template(template)
 
 
 def _gemma_gguf_keys(w, cfg: ModelConfig):

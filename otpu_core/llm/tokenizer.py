@@ -1,10 +1,20 @@
 """Tokenizers through the `tokenizers` library: from tokenizer.json, or built from a GGUF vocabulary.
 
-A GGUF file with `tokenizer.ggml.model = "gpt2"` carries a byte-level BPE: tokens, merges and
-token types. It is rebuilt as a `tokenizers` BPE with the pre-tokenizer its
-`tokenizer.ggml.pre` names (the GPT-2, Llama 3, Qwen2 or Qwen3.5 split regex, then the byte-level
-mapping) and its control and user-defined tokens as special tokens, so the chat template's
-`<|im_start|>` is one token as in the original. Other vocabulary models are refused by name.
+A GGUF file carries its vocabulary as `tokenizer.ggml.*` keys, rebuilt here the way llama.cpp's
+vocabulary code (src/llama-vocab.cpp) reads them, into the `tokenizers` pipeline the model's own
+tokenizer.json has:
+
+- `tokenizer.ggml.model = "gpt2"`: a byte-level BPE (tokens, merges, token types) with the
+  split regex its `tokenizer.ggml.pre` names (`PRE_TOKENIZERS`: GPT-2's, Llama 3's for Llama 3,
+  SmolLM3 (`llama-bpe`) and LFM2 (`lfm2`), Qwen2's for Qwen3 and Qwen3-MoE, Qwen3.5's, SmolLM's
+  digits-then-GPT-2, llama.cpp's four-regex default), then the byte-level mapping.
+- `tokenizer.ggml.model = "gemma4"`: Gemma 4's SentencePiece-style BPE (tokens spelled with
+  U+2581 for a space, `<0xXX>` byte-fallback tokens, merges): spaces become U+2581, merges run
+  on the raw UTF-8 text, a character outside the vocabulary falls back to its byte tokens.
+
+Control tokens (type 3) are matched whole and are special (skipped when decoding); user-defined
+ones (type 4, e.g. `<think>`, Gemma 4's `<|channel>`) are matched whole and kept in the output,
+as llama.cpp renders them. Other vocabulary models and pre-tokenizers are refused by name.
 
 `encode(text, add_special=)` follows the two conventions users know: a rendered chat template
 is tokenized without adding anything (`apply_chat_template` does the same), a raw prompt gets
@@ -24,11 +34,17 @@ QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| 
 # Qwen3.5's: Qwen2's with combining marks (\p{M}) kept in words and out of punctuation runs
 QWEN35_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"""
                 r"""| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
-# tokenizer.ggml.pre -> (split regex, ignore_merges) as llama.cpp's vocabulary code treats them
-PRE_TOKENIZERS = {"gpt-2": (GPT2_SPLIT, False), "default": (GPT2_SPLIT, False), "llama-bpe": (LLAMA3_SPLIT, True),
-                  "llama3": (LLAMA3_SPLIT, True), "smollm": (LLAMA3_SPLIT, True), "qwen2": (QWEN2_SPLIT, False),
-                  "qwen35": (QWEN35_SPLIT, False)}
+# llama.cpp's LLAMA_VOCAB_PRE_TYPE_DEFAULT (a GGUF without tokenizer.ggml.pre): four regexes in turn
+DEFAULT_SPLITS = (r"[\p{P}\$\+<=>\^~\|]+", GPT2_SPLIT, r"\p{N}+", r"[0-9][0-9][0-9]")
+# tokenizer.ggml.pre -> (split regexes applied in turn, ignore_merges) as llama.cpp's vocabulary code treats them
+PRE_TOKENIZERS = {
+    "gpt-2": ((GPT2_SPLIT,), False), "default": (DEFAULT_SPLITS, False),
+    "llama-bpe": ((LLAMA3_SPLIT,), True), "llama3": ((LLAMA3_SPLIT,), True), "llama-v3": ((LLAMA3_SPLIT,), True),
+    "lfm2": ((LLAMA3_SPLIT,), True), "smollm": ((r"\p{N}", GPT2_SPLIT), False),
+    "qwen2": ((QWEN2_SPLIT,), False), "qwen35": ((QWEN35_SPLIT,), False)}
+MODELS = {"gpt2": "byte-level BPE with merges", "gemma4": "Gemma 4's SentencePiece-style BPE with byte fallback"}
 CONTROL, USER_DEFINED = 3, 4        # llama.cpp token types that are matched whole
+SPACE = "\u2581"                    # SentencePiece's visible space
 
 
 class Tokenizer:
@@ -80,37 +96,71 @@ def load(src: TokenizerSource, where: str, bos_id: int | None = None) -> Tokeniz
 
 
 def from_gguf(meta: dict, where: str, bos_id: int | None = None) -> Tokenizer:
-    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
-    from tokenizers import Tokenizer as TK
     model = meta.get("model")
-    if model != "gpt2":
+    if model not in MODELS:
         raise ModelError(f"{where}: tokenizer.ggml.model '{model}' is not supported",
-                         hint="supported: gpt2 (byte-level BPE with merges)")
-    pre = meta.get("pre") or "default"
-    if pre not in PRE_TOKENIZERS:
-        raise ModelError(f"{where}: tokenizer.ggml.pre '{pre}' is not supported",
-                         hint=f"supported: {', '.join(PRE_TOKENIZERS)}")
-    tokens, merges = list(meta["tokens"]), meta.get("merges")
-    if not merges:
-        raise ModelError(f"{where}: missing key 'tokenizer.ggml.merges' (a gpt2 tokenizer needs its merges)")
-    split, ignore_merges = PRE_TOKENIZERS[pre]
-    vocab = {t: i for i, t in enumerate(tokens)}
+                         hint="supported: " + "; ".join(f"{k} ({v})" for k, v in MODELS.items()))
+    tokens = list(meta["tokens"])
+    tk = _byte_level(meta, tokens, where) if model == "gpt2" else _gemma4(meta, tokens, where)
+    _add_whole_tokens(tk, tokens, meta.get("token_type") or [])
+    return Tokenizer(tk, add_bos=bool(meta.get("add_bos")), bos_id=bos_id)
+
+
+def _merges(meta: dict, where: str) -> list[tuple[str, str]]:
+    if not meta.get("merges"):
+        raise ModelError(f"{where}: missing key 'tokenizer.ggml.merges' (a {meta['model']} tokenizer needs its merges)")
     pairs = []
-    for m in merges:
+    for m in meta["merges"]:
         a, sep, b = m.partition(" ")
         if not sep:
             raise ModelError(f"{where}: tokenizer.ggml.merges entry {m!r} is not two tokens separated by a space")
         pairs.append((a, b))
-    tk = TK(models.BPE(vocab=vocab, merges=pairs, ignore_merges=ignore_merges))
-    if split == GPT2_SPLIT:
-        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    else:
-        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated"),
-                                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return pairs
+
+
+def _byte_level(meta: dict, tokens: list[str], where: str):
+    from tokenizers import Regex, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as TK
+    pre = meta.get("pre") or "default"
+    if pre not in PRE_TOKENIZERS:
+        raise ModelError(f"{where}: tokenizer.ggml.pre '{pre}' is not supported",
+                         hint=f"supported: {', '.join(PRE_TOKENIZERS)}")
+    splits, ignore_merges = PRE_TOKENIZERS[pre]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tk = TK(models.BPE(vocab=vocab, merges=_merges(meta, where), ignore_merges=ignore_merges))
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(s), behavior="isolated") for s in splits]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tk.decoder = decoders.ByteLevel()
-    types = meta.get("token_type") or []
-    specials = [AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types)
-                if int(t) in (CONTROL, USER_DEFINED)]
-    if specials:
-        tk.add_special_tokens(specials)
-    return Tokenizer(tk, add_bos=bool(meta.get("add_bos")), bos_id=bos_id)
+    return tk
+
+
+def _gemma4(meta: dict, tokens: list[str], where: str):
+    from tokenizers import decoders, models, normalizers
+    from tokenizers import Tokenizer as TK
+    missing = [f"<0x{b:02X}>" for b in range(256) if f"<0x{b:02X}>" not in tokens]
+    if missing:
+        raise ModelError(f"{where}: tokenizer.ggml.tokens has no byte token {missing[0]} "
+                         f"({len(missing)} of 256 missing); a gemma4 vocabulary falls back to bytes")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    unk = "<unk>" if "<unk>" in vocab else None
+    tk = TK(models.BPE(vocab=vocab, merges=_merges(meta, where), byte_fallback=True, fuse_unk=True, unk_token=unk))
+    tk.normalizer = normalizers.Replace(" ", SPACE)
+    tk.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
+    return tk
+
+
+def _add_whole_tokens(tk, tokens: list[str], types) -> None:
+    """Control tokens as special tokens, user-defined ones as added tokens kept in the output (a token the
+    file lists twice only at the id the vocabulary gave it)."""
+    from tokenizers import AddedToken
+    vocab = tk.get_vocab()
+    control, user = [], []
+    for i, t in enumerate(types):
+        if int(t) in (CONTROL, USER_DEFINED) and vocab.get(tokens[i]) == i:
+            (control if int(t) == CONTROL else user).append(
+                AddedToken(tokens[i], special=int(t) == CONTROL, normalized=False))
+    if control:
+        tk.add_special_tokens(control)
+    if user:
+        tk.add_tokens(user)
