@@ -317,3 +317,29 @@ def test_otpu_chat_runs_the_lfm2moe_file_on_the_simulated_card(models, capsys, m
     assert doc["check"]["first_difference"] is None and doc["check"]["min_cosine"] > 0.9999
     ex = doc["stats"]["card"]["experts"]
     assert ex["streamed"] > 0 and ex["bytes"] > 0
+
+
+@pytest.mark.slow
+def test_the_lfm2_8b_a1b_shape_fits_the_card_with_24_slots_a_layer():
+    """LFM2-8B-A1B's shape (24 layers, attention at 2, 6, 10, 14, 18 and 21, the first two dense of
+    width 7168, hidden 2048, 32/8 heads of 64, 32 experts of width 1792, 4 per token; the bench's
+    SHAPE) on ypcb-00338 in fp4: with 24 slots a routed layer the image fits the card's DRAM and the
+    step and generate programs fit its instruction memory."""
+    import sys
+    from pathlib import Path
+    from otpu_core.llm import layout, programs
+    from otpu_core.target import load as load_target
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from bench_moe import SHAPE
+    attn = (2, 6, 10, 14, 18, 21)
+    cfg = SHAPE.with_(layer_kinds=tuple("attention" if i in attn else "conv" for i in range(24)), conv_taps=3,
+                      tied=True, context=32768)
+    t = load_target("ypcb-00338")
+    tc = t.config()
+    plan = layout.plan(cfg, tc, layout.sequence_options(cfg, tc, "fp4", 2048, 1792, expert_slots=24))
+    assert plan.end < tc.DRAM_BYTES and plan.offload.layers == 22
+    for spec in (programs.StepSpec((programs.Group(0, 4, (0,)),)), programs.StepSpec((programs.Group(0, 1, (0,)),),
+                 logits=True), programs.GenSpec(0, (0,))):
+        n = len(programs.compile_program(plan, spec, t).instrs)
+        print(f"lfm2-8b-a1b shape, {spec}: {n} instructions of {tc.imem_instrs}")
+        assert n <= tc.imem_instrs, (spec, n)

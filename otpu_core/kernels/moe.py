@@ -16,8 +16,9 @@ knock-out (best first), routing weights w = softmax of the k values (or, without
 k values' probabilities under the softmax over every expert; a `SigmoidGate`, LFM2-MoE's: the
 k best of sigmoid(logits) + bias, weighted by their sigmoids read back by index, renormalised
 and scaled), the ids, each id's
-directory entry loaded through an RLD-computed address. If any chosen expert is absent (a
-hardware loop of count 0 or 1) the ids go to the host as a mailbox request. Then every chosen expert: its
+directory entry loaded through an RLD-computed address. If any chosen expert is absent the ids
+go to the host as a mailbox request (seq moved by 0 or 1: no loop level, so the MoE fits inside
+the loops of a two-kind model's generate program). Then every chosen expert: its
 slot address from the directory (RLD of the raw word), the SwiGLU MLP over the blob there, times
 its w, summed. A token whose experts are all present costs the card no host round trip.
 
@@ -243,9 +244,7 @@ def moe_ffn(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile, reno
     ids = ids + layer_base
     entries = _lookup(lay, ids, k)
     present = pair_column(entries, k, 1)
-    absent = ol.minimum(float(k) - ol.sum(present), 1.0)
-    for _ in ol.range(ol.rld(absent)):
-        request(lay.mailbox, ids)
+    request(lay.mailbox, ids, when=ol.minimum(float(k) - ol.sum(present), 1.0))   # only if one is absent
     entries = _lookup(lay, ids, k)          # the host may have moved experts: read the directory again
     gate, up, down = lay.blob.weights()
     y = ol.zeros((x.cols,))
@@ -293,8 +292,7 @@ def moe_ffn_rows(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile,
         for _ in ol.range(ol.rld(Tile(chosen.buf, chosen.base + ol.rld(e), (1,)))):
             g = e + layer_base
             entry = _lookup(lay, g, 1)
-            for _ in ol.range(ol.rld(1.0 - entry[0, 1:2])):
-                request(lay.mailbox, ol.zeros((k,)) + g)      # the row holds k words: all this one id
+            request(lay.mailbox, ol.zeros((k,)) + g, when=1.0 - entry[0, 1:2])   # k words, all this id; if absent
             at = ol.rld(_lookup(lay, g, 1)[0, 0:1], raw=True)
             out = swiglu_mlp(x, ol.shift(gate, at), ol.shift(up, at), ol.shift(down, at), lay.blob.f_chunk)
             row = ol.rld(e, scale=weight.rs)

@@ -364,19 +364,6 @@ def block_of(cfg: ModelConfig, layer: int) -> tuple[str, int]:
     return kind, [i for i in cfg.kind_layers(kind) if i >= cfg.dense_layers].index(layer)
 
 
-def kind_runs(cfg: ModelConfig) -> list[tuple[str, int, int]]:
-    """(kind, first block, count) of each run of consecutive layers of one kind past the leading
-    dense layers, in order (a mixed mixture of experts' layer order, one loop a run)."""
-    runs: list[list] = []
-    for i in range(cfg.dense_layers, cfg.layers):
-        kind, block = block_of(cfg, i)
-        if runs and runs[-1][0] == kind:
-            runs[-1][2] += 1
-        else:
-            runs.append([kind, block, 1])
-    return [tuple(r) for r in runs]
-
-
 def conv_runs(cfg: ModelConfig) -> tuple[int, list[tuple[int, int]]]:
     """A mixed model's order as (convolution layers before the first attention layer, and per
     attention layer the (first block, count) of the convolution layers that follow it), past the

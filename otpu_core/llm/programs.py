@@ -60,7 +60,7 @@ from ..kernels.rope import rope
 from ..kernels.sampling import SampleParams, head_choice
 from ..ol import Affine, KVCache, Tensor, Tile
 from .layout import (S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP, ImagePlan,
-                     gemma_runs, kind_runs)
+                     gemma_runs)
 
 
 @dataclass(frozen=True)
@@ -540,10 +540,9 @@ def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
     (or DeltaNet) layers before the first attention layer, then a loop over the attention layers,
     each followed by a loop over its run of the other kind's layers (the count RLD'd from the attention block, the
     block from a counter on the card: a loop of run-time count cannot step addresses), so each kind's body is traced once whatever the order; a body inside the inner loop
-    keeps its MLP unrolled (loops nest at most four deep, and the generate loop uses two). A mixed
-    mixture of experts (LFM2-MoE): its leading dense layers straight, then one loop per run of
-    consecutive layers of a kind (`kind_runs`), a lone layer straight: nested kind loops would
-    leave the expert lookup's request and expert-major loops no depth."""
+    keeps its MLP unrolled (loops nest at most four deep, and the generate loop uses two; a mixture
+    of experts' routed MLP adds no loop level to a one-row run, and two to an expert-major one).
+    LFM2-MoE's leading dense layers run straight before them, on their own blocks."""
     cfg = plan.cfg
     if plan.gemma is not None:
         return _gemma_layers(plan, h, rows)
@@ -568,21 +567,6 @@ def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
     for i in range(cfg.dense_layers):      # a mixture of experts' leading dense layers: their own blocks, unrolled
         other_layer(plan.conv_dense.at(i))
     other, lead = plan.other, plan.lead_convs if plan.mixed else cfg.layers
-    if plan.mixed and first is not None:
-        for kind, b0, n in kind_runs(cfg):
-            if kind == "attention":
-                for a in (ol.range(n) if n > 1 else range(1)):
-                    Ly = plan.layer.at(Affine.of(a) + b0)
-                    h += _attention(plan, Ly, h, rows, cos, sin)
-                    h += _ffn(plan, Ly, h, False, first)
-            elif n == 1:
-                other_layer(other.at(b0))
-            else:
-                block = ol.full((1,), float(b0))
-                for _ in ol.range(n):
-                    other_layer(other.at(0, ol.rld(block, scale=other.stride)), block=block)
-                    block += 1.0
-        return h
     # NOTE: a loop over these blocks counts them on the card rather than stepping an address register:
     # the ring's m0 is rld'd at its first use, inside the loop, and a loop-stepped address cannot add a
     # device value computed in its own loop (lowering sets the register before the first iteration)
