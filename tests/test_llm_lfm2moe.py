@@ -337,7 +337,10 @@ def test_the_lfm2_8b_a1b_shape_fits_the_card_with_24_slots_a_layer():
     t = load_target("ypcb-00338")
     tc = t.config()
     plan = layout.plan(cfg, tc, layout.sequence_options(cfg, tc, "fp4", 2048, 1792, expert_slots=24))
-    assert plan.end < tc.DRAM_BYTES and plan.offload.layers == 22
+    slots = plan.offload.blob.stride * 24 * 22
+    print(f"\nlfm2-8b-a1b shape in fp4, 24 slots a layer: {plan.end / 2**30:.2f} GiB image of "
+          f"{tc.DRAM_BYTES / 2**30:.0f} GiB, {slots / 1e9:.2f} GB of slots")
+    assert plan.end < tc.DRAM_BYTES and plan.offload.layers == 22 and plan.conv_dense is not None
     for spec in (programs.StepSpec((programs.Group(0, 4, (0,)),)), programs.StepSpec((programs.Group(0, 1, (0,)),),
                  logits=True), programs.GenSpec(0, (0,))):
         n = len(programs.compile_program(plan, spec, t).instrs)
