@@ -410,7 +410,7 @@ def _experts(plan: ImagePlan, Ly, h: Tile, first: Tile) -> Tile:
 def _ffn(plan: ImagePlan, Ly, h: Tile, split: bool, first: Tile | None) -> Tile:
     """A block's MLP: its routed experts when it has a router (`first`, this layer's first global
     expert id, then moves on to the next routed layer's), else the dense one."""
-    if Ly.router is None:
+    if first is None or Ly.router is None:       # no experts in the model, or a dense layer of one
         return _mlp(plan, Ly, h, split)
     y = _experts(plan, Ly, h, first)
     first += float(plan.cfg.experts)
