@@ -295,3 +295,18 @@ def batched_equals_alone(make, path, prompts_, eng, conv) -> None:
         one.release(s)
         ref = quant_golden(eng, conv).forward(p)[-1]
         assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
+
+
+class Directory:
+    """A host-only DRAM for offload.replay: the mailbox and the directory as bytes, slot writes dropped."""
+
+    def __init__(self, lay):
+        self.lay, self.b = lay, np.zeros(lay.slots_base, np.uint8)
+
+    def read(self, addr, n):
+        return self.b[addr:addr + n].copy()
+
+    def write(self, addr, data):
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if addr < self.lay.slots_base:
+            self.b[addr:addr + raw.size] = raw

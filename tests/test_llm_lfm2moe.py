@@ -227,6 +227,32 @@ def test_lfm2moe_gguf_32_greedy_tokens_with_experts_streamed_into_lru_slots(mode
     assert steps.experts.stats.evictions == 0 and steps.experts.stats.streamed <= lay.layers * lay.experts
 
 
+def test_the_host_replay_of_the_routes_is_what_the_card_made_the_host_do(models):
+    """offload.replay over the quantised golden's routes of 24 tokens fed one at a time (one step
+    each, the routed layers only) gives the card's own requests, streams and evictions with 4 slots
+    a layer: the card asks only when a chosen expert is absent, in every routed layer."""
+    from otpu_core.llm.offload import ExpertServer, replay
+    path, _, _ = models["gguf"]
+    tokens = llmtiny.prompts(1, 384, length=24, seed=7)[0]
+    eng, _, conv, _ = make(path, rows=1, expert_slots=4)
+    seq = eng.new_sequence()
+    for t in tokens:
+        eng.submit(seq, [t])
+        eng.logits(seq)
+    quant = llmtiny.quant_golden(eng, conv)
+    quant.forward(tokens)
+    lay = eng.plan.offload
+    host = ExpertServer(llmtiny.Directory(lay), lay, lambda layer, e: np.zeros(lay.blob.nbytes, np.uint8))
+    host.reset()
+    st = replay(host, np.array(quant.routes).reshape(len(tokens), lay.layers, lay.k))
+    card = eng.experts.stats
+    print(f"lfm2moe replay: {st.requests} requests, {st.streamed} streamed, {st.evictions} evictions "
+          f"(card {card.requests}, {card.streamed}, {card.evictions}) for {len(tokens) * lay.layers} (token, layer)s")
+    assert (st.requests, st.streamed, st.evictions, st.bytes) == (card.requests, card.streamed, card.evictions,
+                                                                  card.bytes)
+    assert 0 < card.requests < len(tokens) * lay.layers and card.evictions > 0
+
+
 @pytest.mark.slow
 def test_lfm2moe_safetensors_with_k_slots(models):
     """The HF directory with the fewest slots the router allows (k = 3 a layer), every expert absent
