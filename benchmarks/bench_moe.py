@@ -8,15 +8,20 @@ the host sees no use of a token whose experts were all present; tests/test_llm_q
 holds it to the card's own counts). The DRAM is the directory and mailbox only; a
 slot write is counted, not stored.
 
-Shape: LFM2-8B-A1B's config.json (hidden 2048, 24 layers of which the first 2 are dense, 32
-experts of width 1792 a layer, 4 per token); LFM2.5-8B-A1B is documented with the same 32
-experts and top-4, the rest is assumed equal. Experts in fp4 (E2M1, 4.25 bits a weight, D=128):
-the measured run's experts ran PAIR MMs, a 4-bit mode.
+Shape: an `lfm2moe` ModelConfig (`SHAPE`) with LFM2-8B-A1B's config.json values (hidden 2048,
+24 layers of which the first 2 are dense, 32 experts of width 1792 a layer, 4 per token); the
+routed layers, experts, k and expert width below are what that config gives (`moe_layers`,
+`experts`, `experts_used`, `ffn`), as the card's offload layout reads them. LFM2.5-8B-A1B is
+documented with the same 32 experts and top-4, the rest is assumed equal. Experts in fp4 (E2M1,
+4.25 bits a weight, D=128): the measured run's experts ran PAIR MMs, a 4-bit mode.
 
 Routing trace (synthetic, stated; it decides the hit rate, so this measures the slot policy and
 the blob size on it, not the model's routing): per layer a Zipf(1.1) popularity over a random
 order of the experts; each token keeps each of the previous token's experts with probability
-0.6 and draws the rest from the popularity without replacement; 512 tokens, seed 0.
+0.6 and draws the rest from the popularity without replacement; 512 tokens, seed 0. The family's
+own router (sigmoid scores plus the selection bias, llm/reference.py) on random weights would be
+no less synthetic: random hidden states have neither the popularity skew nor the token-to-token
+reuse that decide the hit rate, so it is not used here.
 
 Against the card's measured run (models.md 4a: 98.5% slot hits, 5.2 MB a token): the hit rate
 and MB a token at each slot count, and their ratios at 24 slots a layer.
@@ -31,10 +36,15 @@ import numpy as np
 
 from otpu_core import isa
 from otpu_core.kernels.moe import ExpertBlob, OffloadLayout
+from otpu_core.llm.config import ModelConfig
 from otpu_core.llm.layout import f_chunk_for
 from otpu_core.llm.offload import ExpertServer, replay
 
-D_MODEL, MOE_LAYERS, EXPERTS, K, WIDTH, D = 2048, 22, 32, 4, 1792, 128
+SHAPE = ModelConfig("lfm2moe", vocab=65536, d=2048, layers=24, heads=32, kv_heads=8, head_dim=64, ffn=1792,
+                    experts=32, experts_used=4, dense_layers=2, dense_ffn=7168, expert_bias=True,
+                    name="lfm2-8b-a1b-shaped").check("bench_moe")
+D_MODEL, MOE_LAYERS, EXPERTS, K, WIDTH, D = SHAPE.d, len(SHAPE.moe_layers), SHAPE.experts, SHAPE.experts_used, \
+    SHAPE.ffn, 128
 MEASURED_HITS, MEASURED_MB = 0.985, 5.2
 ZIPF, STAY, SEED = 1.1, 0.6, 0
 HEADLINE_SLOTS = 24

@@ -62,6 +62,10 @@ def config(family: str = "qwen3", D: int = 32, **kw) -> ModelConfig:
                     rotary_dim=D // 4, lin_k_heads=1, lin_v_heads=2, lin_k_dim=64, lin_v_dim=D, tied=True)
     if family == "qwen3moe":         # 8 experts of width 2D a layer, 3 per token (Qwen3-30B-A3B: 128 of 768, 8)
         base.update(experts=8, experts_used=3, ffn=2 * D, tied=False)
+    if family == "lfm2moe":          # `c c A c A`, the first two dense (LFM2-8B-A1B: 24 layers, 2 dense, 32 experts
+        # of width 1792, 4 per token); 8 experts of width 2D, 3 a token, the selection bias
+        base.update(layers=5, layer_kinds=("conv", "conv", "attention", "conv", "attention"), conv_taps=3,
+                    experts=8, experts_used=3, ffn=2 * D, dense_layers=2, dense_ffn=4 * D, expert_bias=True, tied=True)
     if family == "gemma4":           # `s s A s s A`, the last three reading layers 1, 1 and 2's KV (double-wide MLP);
         # runs of one shape (layers 0-1, 3-4) are hardware loops on the card
         base.update(layers=6, layer_kinds=("sliding", "sliding", "attention") * 2,
@@ -291,3 +295,18 @@ def batched_equals_alone(make, path, prompts_, eng, conv) -> None:
         one.release(s)
         ref = quant_golden(eng, conv).forward(p)[-1]
         assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
+
+
+class Directory:
+    """A host-only DRAM for offload.replay: the mailbox and the directory as bytes, slot writes dropped."""
+
+    def __init__(self, lay):
+        self.lay, self.b = lay, np.zeros(lay.slots_base, np.uint8)
+
+    def read(self, addr, n):
+        return self.b[addr:addr + n].copy()
+
+    def write(self, addr, data):
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if addr < self.lay.slots_base:
+            self.b[addr:addr + raw.size] = raw

@@ -238,21 +238,6 @@ def test_qwen3moe_safetensors_every_expert_absent_and_k_slots(models):
     assert st.requests >= len(fed) and st.bytes == st.streamed * lay.blob.nbytes
 
 
-class _Directory:
-    """A host-only DRAM for offload.replay: the mailbox and the directory as bytes, slot writes dropped."""
-
-    def __init__(self, lay):
-        self.lay, self.b = lay, np.zeros(lay.slots_base, np.uint8)
-
-    def read(self, addr, n):
-        return self.b[addr:addr + n].copy()
-
-    def write(self, addr, data):
-        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        if addr < self.lay.slots_base:
-            self.b[addr:addr + raw.size] = raw
-
-
 def test_the_host_replay_of_a_routing_trace_does_what_the_card_made_the_host_do(models):
     """offload.replay (what benchmarks/bench_moe.py sizes offload with) over the quantised golden's
     routes of 24 tokens fed one at a time gives the card's own requests, streams and evictions
@@ -268,7 +253,7 @@ def test_the_host_replay_of_a_routing_trace_does_what_the_card_made_the_host_do(
     quant = llmtiny.quant_golden(eng, conv)
     quant.forward(tokens)
     lay = eng.plan.offload
-    host = ExpertServer(_Directory(lay), lay, lambda layer, e: np.zeros(lay.blob.nbytes, np.uint8))
+    host = ExpertServer(llmtiny.Directory(lay), lay, lambda layer, e: np.zeros(lay.blob.nbytes, np.uint8))
     host.reset()
     st = replay(host, np.array(quant.routes).reshape(len(tokens), lay.layers, lay.k))
     card = eng.experts.stats

@@ -5,9 +5,9 @@ norm randomised around its identity so a misread norm shows), saves it with `sav
 the directory with our loader (`checkpoint.open_checkpoint`: config.json parsing and tensor names)
 and compares the fp32 golden's logits over 14 tokens with transformers' forward: max-abs and cosine,
 printed and asserted. A second run of the golden with the family's distinguishing feature switched
-off (Llama 3's rope scaling, SmolLM3's NoPE layers, Qwen3-MoE's renormalisation, ...) must be far
-off, so the bound is tight enough to see that feature. Qwen3, Llama, SmolLM3, LFM2 and Qwen3-MoE
-(whose GGUF always renormalises) are also written as GGUF the way llama.cpp's converter writes them
+off (Llama 3's rope scaling, SmolLM3's NoPE layers, Qwen3-MoE's renormalisation, LFM2-MoE's
+selection bias, ...) must be far off, so the bound is tight enough to see that feature. Qwen3,
+Llama, SmolLM3, LFM2, Qwen3-MoE (whose GGUF always renormalises) and LFM2-MoE are also written as GGUF the way llama.cpp's converter writes them
 (gguf's writer and tensor name map, q/k rows permuted, `rope_freqs`, experts stacked, taps squeezed)
 and that file's golden held to the same logits and bounds; Qwen3.5's and Gemma 4's GGUF conversions
 (norm offsets, value-head reordering, proportional-RoPE divisors) are not written here.
@@ -93,7 +93,8 @@ def _gguf_as_llama_cpp_writes_it(model, hf_dir, arch: str, path):
     w.add_feed_forward_length(sd["model.layers.0.feed_forward.w1.weight"].shape[0] if arch == "lfm2"
                               else c.intermediate_size)
     w.add_head_count(c.num_attention_heads)
-    if arch == "lfm2":           # KV heads per layer, 0 for a convolution layer; the convolution's length
+    lfm = arch in ("lfm2", "lfm2moe")
+    if lfm:           # KV heads per layer, 0 for a convolution layer; the convolution's length
         w.add_head_count_kv([c.num_key_value_heads if t == "full_attention" else 0 for t in c.layer_types])
         w.add_shortconv_l_cache(c.conv_L_cache)
     else:
@@ -103,21 +104,28 @@ def _gguf_as_llama_cpp_writes_it(model, hf_dir, arch: str, path):
     w.add_value_length(hd)
     w.add_rope_dimension_count(hd)
     w.add_rope_freq_base(c.rope_parameters["rope_theta"])
-    w.add_layer_norm_rms_eps(c.norm_eps if arch == "lfm2" else c.rms_norm_eps)
+    w.add_layer_norm_rms_eps(c.norm_eps if lfm else c.rms_norm_eps)
     w.add_vocab_size(c.vocab_size)
-    if arch == "qwen3moe":
+    if arch in ("qwen3moe", "lfm2moe"):
         w.add_expert_count(c.num_experts)
         w.add_expert_used_count(c.num_experts_per_tok)
         w.add_expert_feed_forward_length(c.moe_intermediate_size)
+    if arch == "lfm2moe":        # the sigmoid router and the leading dense layers
+        w.add_leading_dense_block_count(c.num_dense_layers)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     names = gguf.get_tensor_name_map({v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[arch], c.num_hidden_layers)
     if c.tie_word_embeddings:
         sd.pop("lm_head.weight", None)
     for i in range(c.num_hidden_layers):
-        for part in ("gate_proj", "up_proj", "down_proj"):
-            es = [sd.pop(f"model.layers.{i}.mlp.experts.{e}.{part}.weight")
-                  for e in range(getattr(c, "num_experts", 0))]
-            if es:
-                sd[f"model.layers.{i}.mlp.experts.{part}.weight"] = np.stack(es)
+        for part in ("gate_proj", "up_proj", "down_proj", "w1", "w2", "w3"):
+            stem = "feed_forward" if lfm else "mlp"
+            es = [sd.pop(f"model.layers.{i}.{stem}.experts.{e}.{part}.weight")
+                  for e in range(getattr(c, "num_experts", 0)) if f"model.layers.{i}.{stem}.experts.{e}.{part}.weight" in sd]
+            if es:            # LFM2-MoE's merged name (convert_hf_to_gguf.py: layers.{bid}.feed_forward.experts.w1)
+                sd[f"layers.{i}.{stem}.experts.{part}.weight" if lfm else f"model.layers.{i}.mlp.experts.{part}.weight"] \
+                    = np.stack(es)
+        if f"model.layers.{i}.feed_forward.expert_bias" in sd:     # the converter's rename to a .bias tensor
+            sd[f"model.layers.{i}.feed_forward.expert_bias.bias"] = sd.pop(f"model.layers.{i}.feed_forward.expert_bias")
     permute = arch in ("llama", "smollm3")
     for name, a in sd.items():
         heads = c.num_attention_heads if name.endswith("q_proj.weight") else c.num_key_value_heads
@@ -125,7 +133,7 @@ def _gguf_as_llama_cpp_writes_it(model, hf_dir, arch: str, path):
             a = a.reshape(heads, 2, a.shape[0] // heads // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
         if "conv.conv" in name:                   # LFM2's depthwise taps [d, 1, L] as [d, L]
             a = a.squeeze(1)
-        w.add_tensor(names.get_name(name, try_suffixes=(".weight",)), np.ascontiguousarray(a, np.float32))
+        w.add_tensor(names.get_name(name, try_suffixes=(".weight", ".bias")), np.ascontiguousarray(a, np.float32))
     rope = c.rope_parameters
     if rope.get("rope_type") == "llama3":
         freqs = 1.0 / (rope["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
@@ -288,6 +296,29 @@ def test_qwen3moe(tmp_path, norm_topk, capsys):
     cfg = _compare(tmp_path, capsys, m, "qwen3moe", f"qwen3moe (norm_topk_prob {norm_topk})", 256,
                    off={"norm_topk": not norm_topk}, gguf_arch="qwen3moe" if norm_topk else "")
     assert (cfg.experts, cfg.experts_used, cfg.norm_topk) == (8, 3, norm_topk)
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.5])
+def test_lfm2moe(tmp_path, capsys, scale):
+    """LFM2-MoE: `c c A c A`, the first two layers dense (of their own width), then 8 experts of
+    which 3 a token chosen by sigmoid score + selection bias (randomised: transformers initialises
+    it to zero) and weighted by the unbiased scores, renormalised, times routed_scaling_factor. The
+    bias switched off must be far; the GGUF (llama.cpp's lfm2moe: unscaled weights) for scale 1."""
+    torch, _ = _libs()
+    m = _model("Lfm2MoeForCausalLM:Lfm2MoeConfig", vocab_size=256, hidden_size=64, intermediate_size=96,
+               moe_intermediate_size=32, num_hidden_layers=5, num_attention_heads=4, num_key_value_heads=2,
+               layer_types=["conv", "conv", "full_attention", "conv", "full_attention"], conv_L_cache=3,
+               num_dense_layers=2, num_experts=8, num_experts_per_tok=3, routed_scaling_factor=scale,
+               rope_parameters={"rope_type": "default", "rope_theta": 1e6}, norm_eps=1e-5, initializer_range=0.1)
+    _randomise_norms(m)
+    with torch.no_grad():
+        for name, b in m.named_buffers():
+            if name.endswith("expert_bias"):
+                b.copy_(0.2 * torch.randn_like(b))
+    cfg = _compare(tmp_path, capsys, m, "lfm2moe", f"lfm2moe (routed_scaling_factor {scale})", 256,
+                   off={"expert_bias": False}, gguf_arch="lfm2moe" if scale == 1.0 else "")
+    assert (cfg.experts, cfg.experts_used, cfg.dense_layers, cfg.dense_ffn, cfg.ffn) == (8, 3, 2, 96, 32)
+    assert cfg.expert_bias and cfg.norm_topk and cfg.routed_scale == scale and cfg.tied
 
 
 @pytest.mark.parametrize("multimodal", [False, True])

@@ -13,9 +13,12 @@ weight as F-chunk column parts, each area 128-byte aligned, so one address place
 
 Per token and layer, `moe_ffn`: the router MM, the k best (value, index) pairs by ARGMAX with
 knock-out (best first), routing weights w = softmax of the k values (or, without `renorm`, the
-k values' probabilities under the softmax over every expert), the ids, each id's
-directory entry loaded through an RLD-computed address. If any chosen expert is absent (a
-hardware loop of count 0 or 1) the ids go to the host as a mailbox request. Then every chosen expert: its
+k values' probabilities under the softmax over every expert; a `SigmoidGate`, LFM2-MoE's: the
+k best of sigmoid(logits) + bias, weighted by their sigmoids read back by index, renormalised
+and scaled), the ids, each id's
+directory entry loaded through an RLD-computed address. If any chosen expert is absent the ids
+go to the host as a mailbox request (seq moved by 0 or 1: no loop level, so the MoE fits inside
+the loops of a two-kind model's generate program). Then every chosen expert: its
 slot address from the directory (RLD of the raw word), the SwiGLU MLP over the blob there, times
 its w, summed. A token whose experts are all present costs the card no host round trip.
 
@@ -38,6 +41,7 @@ from ..ol import CompileError, QTensor, Tensor, Tile
 from .mailbox import BYTES as MAILBOX_BYTES
 from .mailbox import MAX_ROW, Mailbox, request
 from .matmul import linear
+from .activations import sigmoid
 from .mlp import swiglu_mlp
 from .sampling import pair_column, topk_tile
 
@@ -192,24 +196,55 @@ def softmax_total(logits: Tile) -> Tile:
     return ol.sum(ol.exp2((logits - ol.max(logits)) * ol.LOG2E))
 
 
-def moe_ffn(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile, renorm: bool = True) -> Tile:
+@dataclass
+class SigmoidGate:
+    """A sigmoid router (LFM2-MoE): scores sigmoid(logits), the top-k over scores + `bias` (a loaded
+    (E,) tile, or None), the chosen experts weighted by their unbiased scores (renormalised over
+    the k, sum + SIGMOID_NORM_EPS, with `renorm`) times `scale`."""
+    bias: Tile | None
+    scale: float = 1.0
+
+
+SIGMOID_NORM_EPS = 1e-6          # transformers' Lfm2MoeTopKRouter
+
+
+def route(logits: Tile, k: int, renorm: bool, gate: SigmoidGate | None = None) -> tuple[Tile, Tile]:
+    """(routing weights, expert indices) of one row's router logits (E,), best first; `logits` is
+    overwritten (the top-k knocks its winners out)."""
+    if gate is None:
+        total = None if renorm else softmax_total(logits)
+        pairs = topk_tile(logits, k)
+        return routing_weights(pair_column(pairs, k, 0), total), pair_column(pairs, k, 1)
+    scores = sigmoid(logits)
+    if gate.bias is None:
+        pairs = topk_tile(scores, k)
+        w = pair_column(pairs, k, 0)
+    else:
+        pairs = topk_tile(scores + gate.bias, k)
+        w = ol.empty((k,))
+        for j in ol.static_range(k):            # the chosen experts' unbiased scores
+            w[j:j + 1].set(Tile(scores.buf, scores.base + ol.rld(pairs[j, 1:2]), (1,)))
+    if renorm:
+        w = w * ol.recip(ol.sum(w) + SIGMOID_NORM_EPS)
+    if gate.scale != 1.0:
+        w = w * gate.scale
+    return w, pair_column(pairs, k, 1)
+
+
+def moe_ffn(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile, renorm: bool = True,
+            gate: SigmoidGate | None = None) -> Tile:
     """x (d,) -> (d,): the k routed experts' SwiGLU outputs weighted by the router's softmax (over the
-    k chosen, or with `renorm` False over every expert). `router` [E, d]; `layer_base` a (1,) tile
-    holding float(layer * E), this layer's first global id."""
+    k chosen, or with `renorm` False over every expert), or by `gate`'s sigmoid scores. `router`
+    [E, d]; `layer_base` a (1,) tile holding float(layer * E), this layer's first global id."""
     k, E = lay.k, lay.experts
     if x.ndim != 1 or router.N != E or router.K < x.cols:
         raise CompileError(f"shape mismatch in moe_ffn: x of shape {x.shape}, router of shape {router.shape} "
                            f"for {E} experts")
-    logits = linear(x, router)
-    total = None if renorm else softmax_total(logits)
-    pairs = topk_tile(logits, k)
-    w = routing_weights(pair_column(pairs, k, 0), total)
-    ids = pair_column(pairs, k, 1) + layer_base
+    w, ids = route(linear(x, router), k, renorm, gate)
+    ids = ids + layer_base
     entries = _lookup(lay, ids, k)
     present = pair_column(entries, k, 1)
-    absent = ol.minimum(float(k) - ol.sum(present), 1.0)
-    for _ in ol.range(ol.rld(absent)):
-        request(lay.mailbox, ids)
+    request(lay.mailbox, ids, when=ol.minimum(float(k) - ol.sum(present), 1.0))   # only if one is absent
     entries = _lookup(lay, ids, k)          # the host may have moved experts: read the directory again
     gate, up, down = lay.blob.weights()
     y = ol.zeros((x.cols,))
@@ -228,7 +263,8 @@ def _lookup(lay: OffloadLayout, ids: Tile, k: int) -> Tile:
     return entries
 
 
-def moe_ffn_rows(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile, renorm: bool = True) -> Tile:
+def moe_ffn_rows(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile, renorm: bool = True,
+                 gate: SigmoidGate | None = None) -> Tile:
     """x (R, d) -> (R, d), expert-major: every chosen expert's weights are streamed once for the R rows."""
     k, E = lay.k, lay.experts
     if x.ndim != 2 or router.N != E or router.K < x.cols:
@@ -244,10 +280,7 @@ def moe_ffn_rows(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile,
                            f"{where.rs}")
     chosen = ol.zeros((E,))
     for r in ol.static_range(R):
-        total = None if renorm else softmax_total(logits[r])
-        pairs = topk_tile(logits[r], k)
-        w = routing_weights(pair_column(pairs, k, 0), total)
-        ids = pair_column(pairs, k, 1)
+        w, ids = route(logits[r], k, renorm, gate)
         for j in ol.static_range(k):
             row = ol.rld(ids[j:j + 1], scale=weight.rs)
             Tile(weight.buf, weight.base + row + r, (1,)).set(w[j:j + 1])
@@ -259,8 +292,7 @@ def moe_ffn_rows(x: Tile, router: QTensor, lay: OffloadLayout, layer_base: Tile,
         for _ in ol.range(ol.rld(Tile(chosen.buf, chosen.base + ol.rld(e), (1,)))):
             g = e + layer_base
             entry = _lookup(lay, g, 1)
-            for _ in ol.range(ol.rld(1.0 - entry[0, 1:2])):
-                request(lay.mailbox, ol.zeros((k,)) + g)      # the row holds k words: all this one id
+            request(lay.mailbox, ol.zeros((k,)) + g, when=1.0 - entry[0, 1:2])   # k words, all this id; if absent
             at = ol.rld(_lookup(lay, g, 1)[0, 0:1], raw=True)
             out = swiglu_mlp(x, ol.shift(gate, at), ol.shift(up, at), ol.shift(down, at), lay.blob.f_chunk)
             row = ol.rld(e, scale=weight.rs)

@@ -10,7 +10,9 @@ DeltaNet's heads (`lin_k_heads` of `lin_k_dim` for q and k, `lin_v_heads` of `li
 for a mixture of experts, the experts per layer and how many each token uses (`ffn` is then
 each expert's width) and whether the k chosen experts' router probabilities are renormalised to
 sum to 1 (`norm_topk`: Qwen3-MoE's `norm_topk_prob`, false when missing as in transformers;
-llama.cpp's qwen3moe always renormalises).
+llama.cpp's qwen3moe always renormalises); LFM2-MoE's: the leading `dense_layers` keep a dense
+MLP `dense_ffn` wide (`moe_layer(i)` says which layers route), `expert_bias` (each routed layer
+has the selection bias `ebias`) and `routed_scale` (the routing weights' factor).
 Gemma 4's fields: `sliding_window` (the "sliding" layers attend to that many last positions),
 the full layers' own head width (`global_head_dim`), RoPE base and rotated pairs
 (`global_rope_theta`, `global_rope_pairs`: proportional RoPE turns the first pairs with
@@ -76,6 +78,10 @@ class ModelConfig:
     layer_ffn: tuple[int, ...] = ()                  # per-layer MLP width (() = ffn everywhere)
     logit_softcap: float = 0.0                       # logits = cap * tanh(logits / cap) (0: none)
     norm_topk: bool = True                           # the chosen experts' weights renormalised to sum to 1
+    dense_layers: int = 0                            # a mixture of experts: leading layers with a dense MLP
+    dense_ffn: int = 0                               # their MLP width
+    expert_bias: bool = False                        # routed layers add `ebias` to the scores for the top-k
+    routed_scale: float = 1.0                        # the chosen experts' weights times this
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -103,7 +109,17 @@ class ModelConfig:
         """A layer's head width: the full layers' own in a model with sliding layers."""
         return self.global_head_dim if self.global_head_dim and self.kinds[layer] == "attention" else self.head_dim
 
-    def ffn_of(self, layer: int) -> int: return self.layer_ffn[layer] if self.layer_ffn else self.ffn
+    def ffn_of(self, layer: int) -> int:
+        if layer < self.dense_layers:
+            return self.dense_ffn
+        return self.layer_ffn[layer] if self.layer_ffn else self.ffn
+
+    def moe_layer(self, layer: int) -> bool:
+        """Does this layer route its MLP through experts (a mixture of experts past its dense layers)?"""
+        return bool(self.experts) and layer >= self.dense_layers
+
+    @property
+    def moe_layers(self) -> list[int]: return [i for i in range(self.layers) if self.moe_layer(i)]
 
     def kv_source(self, layer: int) -> int:
         """The layer whose KV cache `layer` attends over: itself, or for the last `kv_shared` layers the
@@ -137,8 +153,9 @@ class ModelConfig:
     def layer_tensors(self, layer: int = 0) -> list[str]:
         spec, shared = self.spec, self.shares_kv(layer)
         kinds = KIND_TENSORS[self.kinds[layer]]
-        if self.experts:
-            kinds = tuple(k for k in kinds if k not in MLP_TENSORS) + MOE_TENSORS
+        if self.moe_layer(layer):
+            kinds = tuple(k for k in kinds if k not in MLP_TENSORS) + MOE_TENSORS + (("ebias",) if self.expert_bias
+                                                                                     else ())
         out = [k for k in kinds if (self.qk_norm or k not in QK_NORM_TENSORS) and not (shared and k in KV_TENSORS)]
         out += list(SANDWICH_TENSORS) if spec.sandwich_norms else []
         out += list(PLE_LAYER_TENSORS) if self.ple_dim else []
@@ -174,7 +191,7 @@ class ModelConfig:
                    "gqkv": (s.gdn_conv_dim, s.d), "gz": (vd, s.d), "gb": (hv, s.d), "ga": (hv, s.d),
                    "gconv": (s.gdn_conv_dim, s.conv_taps), "galog": (hv,), "gdt": (hv,), "gnorm": (s.lin_v_dim,),
                    "gout": (s.d, vd),
-                   "router": (s.experts, s.d), "eg": (s.ffn, s.d), "eu": (s.ffn, s.d), "ed": (s.d, s.ffn),
+                   "router": (s.experts, s.d), "ebias": (s.experts,), "eg": (s.ffn, s.d), "eu": (s.ffn, s.d), "ed": (s.d, s.ffn),
                    "an": (s.d,), "fn": (s.d,), "ls": (1,), "pg": (ple, s.d), "pp": (s.d, ple), "pn": (s.d,)}
             for name, k, _ in self.layer_names(i):
                 out[name] = per[k]
@@ -249,6 +266,12 @@ class ModelConfig:
         if self.experts and not (isinstance(self.experts_used, int) and 1 <= self.experts_used <= self.experts):
             raise ModelError(f"{where}: {self.experts_used!r} experts per token; it must be 1..{self.experts} "
                              f"(the experts of a layer)")
+        if not (isinstance(self.dense_layers, int) and 0 <= self.dense_layers <= self.layers) or \
+                (self.dense_layers and not (self.experts and isinstance(self.dense_ffn, int) and self.dense_ffn >= 1)):
+            raise ModelError(f"{where}: {self.dense_layers!r} leading dense layers of width {self.dense_ffn!r}; a "
+                             f"mixture of experts may have 0..{self.layers}, of a positive width")
+        if not (self.routed_scale > 0 and math.isfinite(self.routed_scale)):
+            raise ModelError(f"{where}: routed_scaling_factor = {self.routed_scale!r}; it must be a positive number")
         self._check_gemma(where)
         return self
 
@@ -372,6 +395,8 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
     _hf_no_sliding(cfg, fam, where)
     kinds, taps = _hf_layer_kinds(cfg, fam, layers, where), 0
     experts, used, ffn, norm_topk = _hf_experts(cfg, where) if fam.moe else (0, 0, _hf_ffn(cfg, where), True)
+    sigmoid = _hf_sigmoid_router(cfg, layers, where) if fam.moe_gating == "sigmoid" else {}
+    norm_topk = sigmoid.pop("norm_topk", norm_topk)
     lin: dict[str, int] = {}
     if "conv" in kinds:
         if cfg.get("conv_bias", False):
@@ -385,9 +410,10 @@ def from_hf(cfg: dict, where: str, generation: dict | None = None, name: str = "
         family=fam.name, vocab=int(_need(cfg, "vocab_size", where)), d=d, layers=layers, heads=heads,
         kv_heads=int(cfg.get("num_key_value_heads") or heads), head_dim=head_dim,
         ffn=ffn, norm_eps=float(cfg.get("rms_norm_eps", cfg.get("norm_eps", 1e-6))), layer_kinds=kinds, conv_taps=taps,
-        experts=experts, experts_used=used, norm_topk=norm_topk,
+        experts=experts, experts_used=used, norm_topk=norm_topk, **sigmoid,
         rope_theta=theta, rope_factors=factors, nope_layers=nope, rotary_dim=rotary, **lin,
-        tied=bool(cfg.get("tie_word_embeddings", False)), context=int(cfg.get("max_position_embeddings", 4096)),
+        tied=bool(cfg.get("tie_word_embeddings", cfg.get("tie_embedding", bool(sigmoid)))),
+        context=int(cfg.get("max_position_embeddings", 4096)),
         bos_id=cfg.get("bos_token_id") if isinstance(cfg.get("bos_token_id"), int) else None, eos_ids=eos,
         pad_id=cfg.get("pad_token_id") if isinstance(cfg.get("pad_token_id"), int) else None, name=name,
     ).check(where)
@@ -555,6 +581,26 @@ def _hf_experts(cfg: dict, where: str) -> tuple[int, int, int, bool]:
     return experts, used, width, norm_topk
 
 
+def _hf_sigmoid_router(cfg: dict, layers: int, where: str) -> dict:
+    """LFM2-MoE's routing keys with transformers' Lfm2MoeConfig defaults: the leading dense layers
+    (`num_dense_layers`, 2) and their width (`intermediate_size`), the selection bias
+    (`use_expert_bias`, true), `routed_scaling_factor` (1.0) and `norm_topk_prob` (true)."""
+    dense = cfg.get("num_dense_layers", 2)
+    if isinstance(dense, bool) or not isinstance(dense, int) or not 0 <= dense <= layers:
+        raise ModelError(f"{where}: num_dense_layers = {dense!r}; it must be an integer 0..{layers}")
+    out = {"dense_layers": dense, "dense_ffn": _positive(cfg, "intermediate_size", where) if dense else 0}
+    for key, field_, default in (("use_expert_bias", "expert_bias", True), ("norm_topk_prob", "norm_topk", True)):
+        v = cfg.get(key, default)
+        if not isinstance(v, bool):
+            raise ModelError(f"{where}: {key} = {v!r}; it must be true or false")
+        out[field_] = v
+    scale = cfg.get("routed_scaling_factor", 1.0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+        raise ModelError(f"{where}: routed_scaling_factor = {scale!r}; it must be a positive number")
+    out["routed_scale"] = float(scale)
+    return out
+
+
 def _hf_ffn(cfg: dict, where: str) -> int:
     """The MLP width; LFM2's `block_auto_adjust_ff_dim` shrinks `block_ff_dim` as llama.cpp's converter does
     (2/3, times the multiplier, rounded up to `block_multiple_of`)."""
@@ -635,7 +681,7 @@ def from_gguf(meta: dict[str, Any], where: str, tied: bool, rope_factors: tuple[
             raise ModelError(f"{where}: {arch}.ssm.inner_size {inner} is not a multiple of the "
                              f"{lin['lin_v_heads']} value heads ({arch}.ssm.time_step_rank)")
         lin["lin_v_dim"] = inner // lin["lin_v_heads"]
-    experts, used, ffn = 0, 0, None
+    experts, used, ffn, sigmoid = 0, 0, None, {}
     if fam.moe:
         experts, used = int(get("expert_count")), int(get("expert_used_count"))
         if not 1 <= used <= experts:
@@ -646,6 +692,9 @@ def from_gguf(meta: dict[str, Any], where: str, tied: bool, rope_factors: tuple[
             raise ModelError(f"{where}: {arch}.expert_weights_scale {scale}: scaled routing weights are not "
                              "supported", hint="supported: 1.0")
         ffn = get("expert_feed_forward_length", 0, required=False) or int(get("feed_forward_length")) // used
+        if fam.moe_gating == "sigmoid":
+            sigmoid = _gguf_sigmoid_router(get, arch, layers, where)
+            ffn = _gguf_int(get("expert_feed_forward_length"), f"{arch}.expert_feed_forward_length", where)
     eos = meta.get("tokenizer.ggml.eos_token_id")
     extra_eos = meta.get("tokenizer.ggml.eot_token_id")
     return ModelConfig(
@@ -653,12 +702,33 @@ def from_gguf(meta: dict[str, Any], where: str, tied: bool, rope_factors: tuple[
         kv_heads=int(kv), head_dim=head_dim, layer_kinds=kinds, conv_taps=taps,
         rotary_dim=rot if rot != head_dim else 0, **lin,
         ffn=int(ffn or get("feed_forward_length")), norm_eps=float(get("attention.layer_norm_rms_epsilon")),
-        experts=experts, experts_used=used,
+        experts=experts, experts_used=used, **sigmoid,
         rope_theta=float(get("rope.freq_base", 10000.0)), rope_factors=rope_factors, nope_layers=nope, tied=tied,
         context=int(get("context_length", 4096)), bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_ids=tuple(dict.fromkeys(_ids(eos) + _ids(extra_eos))),
         pad_id=_opt_int(meta.get("tokenizer.ggml.padding_token_id")), name=name,
     ).check(where)
+
+
+SIGMOID_GATING = 2          # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID (gguf.ExpertGatingFuncType)
+
+
+def _gguf_sigmoid_router(get, arch: str, layers: int, where: str) -> dict:
+    """LFM2-MoE's routing keys as llama.cpp's converter writes them: expert_gating_func (sigmoid),
+    leading_dense_block_count, feed_forward_length (the dense layers' width); every routed layer
+    has its exp_probs_b bias and renormalised weights (llama.cpp's lfm2moe graph always renormalises)."""
+    func = get("expert_gating_func")
+    if func != SIGMOID_GATING:
+        raise ModelError(f"{where}: {arch}.expert_gating_func {func!r} is not supported",
+                         hint=f"supported: {SIGMOID_GATING} (sigmoid)")
+    if not bool(get("expert_weights_norm", True, required=False)):
+        raise ModelError(f"{where}: {arch}.expert_weights_norm {get('expert_weights_norm')!r}: routing weights that "
+                         "are not renormalised are not supported", hint="supported: true")
+    dense = get("leading_dense_block_count")
+    if isinstance(dense, bool) or not isinstance(dense, (int, np.integer)) or not 0 <= dense <= layers:
+        raise ModelError(f"{where}: {arch}.leading_dense_block_count = {dense!r}; it must be 0..{layers}")
+    width = _gguf_int(get("feed_forward_length"), f"{arch}.feed_forward_length", where) if dense else 0
+    return {"dense_layers": int(dense), "dense_ffn": width, "expert_bias": True, "norm_topk": True}
 
 
 def _gguf_int(v, key: str, where: str) -> int:

@@ -196,9 +196,9 @@ class Engine:
         image.write_model(backend, self.plan, conv, self.seq_wc, progress)
         self.experts: ExpertServer | None = None
         if self.plan.offload is not None:
-            blob, T = self.plan.offload.blob, conv.tensors
+            blob, T, moe = self.plan.offload.blob, conv.tensors, self.plan.cfg.moe_layers   # offload layer -> layer
             self.experts = ExpertServer(backend, self.plan.offload, lambda l, e: blob.from_packed(
-                T[f"eg.{l}.{e}"], T[f"eu.{l}.{e}"], T[f"ed.{l}.{e}"]))
+                T[f"eg.{moe[l]}.{e}"], T[f"eu.{moe[l]}.{e}"], T[f"ed.{moe[l]}.{e}"]))
             self.experts.reset()
         self.kv = KVStore(opts.pages)
         self.core_hz = core_hz or target.core_hz

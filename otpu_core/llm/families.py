@@ -1,4 +1,5 @@
-"""Model families as data: what differs between Qwen3, Llama, SmolLM3, LFM2, Qwen3.5, Qwen3-MoE and Gemma 4 decoders, and tensor names.
+"""Model families as data: what differs between Qwen3, Llama, SmolLM3, LFM2, Qwen3.5, Qwen3-MoE, LFM2-MoE and Gemma 4
+decoders, and tensor names.
 
 A family is a row of facts, not code: the architecture names a Hugging Face `config.json` or a
 GGUF file uses for it, whether it has per-head q/k RMSNorm, whether llama.cpp's converter
@@ -29,7 +30,11 @@ MTP layer are not read.
 Mixture of experts: a family with `moe` (Qwen3-MoE) replaces every layer's SwiGLU MLP by a
 router (`router`, [experts, d]) and `experts` SwiGLU experts (`eg`, `eu`, `ed`; canonical names
 carry the expert after the layer, `eg.3.5`). Hugging Face stores one tensor per expert; GGUF
-stacks a layer's experts in one tensor ([experts, out, in]), which the loader splits.
+stacks a layer's experts in one tensor ([experts, out, in]), which the loader splits. LFM2-MoE
+(`lfm2moe`) is LFM2's layers with that MLP after the config's leading dense layers
+(`ModelConfig.dense_layers`, which keep a dense MLP of their own width) and a router whose
+scores are sigmoids (`moe_gating`): the top-k is taken over score + a per-expert bias (`ebias`,
+llama.cpp's `exp_probs_b`), the chosen experts weighted by their unbiased scores.
 
 Gemma 4's decoder differs in fields, not names: the MLP's activation (`act`: gelu with the tanh
 approximation), the embedding scaled by sqrt(hidden) (`embed_scaled`), norms after the mixer
@@ -75,6 +80,7 @@ class Family:
     unit_scores: bool = False        # attention scores q.k without the 1/sqrt(head_dim)
     layer_scalar: bool = False       # each layer's output times its scalar `ls`
     hf_text_prefix: str = ""                        # multimodal files: the text model's tensors under this prefix
+    moe_gating: str = "softmax"      # router scores: "softmax" over every expert, or each expert's "sigmoid"
 
     def hf_name(self, canon: str) -> str:
         return dict(self.hf_names).get(canon) or {**LAYER_TENSORS, **GLOBAL_TENSORS}[canon][0]
@@ -82,6 +88,14 @@ class Family:
     def gguf_name(self, canon: str) -> str:
         return dict(self.gguf_names).get(canon) or {**LAYER_TENSORS, **GLOBAL_TENSORS}[canon][1]
 
+
+LFM2_NAMES = (("ln1", "model.layers.{i}.operator_norm.weight"), ("ln2", "model.layers.{i}.ffn_norm.weight"),
+              ("wo", "model.layers.{i}.self_attn.out_proj.weight"),
+              ("qn", "model.layers.{i}.self_attn.q_layernorm.weight"),
+              ("kn", "model.layers.{i}.self_attn.k_layernorm.weight"),
+              ("wg", "model.layers.{i}.feed_forward.w1.weight"), ("wu", "model.layers.{i}.feed_forward.w3.weight"),
+              ("wd", "model.layers.{i}.feed_forward.w2.weight"), ("final_norm", "model.embedding_norm.weight"))
+LFM2_LAYER_TYPES = (("full_attention", "attention"), ("conv", "conv"))
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("qwen3", ("Qwen3ForCausalLM",), ("qwen3",), qk_norm=True, gguf_permuted_qk=False,
@@ -92,13 +106,14 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            sampling=Sampling(0.6, 40, 0.95, 1.0)),
     Family("lfm2", ("Lfm2ForCausalLM",), ("lfm2",), qk_norm=True, gguf_permuted_qk=False,
            sampling=Sampling(0.3, 50, 1.0, 1.05),
-           layer_types=(("full_attention", "attention"), ("conv", "conv")),
-           hf_names=(("ln1", "model.layers.{i}.operator_norm.weight"), ("ln2", "model.layers.{i}.ffn_norm.weight"),
-                     ("wo", "model.layers.{i}.self_attn.out_proj.weight"),
-                     ("qn", "model.layers.{i}.self_attn.q_layernorm.weight"),
-                     ("kn", "model.layers.{i}.self_attn.k_layernorm.weight"),
-                     ("wg", "model.layers.{i}.feed_forward.w1.weight"), ("wu", "model.layers.{i}.feed_forward.w3.weight"),
-                     ("wd", "model.layers.{i}.feed_forward.w2.weight"), ("final_norm", "model.embedding_norm.weight")),
+           layer_types=LFM2_LAYER_TYPES, hf_names=LFM2_NAMES, gguf_names=(("final_norm", "token_embd_norm.weight"),)),
+    Family("lfm2moe", ("Lfm2MoeForCausalLM",), ("lfm2moe",), qk_norm=True, gguf_permuted_qk=False,
+           sampling=Sampling(0.3, 50, 1.0, 1.05), layer_types=LFM2_LAYER_TYPES, moe=True, moe_gating="sigmoid",
+           hf_names=LFM2_NAMES + (("router", "model.layers.{i}.feed_forward.gate.weight"),
+                                  ("eg", "model.layers.{i}.feed_forward.experts.{e}.w1.weight"),
+                                  ("eu", "model.layers.{i}.feed_forward.experts.{e}.w3.weight"),
+                                  ("ed", "model.layers.{i}.feed_forward.experts.{e}.w2.weight"),
+                                  ("ebias", "model.layers.{i}.feed_forward.expert_bias")),
            gguf_names=(("final_norm", "token_embd_norm.weight"),)),
     Family("qwen35", ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"), ("qwen35",), qk_norm=True,
            gguf_permuted_qk=False, hf_text_prefix="model.language_model.",
@@ -147,6 +162,7 @@ LAYER_TENSORS: dict[str, tuple[str, str]] = {
     "eg": ("model.layers.{i}.mlp.experts.{e}.gate_proj.weight", "blk.{i}.ffn_gate_exps.weight"),
     "eu": ("model.layers.{i}.mlp.experts.{e}.up_proj.weight", "blk.{i}.ffn_up_exps.weight"),
     "ed": ("model.layers.{i}.mlp.experts.{e}.down_proj.weight", "blk.{i}.ffn_down_exps.weight"),
+    "ebias": ("model.layers.{i}.mlp.expert_bias", "blk.{i}.exp_probs_b.bias"),   # added to the scores for the top-k
     # Gemma 4: the norms after the mixer and the MLP, the layer's output scalar, the per-layer input
     "an": ("model.layers.{i}.post_attention_norm.weight", "blk.{i}.post_attention_norm.weight"),
     "fn": ("model.layers.{i}.post_feedforward_norm.weight", "blk.{i}.post_ffw_norm.weight"),
@@ -181,7 +197,7 @@ GLOBAL_TENSORS: dict[str, tuple[str, str]] = {
 PLE_GLOBAL_TENSORS = ("ple", "plp", "pln")
 QK_NORM_TENSORS = ("qn", "kn")
 NORM_TENSORS = ("ln1", "ln2", "qn", "kn", "conv", "gconv", "galog", "gdt", "gnorm", "an", "fn", "ls", "pn",
-                "pln")   # kept fp32 (conv taps, gates, scalars too)
+                "pln", "ebias")   # kept fp32 (conv taps, gates, scalars too)
 DEPTHWISE_TENSORS = ("conv", "gconv")     # nn.Conv1d's [channels, 1, taps] in Hugging Face files, [channels, taps] here
 # tensors whose presence means a computation this layer does not do (refused, never ignored)
 REFUSED_SUFFIXES = (".bias",)

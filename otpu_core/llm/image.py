@@ -1,7 +1,7 @@
 """Writing a converted model into card DRAM at the places its `ImagePlan` gives.
 
 `write_model(backend, plan, conv)` writes every layer block of its kind (norms, the rope gate, the
-quantised projections, W_down's parts or a mixture of experts' router; a convolution block's
+quantised projections, W_down's parts or a mixture of experts' router (and selection bias); a convolution block's
 taps as [taps, d] and its rings zeroed; a DeltaNet block's taps as [taps, C], its gate constants
 and norm, its rings and states zeroed) and zeroes its KV pool (stale bits in a scale would turn into NaN
 when the attention multiplies padding by zero), the final norm, LM head and embedding table,
@@ -24,7 +24,7 @@ from ..kernels.attention import mask_table
 from .convert import Converted
 from .errors import ModelError
 from ..kernels.mailbox import BYTES as MAILBOX_BYTES
-from .layout import KMAX, ImagePlan, conv_runs
+from .layout import KMAX, ImagePlan, block_of, conv_runs
 
 ZERO_CHUNK = 16 << 20
 
@@ -107,13 +107,13 @@ def write_model(backend, plan: ImagePlan, conv: Converted, seq_wc: bool = False,
     for l, kind in enumerate(cfg.kinds if plan.gemma is None else ()):
         if progress is not None:
             progress(l, total, f"layer {l}")
-        block = cfg.kind_layers(kind).index(l)
+        blocks, block = block_of(cfg, l)
         if kind == "conv":
-            Ly = plan.conv.at(block)
+            Ly = (plan.conv_dense if blocks == "dense" else plan.conv).at(block)
             backend.write(Ly.taps.base.const, np.ascontiguousarray(np.asarray(T[f"conv.{l}"], np.float32).T))
             for k in ("cin", "cout"):
                 _packed(backend, getattr(Ly, k), T[f"{k}.{l}"], f"{k}.{l}")
-            _zeros(backend, Ly.ring.base.const, plan.conv.slot_stride * plan.opts.slots)
+            _zeros(backend, Ly.ring.base.const, Ly.slot_stride * plan.opts.slots)
         elif kind == "deltanet":
             Ly = plan.gdn.at(block)
             backend.write(Ly.taps.base.const, np.ascontiguousarray(np.asarray(T[f"gconv.{l}"], np.float32).T))
@@ -133,8 +133,10 @@ def write_model(backend, plan: ImagePlan, conv: Converted, seq_wc: bool = False,
             _zeros(backend, Ly.kv.k.const, plan.opts.pages * plan.layer.page_stride)
         backend.write(Ly.ln1.base.const, T[f"ln1.{l}"])
         backend.write(Ly.ln2.base.const, T[f"ln2.{l}"])
-        if cfg.experts:                   # the experts reach the offload slots through the host (llm/offload.py)
+        if cfg.moe_layer(l):              # the experts reach the offload slots through the host (llm/offload.py)
             _packed(backend, Ly.router, T[f"router.{l}"], f"router.{l}")
+            if Ly.ebias is not None:
+                backend.write(Ly.ebias.base.const, np.asarray(T[f"ebias.{l}"], np.float32))
             continue
         for k in ("wg", "wu"):
             _packed(backend, getattr(Ly, k), T[f"{k}.{l}"], f"{k}.{l}")

@@ -26,8 +26,10 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
   fp32 (C = q, k, v channels), A_log, dt_bias and the gated norm's weight fp32, in_proj_qkv,
   in_proj_z, in_proj_b, in_proj_a, out_proj, the MLP, then per sequence slot its convolution
   ring [4 taps - 4, C] and its state, every value head's [dv, dk] fp32 rows (kernels/deltanet.py:
-  DSTEP reads and writes them in place). A mixture of experts' attention block holds its router
-  in place of the MLP. After the blocks: the final norm, the LM head and the embedding table (`embed_kind`:
+  DSTEP reads and writes them in place). A mixture of experts' attention (and convolution) block
+  holds its router (and LFM2-MoE's selection bias, fp32) in place of the MLP; LFM2-MoE's leading
+  dense layers (convolution layers before the first attention layer) have convolution blocks of
+  their own after the routed ones (`conv_dense`, `block_of`), with the dense MLP of their width. After the blocks: the final norm, the LM head and the embedding table (`embed_kind`:
   fp32 rows gathered by one LD when the table is at most 64 MiB, else int8 rows gathered through
   the MXU: the head itself when it is tied and int8); then, for a mixture of experts, the
   offload area (kernels/moe.py `OffloadLayout`: the mailbox, the expert directory and
@@ -161,10 +163,11 @@ class LayerPlan:
     head_stride: int            # bytes between KV heads of one page
     convs_after: Tensor | None = None   # two-kind models: the count of convolution layers after this one (fp32)
     router: QTensor | None = None       # a mixture of experts (wg, wu, wd are then None)
+    ebias: Tensor | None = None         # its selection bias (LFM2-MoE)
 
     def at(self, l) -> "LayerPlan":
         delta = Affine.of(l) * self.stride
-        names = [f.name for f in dataclasses.fields(self)[:13]] + ["convs_after", "router"]
+        names = [f.name for f in dataclasses.fields(self)[:13]] + ["convs_after", "router", "ebias"]
         return dataclasses.replace(self, **{n: ol.shift(getattr(self, n), delta) for n in names
                                             if getattr(self, n) is not None})
 
@@ -183,7 +186,8 @@ class _RingedBlocks:
         delta = Affine.of(l) * self.stride + base
         return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
                                             for f in dataclasses.fields(self)
-                                            if f.name not in ("stride", "slot_stride")})
+                                            if f.name not in ("stride", "slot_stride")
+                                            and getattr(self, f.name) is not None})
 
     def ring_of(self, slot: int) -> Tensor:
         return ol.shift(self.ring, slot * self.slot_stride)
@@ -197,12 +201,14 @@ class ConvLayerPlan(_RingedBlocks):
     taps: Tensor                # [taps, d] fp32: tap k multiplies position p - (taps-1) + k
     cin: QTensor                # [3d, d]: rows B, C, x
     cout: QTensor
-    wg: QTensor
-    wu: QTensor
-    wd: QTensor
+    wg: QTensor | None          # None in a mixture of experts' routed blocks
+    wu: QTensor | None
+    wd: QTensor | None
     ring: Tensor                # slot 0's ring [ring_rows(taps), d] fp32
     stride: int
     slot_stride: int
+    router: QTensor | None = None       # a mixture of experts: the router, its selection bias
+    ebias: Tensor | None = None
 
 
 
@@ -350,11 +356,21 @@ def card_config(cfg: ModelConfig, D: int) -> ModelConfig:
     return cfg.with_(head_dim=padded, real_head_dim=cfg.head_dim)
 
 
+def block_of(cfg: ModelConfig, layer: int) -> tuple[str, int]:
+    """The blocks that hold a layer (its kind's, or "dense": a mixture of experts' leading dense
+    layers, which have blocks of their own) and its index among them."""
+    if layer < cfg.dense_layers:
+        return "dense", layer
+    kind = cfg.kinds[layer]
+    return kind, [i for i in cfg.kind_layers(kind) if i >= cfg.dense_layers].index(layer)
+
+
 def conv_runs(cfg: ModelConfig) -> tuple[int, list[tuple[int, int]]]:
     """A mixed model's order as (convolution layers before the first attention layer, and per
-    attention layer the (first block, count) of the convolution layers that follow it)."""
+    attention layer the (first block, count) of the convolution layers that follow it), past the
+    leading dense layers of a mixture of experts."""
     lead, after, conv = 0, [], 0
-    for kind in cfg.kinds:
+    for kind in cfg.kinds[cfg.dense_layers:]:
         if kind == "attention":
             after.append([conv, 0])
         elif after:
@@ -407,6 +423,7 @@ class ImagePlan:
     gdn_rows: Tensor | None = None        # [rows, C] fp32: a multi-row run's convolved q/k/v channels
     offload: OffloadLayout | None = None  # a mixture of experts: mailbox, directory, slots
     gemma: GemmaBlocks | None = None      # Gemma 4's per-layer blocks
+    conv_dense: ConvLayerPlan | None = None   # a mixture of experts' leading dense (convolution) layers
 
     @property
     def other(self):
@@ -487,7 +504,7 @@ def check_fits(cfg: ModelConfig, tcfg: Config, opts: ImageOptions) -> None:
             raise ModelError(f"{cfg.name}: DeltaNet heads of {cfg.lin_k_dim} keys x {cfg.lin_v_dim} values; DSTEP "
                              f"takes {cols} keys and at most {isa.DSTEP_MAX_ROWS} values")
     fc = f_chunk_for(cfg.ffn, D, opts.f_chunk, card_format(opts.fmt).layer_wf)
-    if fc == 0 or any(f % fc for f in set(cfg.layer_ffn) | {cfg.ffn}):
+    if fc == 0 or any(f % fc for f in set(cfg.layer_ffn) | {cfg.ffn} | ({cfg.dense_ffn} if cfg.dense_layers else set())):
         raise ModelError(f"{cfg.name}: ffn {cfg.ffn} has no chunk that is a multiple of D={D} (at most 1024) "
                          "and divides every layer's MLP width")
     if cfg.global_head_dim % D or cfg.ple_dim % D:
@@ -500,8 +517,14 @@ def check_fits(cfg: ModelConfig, tcfg: Config, opts: ImageOptions) -> None:
         raise ModelError(f"KV page of {opts.page} tokens is not a multiple of D={D}")
     if opts.ctx % opts.page:
         raise ModelError(f"context {opts.ctx} is not a whole number of {opts.page}-token pages")
-    if max(cfg.d, cfg.heads * cfg.head_dim, cfg.ffn) > tcfg.ACT_BLOCKS * D:
-        raise ModelError(f"{cfg.name}: a matmul input of {max(cfg.d, cfg.heads * cfg.head_dim, cfg.ffn)} exceeds the "
+    if cfg.dense_layers and (set(cfg.kinds[:cfg.dense_layers]) != {"conv"} or "attention" not in cfg.kinds
+                             or cfg.kinds.index("attention") < cfg.dense_layers):
+        raise ModelError(f"{cfg.name}: leading dense layers of kinds {list(cfg.kinds[:cfg.dense_layers])}: the card "
+                         "runs a mixture of experts' dense layers as convolution layers before the first attention "
+                         "layer", hint="as LFM2-8B-A1B's: its first two layers")
+    widest = max(cfg.d, cfg.heads * cfg.head_dim, cfg.ffn, cfg.dense_ffn)
+    if widest > tcfg.ACT_BLOCKS * D:
+        raise ModelError(f"{cfg.name}: a matmul input of {widest} exceeds the "
                          f"card's ACT RAM ({tcfg.ACT_BLOCKS} blocks of {D})")
     if not 1 <= opts.rows <= tcfg.MCOLS * 4:
         raise ModelError(f"prefill rows {opts.rows}: must be 1..{tcfg.MCOLS * 4}")
@@ -531,7 +554,7 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     sin = Tensor(cur.take(4 * opts.ctx * cfg.head_dim // 2), (opts.ctx, cfg.head_dim // 2))
     mask = Tensor(cur.take(4 * P * P), (P, P))
     tri = Tensor(cur.take(4 * KMAX * KMAX), (KMAX, KMAX))
-    n_attn, n_conv = len(cfg.kind_layers("attention")), len(cfg.kind_layers("conv"))
+    n_attn, n_conv = len(cfg.kind_layers("attention")), len(cfg.kind_layers("conv")) - cfg.dense_layers
     n_gdn = len(cfg.kind_layers("deltanet"))
     gemma = None
     if "sliding" in cfg.kinds:
@@ -543,9 +566,28 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     wf = fmt.layer_wf
     fc = f_chunk_for(cfg.ffn, D, opts.f_chunk, wf)
 
-    def mlp(lc: _Cursor) -> tuple[QTensor, QTensor, QTensor]:
-        wg, wu = _weight(lc, cfg.ffn, d, wf, D), _weight(lc, cfg.ffn, d, wf, D)
-        return wg, wu, _parts(lc, d, cfg.ffn, fc, wf, D)
+    def mlp(lc: _Cursor, f: int = cfg.ffn) -> tuple[QTensor, QTensor, QTensor]:
+        wg, wu = _weight(lc, f, d, wf, D), _weight(lc, f, d, wf, D)
+        return wg, wu, _parts(lc, d, f, fc, wf, D)
+
+    def ffn(lc: _Cursor) -> tuple:
+        """A block's MLP (wg, wu, wd), or a mixture of experts' router and selection bias instead."""
+        if not cfg.experts:
+            return mlp(lc) + (None, None)
+        router = _weight(lc, cfg.experts, d, fmt.head_wf, D)
+        return None, None, None, router, Tensor(lc.take(4 * cfg.experts), (cfg.experts,)) if cfg.expert_bias else None
+
+    def conv_blocks(lc: _Cursor, mlp_parts) -> ConvLayerPlan:
+        start = lc.at
+        ln1, ln2, taps = Tensor(lc.take(4 * d), (d,)), Tensor(lc.take(4 * d), (d,)), cfg.conv_taps
+        tw = Tensor(lc.take(4 * taps * d), (taps, d))
+        cin, cout = _weight(lc, 3 * d, d, wf, D), _weight(lc, d, d, wf, D)
+        wg, wu, wd, router, ebias = mlp_parts(lc)
+        slot_stride = -(-4 * ring_rows(taps) * d // ALIGN) * ALIGN
+        ring = Tensor(lc.take(slot_stride * opts.slots), (ring_rows(taps), d))
+        unit = math.lcm(BLOCK_ALIGN, 4 * d)           # whole ring rows: a block's ring is m0's register moved
+        stride = -(-(lc.at - start) // unit) * unit
+        return ConvLayerPlan(ln1, ln2, tw, cin, cout, wg, wu, wd, ring, stride, slot_stride, router, ebias)
 
     at, layer, conv = layers_at, None, None
     if n_attn:
@@ -557,8 +599,7 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         wq = _weight(lc, 2 * q if cfg.attn_gate else q, d, wf, D)       # with the output gates' rows (Qwen3.5)
         wk, wv = _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
         wo = _weight(lc, d, q, wf, D)
-        router = _weight(lc, cfg.experts, d, fmt.head_wf, D) if cfg.experts else None
-        wg, wu, wd = mlp(lc) if not cfg.experts else (None, None, None)
+        wg, wu, wd, router, ebias = ffn(lc)
         kb_h = hd // D
         kv0 = KVCache(lc.take(P * hd), lc.take(4 * P * kb_h), lc.take(hd * P), lc.take(4 * P), P, hd)
         head_stride = kv0.v_scale.const + 4 * P - kv0.k.const
@@ -567,20 +608,15 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         lc.at = kv0.k.const + page_stride * opts.pages
         stride = -(-(lc.at - at) // BLOCK_ALIGN) * BLOCK_ALIGN
         layer = LayerPlan(ln1, ln2, qn, kn, gate, wq, wk, wv, wo, wg, wu, wd, kv0, stride, page_stride, head_stride,
-                          after, router)
+                          after, router, ebias)
         at += n_attn * stride
+    conv_dense = None
     if n_conv:
-        lc, taps = _Cursor(at), cfg.conv_taps
-        ln1, ln2 = Tensor(lc.take(4 * d), (d,)), Tensor(lc.take(4 * d), (d,))
-        tw = Tensor(lc.take(4 * taps * d), (taps, d))
-        cin, cout = _weight(lc, 3 * d, d, wf, D), _weight(lc, d, d, wf, D)
-        wg, wu, wd = mlp(lc)
-        slot_stride = -(-4 * ring_rows(taps) * d // ALIGN) * ALIGN
-        ring = Tensor(lc.take(slot_stride * opts.slots), (ring_rows(taps), d))
-        unit = math.lcm(BLOCK_ALIGN, 4 * d)           # whole ring rows: a block's ring is m0's register moved
-        stride = -(-(lc.at - at) // unit) * unit
-        conv = ConvLayerPlan(ln1, ln2, tw, cin, cout, wg, wu, wd, ring, stride, slot_stride)
-        at += n_conv * stride
+        conv = conv_blocks(_Cursor(at), ffn)
+        at += n_conv * conv.stride
+    if cfg.dense_layers:           # their own blocks: a dense MLP of the dense layers' width
+        conv_dense = conv_blocks(_Cursor(at), lambda lc: mlp(lc, cfg.dense_ffn) + (None, None))
+        at += cfg.dense_layers * conv_dense.stride
     gdn = None
     if n_gdn:
         gdn = _gdn_plan(_Cursor(at), cfg, opts, wf, D, mlp)
@@ -599,7 +635,7 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     offload = None
     if cfg.experts:
         try:
-            offload = OffloadLayout(gc.take(1, BLOCK_ALIGN), cfg.layers, cfg.experts, cfg.experts_used,
+            offload = OffloadLayout(gc.take(1, BLOCK_ALIGN), len(cfg.moe_layers), cfg.experts, cfg.experts_used,
                                     opts.expert_slots or cfg.experts, ExpertBlob(d, cfg.ffn, fc, wf, D))
         except ValueError as e:
             raise ModelError(f"{cfg.name}: --expert-slots {opts.expert_slots}: {e}") from None
@@ -616,7 +652,7 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
                          (" or fewer --expert-slots" if cfg.experts else ""))
     return ImagePlan(cfg, opts, D, fmt, layer, final_norm, head, embed, cos, sin, mask, tri, logits, mailbox, chain,
                      slot_io, halt_slot, slots, prog_bytes, layers_at, end, ekind, conv, conv_runs(cfg)[0], gdn,
-                     gdn_rows, offload, gemma)
+                     gdn_rows, offload, gemma, conv_dense)
 
 
 def _gdn_plan(lc: _Cursor, cfg: ModelConfig, opts: ImageOptions, wf: int, D: int, mlp) -> GdnLayerPlan:

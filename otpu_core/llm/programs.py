@@ -14,7 +14,8 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
   channels, then one delta-rule step per row over the slot's state in DRAM (kernels/deltanet.py);
   a mixture of experts' MLP is `kernels.moe` (the router MM, top-k and the directory lookup on
   the card, a mailbox request when a chosen expert is absent; a run of several rows
-  expert-major), its layer's first global expert id counted on the card.
+  expert-major; LFM2-MoE's sigmoid router with its selection bias, its leading dense layers
+  straight-line on their own blocks), its layer's first global expert id counted on the card.
   Gemma 4's layers have a block each, a run of one shape a hardware loop (`_gemma_layers`):
   sliding layers attend over their window of pages, the KV-sharing ones over an earlier layer's pages, scores with q.k
   unscaled, the sandwich norms, GeGLU, the per-layer inputs (the token's row of the table is
@@ -53,7 +54,7 @@ from ..kernels.embedding import embed
 from ..kernels.mailbox import host_row
 from ..kernels.mlp import UNROLL as MLP_UNROLL
 from ..kernels.mlp import geglu_mlp, swiglu_mlp
-from ..kernels.moe import moe_ffn, moe_ffn_rows
+from ..kernels.moe import SigmoidGate, moe_ffn, moe_ffn_rows
 from ..kernels.norm import rmsnorm, rmsnorm_quantized
 from ..kernels.rope import rope
 from ..kernels.sampling import SampleParams, head_choice
@@ -428,21 +429,34 @@ def _experts(plan: ImagePlan, Ly, h: Tile, first: Tile) -> Tile:
     and for every expert alike), then its routed experts, for several rows expert-major
     (`moe_ffn_rows`) unless its accumulators would crowd TMEM, else row by row (`moe_ffn`).
     `first`: this layer's first global expert id, a (1,) tile."""
-    ln2, d, lay = ol.load(Ly.ln2), plan.cfg.d, plan.offload
+    cfg, ln2, d, lay = plan.cfg, ol.load(Ly.ln2), plan.cfg.d, plan.offload
+    gate = None
+    if cfg.spec.moe_gating == "sigmoid":
+        gate = SigmoidGate(ol.load(Ly.ebias) if Ly.ebias is not None else None, cfg.routed_scale)
 
     def norm(x: Tile) -> Tile:
-        return (x * ol.rsqrt(ol.sum(x * x) * (1.0 / d) + plan.cfg.norm_eps)) * ln2
+        return (x * ol.rsqrt(ol.sum(x * x) * (1.0 / d) + cfg.norm_eps)) * ln2
     if h.ndim == 1:
-        return moe_ffn(norm(h), Ly.router, lay, first, plan.cfg.norm_topk)
+        return moe_ffn(norm(h), Ly.router, lay, first, cfg.norm_topk, gate)
     R = h.shape[0]
     y = ol.empty(h.shape)
     if (lay.k * R + 1) * (d + 1) > ol.config().TMEM_WORDS // EXPERT_MAJOR_TMEM:
         for r in range(R):                # the rank accumulators would crowd TMEM: row by row
-            y[r].set(moe_ffn(norm(h[r]), Ly.router, lay, first, plan.cfg.norm_topk))
+            y[r].set(moe_ffn(norm(h[r]), Ly.router, lay, first, cfg.norm_topk, gate))
         return y
     for r in range(R):
         y[r].set(norm(h[r]))
-    return moe_ffn_rows(y, Ly.router, lay, first, plan.cfg.norm_topk)
+    return moe_ffn_rows(y, Ly.router, lay, first, cfg.norm_topk, gate)
+
+
+def _ffn(plan: ImagePlan, Ly, h: Tile, split: bool, first: Tile | None) -> Tile:
+    """A block's MLP: its routed experts when it has a router (`first`, this layer's first global
+    expert id, then moves on to the next routed layer's), else the dense one."""
+    if first is None or Ly.router is None:       # no experts in the model, or a dense layer of one
+        return _mlp(plan, Ly, h, split)
+    y = _experts(plan, Ly, h, first)
+    first += float(plan.cfg.experts)
+    return y
 
 
 def _row_loop(rows: _Rows):
@@ -568,7 +582,9 @@ def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
     (or DeltaNet) layers before the first attention layer, then a loop over the attention layers,
     each followed by a loop over its run of the other kind's layers (the count RLD'd from the attention block, the
     block from a counter on the card: a loop of run-time count cannot step addresses), so each kind's body is traced once whatever the order; a body inside the inner loop
-    keeps its MLP unrolled (loops nest at most four deep, and the generate loop uses two)."""
+    keeps its MLP unrolled (loops nest at most four deep, and the generate loop uses two; a mixture
+    of experts' routed MLP adds no loop level to a one-row run, and two to an expert-major one).
+    LFM2-MoE's leading dense layers run straight before them, on their own blocks."""
     cfg = plan.cfg
     if plan.gemma is not None:
         return _gemma_layers(plan, h, rows)
@@ -576,23 +592,22 @@ def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
 
     mixers = {"conv": _conv, "deltanet": _deltanet}
 
+    first = ol.full((1,), 0.0) if plan.offload is not None else None     # the layer's first global expert id
+
     def other_layer(Ly, split=False, block=None):
         nonlocal h
         h += mixers[other_kind](plan, Ly, h, rows, block)
-        h += _mlp(plan, Ly, h, split)
+        h += _ffn(plan, Ly, h, split, first)
 
     if not plan.mixed and cfg.kinds[0] == "attention":
-        first = ol.full((1,), 0.0) if plan.offload is not None else None     # the layer's first global expert id
         for li in ol.range(cfg.layers):
             Ly = plan.layer.at(li)
             h += _attention(plan, Ly, h, rows, cos, sin)
-            if first is None:
-                h += _mlp(plan, Ly, h, False)
-            else:
-                h += _experts(plan, Ly, h, first)
-                first += float(cfg.experts)
+            h += _ffn(plan, Ly, h, False, first)
         return h
     other_kind = next(k for k in cfg.kinds if k != "attention")
+    for i in range(cfg.dense_layers):      # a mixture of experts' leading dense layers: their own blocks, unrolled
+        other_layer(plan.conv_dense.at(i))
     other, lead = plan.other, plan.lead_convs if plan.mixed else cfg.layers
     # NOTE: a loop over these blocks counts them on the card rather than stepping an address register:
     # the ring's m0 is rld'd at its first use, inside the loop, and a loop-stepped address cannot add a
@@ -610,7 +625,7 @@ def _layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
     for a in ol.range(len(cfg.kind_layers("attention"))):
         Ly = plan.layer.at(a)
         h += _attention(plan, Ly, h, rows, cos, sin)
-        h += _mlp(plan, Ly, h, False)
+        h += _ffn(plan, Ly, h, False, first)
         for _ in ol.range(ol.rld(ol.load(Ly.convs_after))):
             other_layer(other.at(0, ol.rld(block, scale=other.stride)), split=True, block=block)
             block += 1.0

@@ -10,7 +10,8 @@
   its attention: RoPE on the first rotary_dim dims of a head, the output times sigmoid(gate); a
   mixture of experts (Qwen3-MoE): the router's softmax over every expert, the k most probable
   (ties: the lower index), their probabilities (renormalised to sum to 1 with `norm_topk`), the
-  weighted sum of their SwiGLU outputs; Gemma 4 (every field of families/config it has): the
+  weighted sum of their SwiGLU outputs; LFM2-MoE's sigmoid router (the k best of sigmoid +
+  bias, weighted by the unbiased sigmoids) past its leading dense layers; Gemma 4 (every field of families/config it has): the
   embedding times sqrt(hidden), sliding layers over their last `sliding_window` positions and full layers with their own head width and (proportional) RoPE,
   the last `kv_shared` layers attending over an earlier layer's KV, v normed without a weight,
   scores without 1/sqrt(head_dim), the norms after the mixer and the MLP, GeGLU, the per-layer
@@ -44,6 +45,7 @@ from ..kernels import reference as R
 from .config import ModelConfig
 
 MASKED = -1.0e30
+SIGMOID_NORM_EPS = 1e-6       # transformers' Lfm2MoeTopKRouter: weights / (sum + 1e-6)
 LOG2E = 1.4426950408889634
 
 
@@ -261,13 +263,23 @@ class Golden:
         return y
 
     def _experts(self, li: int, xn: np.ndarray) -> np.ndarray:
-        """The routed experts' weighted sum (Qwen3-MoE; renormalised with norm_topk_prob)."""
+        """The routed experts' weighted sum (Qwen3-MoE; renormalised with norm_topk_prob). A sigmoid
+        router (LFM2-MoE): scores sigmoid(logits), the k best of score + ebias, weighted by their
+        unbiased scores (renormalised over the k as transformers does, sum + 1e-6), times routed_scale."""
+        cfg = self.cfg
         logits = xn @ self.w.get(f"router.{li}").T
-        p = np.exp(logits - logits.max())
-        p /= p.sum()
-        best = np.argsort(-logits, kind="stable")[:self.cfg.experts_used]
+        if cfg.spec.moe_gating == "sigmoid":
+            p = R.sigmoid(logits)
+            pick = p + self.w.get(f"ebias.{li}") if cfg.expert_bias else p
+            best = np.argsort(-pick, kind="stable")[:cfg.experts_used]
+            weights = p[best] / (p[best].sum() + SIGMOID_NORM_EPS) if cfg.norm_topk else p[best]
+            weights = weights * cfg.routed_scale
+        else:
+            p = np.exp(logits - logits.max())
+            p /= p.sum()
+            best = np.argsort(-logits, kind="stable")[:cfg.experts_used]
+            weights = p[best] / p[best].sum() if cfg.norm_topk else p[best]
         self.routes.append(tuple(int(e) for e in best))
-        weights = p[best] / p[best].sum() if self.cfg.norm_topk else p[best]
         return sum(wj * self._gated_mlp(xn, f"eg.{li}.{e}", f"eu.{li}.{e}", f"ed.{li}.{e}")
                    for wj, e in zip(weights, best))
 
@@ -299,7 +311,7 @@ class Golden:
             mixer = {"conv": self._conv, "deltanet": self._deltanet}.get(kind)
             h = h + self._post(f"an.{li}", mixer(li, xn) if mixer else self._attention(li, xn, c, s))
             xn = self._act(R.rmsnorm(h, w.get(f"ln2.{li}"), cfg.norm_eps))
-            y = self._experts(li, xn) if cfg.experts else self._gated_mlp(xn, f"wg.{li}", f"wu.{li}", f"wd.{li}")
+            y = self._experts(li, xn) if cfg.moe_layer(li) else self._gated_mlp(xn, f"wg.{li}", f"wu.{li}", f"wd.{li}")
             h = h + self._post(f"fn.{li}", y)
             if per is not None:
                 g = act(self._act(h) @ w.get(f"pg.{li}").T) * per[li]

@@ -158,7 +158,14 @@ def hf_config(cfg: ModelConfig, rope_scaling: dict | None = None) -> dict:
         out["rope_parameters"] = {"rope_type": "default", "rope_theta": out.pop("rope_theta"),
                                   "partial_rotary_factor": cfg.rot_dim / cfg.head_dim, "mrope_interleaved": True,
                                   "mrope_section": [11, 11, 10]}
-    if fam.moe:                       # Qwen3-MoE: every layer routed, the chosen experts' weights renormalised
+    if fam.moe and fam.moe_gating == "sigmoid":      # LFM2-MoE (transformers' Lfm2MoeConfig keys)
+        for k in ("block_auto_adjust_ff_dim", "block_ff_dim"):
+            out.pop(k, None)
+        out.update(model_type="lfm2_moe", num_experts=cfg.experts, num_experts_per_tok=cfg.experts_used,
+                   moe_intermediate_size=cfg.ffn, intermediate_size=cfg.dense_ffn or cfg.ffn,
+                   num_dense_layers=cfg.dense_layers, use_expert_bias=cfg.expert_bias, norm_topk_prob=cfg.norm_topk,
+                   routed_scaling_factor=cfg.routed_scale)
+    elif fam.moe:                     # Qwen3-MoE: every layer routed, the chosen experts' weights renormalised
         out.update(model_type="qwen3_moe", num_experts=cfg.experts, num_experts_per_tok=cfg.experts_used,
                    moe_intermediate_size=cfg.ffn, norm_topk_prob=cfg.norm_topk, decoder_sparse_step=1,
                    mlp_only_layers=[])
@@ -263,13 +270,18 @@ def write_gguf(path: Path, cfg: ModelConfig, weights: dict[str, np.ndarray], tk=
     w.add_context_length(cfg.context)
     w.add_embedding_length(cfg.d)
     w.add_block_count(cfg.layers + mtp_layers)
-    w.add_feed_forward_length(list(cfg.layer_ffn) if cfg.layer_ffn else cfg.ffn)
+    w.add_feed_forward_length(list(cfg.layer_ffn) if cfg.layer_ffn else cfg.dense_ffn or cfg.ffn)
     if fam.moe:
         if not cfg.norm_topk:
-            raise ValueError("a qwen3moe GGUF always renormalises the chosen experts' weights (llama.cpp)")
+            raise ValueError(f"a {arch} GGUF always renormalises the chosen experts' weights (llama.cpp)")
         w.add_expert_count(cfg.experts)
         w.add_expert_used_count(cfg.experts_used)
         w.add_expert_feed_forward_length(cfg.ffn)
+    if fam.moe_gating == "sigmoid":   # llama.cpp's lfm2moe: the gating function, the leading dense layers
+        if not cfg.expert_bias or cfg.routed_scale != 1.0:
+            raise ValueError("an lfm2moe GGUF has every routed layer's exp_probs_b bias and unscaled weights")
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        w.add_leading_dense_block_count(cfg.dense_layers)
     w.add_head_count(cfg.heads)
     if "conv" in cfg.kinds:           # llama.cpp's LFM2 layout: KV heads per layer, 0 for a convolution layer
         w.add_head_count_kv([cfg.kv_heads if k == "attention" else 0 for k in cfg.kinds])
