@@ -30,8 +30,9 @@ def _auto_tokenizer():
     return AutoTokenizer
 
 
-# SmolLM3's file carries Llama 3's keys (llama-bpe; the llama case) and transformers reads no smollm3 GGUF
-@pytest.mark.parametrize("fam", [f for f in FAMILIES if f != "smollm3"] + ["gemma4"])
+# SmolLM3's file carries Llama 3's keys (llama-bpe; the llama case), LFM2-MoE's LFM2's (the lfm2 case), and
+# transformers reads no smollm3 or lfm2moe GGUF
+@pytest.mark.parametrize("fam", [f for f in FAMILIES if f not in ("smollm3", "lfm2moe")] + ["gemma4"])
 def test_gguf_tokenizer_matches_transformers_gguf_converter(tmp_path, fam):
     AutoTokenizer = _auto_tokenizer()
     # transformers' GGUF config reader takes one feed-forward width, so Gemma's file here has one for all layers

@@ -71,8 +71,8 @@ def tokenizer(size: int = 384, pre: str = "gpt-2", text: str | None = None):
 
 
 # the GGUF tokenizer.ggml.pre llama.cpp's converter writes for each family's published tokenizer
-FAMILY_PRE = {"llama": "llama-bpe", "smollm3": "llama-bpe", "lfm2": "lfm2", "qwen3": "qwen2", "qwen3moe": "qwen2",
-              "qwen35": "qwen35"}
+FAMILY_PRE = {"llama": "llama-bpe", "smollm3": "llama-bpe", "lfm2": "lfm2", "lfm2moe": "lfm2", "qwen3": "qwen2",
+              "qwen3moe": "qwen2", "qwen35": "qwen35"}
 GEMMA4_SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|turn>", "<turn|>", "<|channel>", "<channel|>")
 GEMMA4_VISIBLE = ("<|channel>", "<channel|>")     # llama.cpp's converter types these USER_DEFINED (rendered)
 GEMMA4_TEMPLATE = ("{{- bos_token -}}{%- for message in messages -%}"
