@@ -297,6 +297,28 @@ def batched_equals_alone(make, path, prompts_, eng, conv) -> None:
         assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
 
 
+def moe_on_the_chat_target(tmp_path, family: str, seed: int, n: int = 16) -> None:
+    """A D=128 tiny mixture-of-experts `family` model in fp4 on ypcb-00338 (the card otpu-chat drives)
+    with 4 expert slots a layer: n greedy tokens token for token the quantised golden's, logits within
+    its rounding, experts evicted on the way. `seed` picks the prompt (some put an attention output on
+    a QACT rounding tie where fp32 and float64 round apart; the callers say which)."""
+    path, _ = write(tmp_path, config(family, D=128), "gguf")
+    t = load_target("ypcb-00338")
+    ck = checkpoint.open_checkpoint(path)
+    conv = convert.convert(ck, "fp4", t)
+    eng = engine.Engine(conv, ck.config, IsaBackend(t, timing=False), t, layout.ImageOptions(
+        fmt="fp4", page=128, ctx=256, pages=2, ring=True, rows=4, expert_slots=4))
+    prompt = prompts(1, 384, length=9, seed=seed)[0]
+    seq, turn = greedy_loop(eng, prompt, n)
+    quant = quant_golden(eng, conv)
+    assert greedy(quant, prompt, n) == turn.tokens
+    quant.reset()
+    d = distances(f"{family} card vs quantised (ypcb-00338, fp4) golden", np.stack(turn.logits),
+                  quant.forward(prompt + turn.tokens[:-1])[len(prompt) - 1:])
+    assert d.min > 0.99999, d
+    assert eng.experts.stats.evictions > 0
+
+
 class Directory:
     """A host-only DRAM for offload.replay: the mailbox and the directory as bytes, slot writes dropped."""
 

@@ -442,23 +442,6 @@ def test_otpu_serve_batches_two_moe_sequences_as_each_alone(models, tmp_path):
 def test_qwen3moe_on_the_chat_target(tmp_path):
     """ypcb-00338 (D=128, the card otpu-chat drives): a D=128 tiny model in fp4 with 4 slots a layer,
     16 greedy tokens token for token the quantised golden's, logits within its rounding."""
-    cfg = llmtiny.config("qwen3moe", D=128)
-    path, _ = llmtiny.write(tmp_path, cfg, "gguf")
-    t = load_target("ypcb-00338")
-    ck = checkpoint.open_checkpoint(path)
-    conv = convert.convert(ck, "fp4", t)
-    eng = engine.Engine(conv, ck.config, IsaBackend(t, timing=False), t, layout.ImageOptions(
-        fmt="fp4", page=128, ctx=256, pages=2, ring=True, rows=4, expert_slots=4))
     # seed 6 puts an attention output of prompt position 1 on a QACT rounding tie (fp32 and float64
     # round apart) that the KV cache carries on: every later logit about 0.04 off, the tokens equal
-    prompt = llmtiny.prompts(1, 384, length=9, seed=0)[0]
-    seq = eng.new_sequence()
-    eng.submit(seq, prompt)
-    turn = eng.generate(seq, GREEDY, 16, want_logits=True)
-    quant = llmtiny.quant_golden(eng, conv)
-    assert llmtiny.greedy(quant, prompt, 16) == turn.tokens
-    quant.reset()
-    d = llmtiny.distances("qwen3moe card vs quantised (ypcb-00338, fp4) golden", np.stack(turn.logits),
-                   quant.forward(prompt + turn.tokens[:-1])[len(prompt) - 1:])
-    assert d.min > 0.99999, d
-    assert eng.experts.stats.evictions > 0
+    llmtiny.moe_on_the_chat_target(tmp_path, "qwen3moe", seed=0)
