@@ -21,6 +21,20 @@ from otpu_core.llm import checkpoint, convert, engine, layout, reference, synthe
 from otpu_core.llm.config import ModelConfig, llama3_factors
 from otpu_core.target import load as load_target
 
+def reference_modules(*names: str) -> tuple:
+    """The `reference` extra's modules (torch, transformers) by name, or a skip (a failure under OTPU_CI)
+    naming the one missing."""
+    import importlib
+    import os
+    try:
+        return tuple(importlib.import_module(n) for n in names)
+    except ImportError as e:
+        why = f"{e.name} is not installed (pip install -e '.[reference]')"
+        if os.environ.get("OTPU_CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def shared_cache(tmp_path_factory):
     """One program and conversion cache for a test module (import this fixture and `_shared` into it).

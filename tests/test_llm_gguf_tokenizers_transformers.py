@@ -8,11 +8,10 @@ and under CI (OTPU_CI=1) they fail. (SmolLM's `smollm` split is not compared: tr
 entry for it and splits GPT-2's way, where llama.cpp cuts digits one by one first, as SmolLM's tokenizer.json
 does; test_llm_gguf_tokenizers.py holds it to llama.cpp's regexes.)
 """
-import os
-
 import pytest
 from famtok import CORPUS, FAMILIES, family_model, spelled
 
+import llmtiny
 from otpu_core.llm import checkpoint, synthetic
 from otpu_core.llm.tokenizer import load
 
@@ -20,14 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def _auto_tokenizer():
-    try:
-        from transformers import AutoTokenizer
-    except ImportError as e:
-        why = f"{e.name} is not installed (pip install -e '.[reference]')"
-        if os.environ.get("OTPU_CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    return AutoTokenizer
+    return llmtiny.reference_modules("transformers")[0].AutoTokenizer
 
 
 # SmolLM3's file carries Llama 3's keys (llama-bpe; the llama case), LFM2-MoE's LFM2's (the lfm2 case), and

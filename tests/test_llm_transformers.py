@@ -36,15 +36,7 @@ FAR = 1e-3               # the golden with a feature switched off must miss tran
 
 def _libs():
     """(torch, transformers), or a skip (a failure under OTPU_CI) naming what is missing."""
-    try:
-        import torch
-        import transformers
-    except ImportError as e:
-        why = f"{e.name} is not installed (pip install -e '.[reference]')"
-        if os.environ.get("OTPU_CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    return torch, transformers
+    return llmtiny.reference_modules("torch", "transformers")
 
 
 def _model(name: str, **kw):
