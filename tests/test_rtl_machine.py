@@ -5,9 +5,9 @@ timing model reported per kernel; the RtlBackend interface; refusals and run err
 import numpy as np
 import pytest
 
-from otpu_core import isa, opchecks, rtlcases
+from otpu_core import formats, fp32, isa, opchecks, rtlcases
 from otpu_core.rtlbackend import RtlError
-from otpu_core.rtlcheck import compare_run, reset_state
+from otpu_core.rtlcheck import compare_run, golden_machine, reset_state
 from rtl_support import TARGET, compare_kernels, rtl_backend  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
@@ -170,3 +170,40 @@ def test_a_prefetched_mm_reads_the_weights_an_older_st_wrote(rtl_backend):
     be.run("ld dram=0x1000 tmem=0 n=128\nqact src=0 rows=2 kb=2 srs=64\n"
            "mm sa=0x20000 out=3000 n=32 kb=2 rs=32 ors=32 m=2 wf=int4 unit\nst dram=0x30000 tmem=3000 n=64\nhalt")
     assert not np.array_equal(be.read(0x30000, 256).view(np.float32), out)
+
+
+def test_qact_row_sub_offsets_are_bit_exact(rtl_backend):
+    """QACT ROW SUB (the coder's per-sub-block amax * inv, offset e and inv * 2^e, one set per D/4
+    elements): codes, row scales and offset words in the ACT RAM equal formats.quantize_suboffsets
+    and the golden simulator's, on rows whose sub-blocks span 2^0..2^-9 so every offset 0..7 occurs."""
+    be = rtl_backend
+    d, kb, rows, ab = be.cfg.D, 3, 2, 1
+    rng = np.random.default_rng(17)
+    nsub = kb * 4
+    mag = np.exp2(-rng.permutation(np.resize(np.arange(10), rows * nsub)).reshape(rows, nsub))
+    x = (rng.standard_normal((rows, nsub, d // 4)) * mag[..., None]).astype(np.float32).reshape(rows, kb * d)
+    x[1, 5 * d // 4:6 * d // 4] = 0                     # a sub-block of zeros keeps e = 0
+    reset_state(be)
+    be.write(0x1000, x)
+    prog = f"ld dram=0x1000 tmem=0 n={rows * kb * d}\nqact src=0 rows={rows} ab={ab} kb={kb} srs={kb * d} row sub\nhalt"
+    golden = golden_machine(be)
+    golden.load(list(be.prepare(prog).instrs))
+    golden.run()
+    be.run(prog)
+    q, s, e = formats.quantize_suboffsets(x.view(np.uint32), d)
+    blocks = slice(ab, ab + kb)
+    got_q = be.act_q[:rows, ab * d:(ab + kb) * d]
+    assert np.array_equal(got_q, q)
+    assert np.array_equal(be.act_scale[:rows, blocks], np.repeat(s[:, None], kb, axis=1))
+    assert np.array_equal(be.act_sub[:rows, blocks], formats.pack_suboffsets(e))
+    assert set(np.unique(e)) == set(range(8))
+    sl = golden.slice
+    assert np.array_equal(be.act_q, sl.act.q) and np.array_equal(be.act_scale, sl.act.scale)
+    assert np.array_equal(be.act_sub, sl.act.sub)
+    # the codes dequantise to the input: max-abs error within half a step of each sub-block, cosine
+    y = formats.act_values(got_q, s, e, d)
+    step = (fp32.to_float(s).astype(np.float64)[:, None, None] * np.exp2(-e.astype(np.float64))[..., None])
+    err = np.abs(y - x.astype(np.float64)).reshape(rows, nsub, d // 4)
+    cos = float(np.dot(y.ravel(), x.ravel()) / (np.linalg.norm(y) * np.linalg.norm(x)))
+    print(f"QACT ROW SUB: max-abs error {err.max():.3g}, max error / step {float((err / step).max()):.3f}, cosine {cos:.6f}")
+    assert float((err / step).max()) <= 0.5 + 1e-6 and cos > 0.9999

@@ -68,6 +68,8 @@ module otpu_qnt
   localparam int SW = $clog2(NSLOT);
   localparam int BUFW = 2 * ACT_BLOCKS * D; // group buffer words (two ROW-mode rows)
   localparam int BW = $clog2(BUFW);
+  localparam int NROW = (1 << BW) / CW;     // group buffer rows: bank b holds the words at b mod CW
+  localparam int NCS = CW / SUBW;           // sub-blocks the coder codes per cycle
   localparam int QNT_LATENCY = 4;           // the model's amax, reciprocal, scale, write
 
   typedef enum logic [2:0] {S_IDLE, S_RUN, S_DRAIN, S_DONE, S_ERR} state_t;
@@ -118,7 +120,6 @@ module otpu_qnt
   logic [31:0] g_s [NSLOT], g_inv [NSLOT];
   logic [SW:0] g_used;                       // slots allocated and not yet coded
   logic [SW-1:0] a_slot, c_slot;             // the reader's and the coder's slot
-  logic [31:0] buf_q [BUFW];
   logic [31:0] wptr, rptr;                   // words written into / coded out of the buffer
 
   // -- reader -----------------------------------------------------------------------------------------------
@@ -211,18 +212,42 @@ module otpu_qnt
   assign code_go = state == S_RUN && !cfin && g_used != 0 && c_ready &&
                    (!is_qst || 32'(bq_n) + (strided ? 1 : 2) + 3 <= BQ);
   logic [CW-1:0] c_en;
-  logic [CW-1:0][31:0] cx, t_b, inv_b, qx;
+  logic [CW-1:0][31:0] cx, inv_b, qx;
   logic [CW-1:0][2:0]  e_b;
   logic [CW-1:0][7:0]  code;
-  always_comb for (int l = 0; l < CW; l++) begin
-    c_en[l] = code_go && 32'(l) < ce && c + l < glen;
-    cx[l] = buf_q[BW'(rptr + l)];
+  always_comb for (int l = 0; l < CW; l++) c_en[l] = code_go && 32'(l) < ce && c + l < glen;
+
+  // The group buffer in CW banks of NROW words. The reader writes LANES words at wptr, a multiple
+  // of LANES (a group is a multiple of D words, so every read is LANES words): one bank each, in
+  // one row. The coder reads CW words at rptr, a multiple of CW (one row, lane l from bank l),
+  // except the V^T append's one word a cycle at any rptr, which lane 0 takes from its bank.
+  logic [CW-1:0][31:0] brow;                 // the row the coder reads
+  logic [BW-1:0] bw_at, br_at;
+  assign bw_at = BW'(wptr);
+  assign br_at = BW'(rptr);
+  for (genvar b = 0; b < CW; b++) begin : g_bank
+    logic [31:0] mem [NROW];
+    always_ff @(posedge clk)
+      if (!rst && |s1_en && s1_en[b % LANES] && 32'(bw_at) % CW / LANES == b / LANES)
+        mem[32'(bw_at) / CW] <= xs[b % LANES];
+    assign brow[b] = mem[32'(br_at) / CW];
+  end
+  always_comb for (int l = 0; l < CW; l++) cx[l] = l == 0 ? brow[32'(br_at) % CW] : brow[l];
+
+  // Per sub-block: its amax times inv (t), its offset e and inv * 2^e; a coder row starts on a
+  // sub-block boundary (the V^T append, one word a cycle, has no sub-blocks: lane 0 is block 0's).
+  logic [NCS-1:0][31:0] t_s, inv_s;
+  logic [NCS-1:0][2:0]  e_s;
+  logic [31:0] c_sub0;
+  assign c_sub0 = 32'(c_slot) * NSUBS + (cgbase + c) / SUBW;
+  for (genvar j = 0; j < NCS; j++) begin : g_subc
+    logic [7:0] e_bias;   // 127 + e, named: yosys widens a size cast inside a port's concatenation
+    assign e_bias = 8'(127 + e_s[j]);
+    otpu_fp_mul u_t (.a({1'b0, g_sub[c_sub0 + j]}), .b(inv), .y(t_s[j]));
+    otpu_fp_mul u_invb (.a(inv), .b({1'b0, e_bias, 23'd0}), .y(inv_s[j]));
   end
   for (genvar l = 0; l < CW; l++) begin : g_code
-    logic [7:0] e_bias;   // 127 + e, named: yosys widens a size cast inside a port's concatenation
-    assign e_bias = 8'(127 + e_b[l]);
-    otpu_fp_mul u_t (.a({1'b0, g_sub[32'(c_slot) * NSUBS + (cgbase + c + l) / SUBW]}), .b(inv), .y(t_b[l]));
-    otpu_fp_mul u_invb (.a(inv), .b({1'b0, e_bias, 23'd0}), .y(inv_b[l]));
+    assign inv_b[l] = inv_s[l / SUBW];
     otpu_fp_mul u_q (.a(cx[l]), .b(sub ? inv_b[l] : inv), .y(qx[l]));
   end
   // the largest e in 0..7 with t <= 127 * 2^-e (0 for t = 0 or NaN): sub-block offsets
@@ -232,8 +257,9 @@ module otpu_qnt
     for (int j = 1; j <= 7; j++) if (t <= {1'b0, 8'(133 - j), 23'h7E0000}) n = 3'(j);
     sub_offset = (t == 0 || is_nan(t)) ? 3'd0 : n;
   endfunction
+  always_comb for (int j = 0; j < NCS; j++) e_s[j] = sub_offset(t_s[j]);
   always_comb for (int l = 0; l < CW; l++) begin
-    e_b[l] = sub_offset(t_b[l]);
+    e_b[l] = e_s[l / SUBW];
     code[l] = q8(qx[l]);
   end
 
@@ -339,7 +365,6 @@ module otpu_qnt
             if (xs[l][30:0] > run) run = xs[l][30:0];
             g_sub[idx] <= run;
             prev = sb;
-            buf_q[BW'(wptr + 32'(l))] <= xs[l];
           end
         g_amax[s1_slot] <= am_next;
         wptr <= wptr + 32'($countones(s1_en));
@@ -354,7 +379,9 @@ module otpu_qnt
       if (code_go) begin
         logic [D*8-1:0] bqv;
         logic [15:0] side;
-        logic [31:0] nc;
+        logic [31:0] nc, a_row;
+        // byte l's DRAM address is a_row + l * es: es is 0 or 1 unless the V^T append codes lane 0 alone
+        a_row = dst + 32'(cr) * drs + (cgbase + c) * es;
         bqv = blk_q;
         side = blk_side;
         nc = 0;
@@ -363,11 +390,12 @@ module otpu_qnt
             logic [31:0] col;
             nc = nc + 1;
             col = cgbase + c + l;
-            bqv[8 * (col % D) +: 8] = code[l];
-            side[3 * ((col % D) / SUBW) +: 3] = sub ? e_b[l] : 3'd0;
+            // a QACT codes whole ACT blocks (col % D is l); blk_q only feeds the ACT RAM
+            bqv[8 * l +: 8] = code[l];
+            side[3 * (l / SUBW) +: 3] = sub ? e_b[l] : 3'd0;
             if (is_qst && col < ncols) begin
               logic [31:0] a;
-              a = dst + 32'(cr) * drs + col * es;
+              a = a_row + (es == 1 ? 32'(l) : 32'd0);
               if (ca && a / BB != cbt) begin qd[n] = cd; qs[n] = cs; qb[n] = cbt; n = n + 1; cs = '0; ca = 1'b0; end
               cbt = a / BB;
               ca = 1'b1;
