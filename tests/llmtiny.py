@@ -333,6 +333,29 @@ def moe_on_the_chat_target(tmp_path, family: str, seed: int, n: int = 16) -> Non
     assert eng.experts.stats.evictions > 0
 
 
+def replay_against_the_card(eng, conv, tokens: list[int], label: str):
+    """offload.replay (what benchmarks/bench_moe.py sizes offload with) over the quantised golden's
+    routes of `tokens` fed one at a time (a step each) against what the card made the host do with
+    the Engine's slots: the same requests, streams, evictions and bytes. Returns the card's stats."""
+    from otpu_core.llm.offload import ExpertServer, replay
+    seq = eng.new_sequence()
+    for t in tokens:
+        eng.submit(seq, [t])
+        eng.logits(seq)
+    quant = quant_golden(eng, conv)
+    quant.forward(tokens)
+    lay = eng.plan.offload
+    host = ExpertServer(Directory(lay), lay, lambda layer, e: np.zeros(lay.blob.nbytes, np.uint8))
+    host.reset()
+    st = replay(host, np.array(quant.routes).reshape(len(tokens), lay.layers, lay.k))
+    card = eng.experts.stats
+    print(f"{label} replay: {st.requests} requests, {st.streamed} streamed, {st.evictions} evictions "
+          f"(card {card.requests}, {card.streamed}, {card.evictions}) for {len(tokens) * lay.layers} (token, layer)s")
+    assert (st.requests, st.streamed, st.evictions, st.bytes) == (card.requests, card.streamed, card.evictions,
+                                                                  card.bytes)
+    return card
+
+
 class Directory:
     """A host-only DRAM for offload.replay: the mailbox and the directory as bytes, slot writes dropped."""
 

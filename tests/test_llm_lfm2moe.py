@@ -231,26 +231,11 @@ def test_the_host_replay_of_the_routes_is_what_the_card_made_the_host_do(models)
     """offload.replay over the quantised golden's routes of 24 tokens fed one at a time (one step
     each, the routed layers only) gives the card's own requests, streams and evictions with 4 slots
     a layer: the card asks only when a chosen expert is absent, in every routed layer."""
-    from otpu_core.llm.offload import ExpertServer, replay
     path, _, _ = models["gguf"]
     tokens = llmtiny.prompts(1, 384, length=24, seed=7)[0]
     eng, _, conv, _ = make(path, rows=1, expert_slots=4)
-    seq = eng.new_sequence()
-    for t in tokens:
-        eng.submit(seq, [t])
-        eng.logits(seq)
-    quant = llmtiny.quant_golden(eng, conv)
-    quant.forward(tokens)
-    lay = eng.plan.offload
-    host = ExpertServer(llmtiny.Directory(lay), lay, lambda layer, e: np.zeros(lay.blob.nbytes, np.uint8))
-    host.reset()
-    st = replay(host, np.array(quant.routes).reshape(len(tokens), lay.layers, lay.k))
-    card = eng.experts.stats
-    print(f"lfm2moe replay: {st.requests} requests, {st.streamed} streamed, {st.evictions} evictions "
-          f"(card {card.requests}, {card.streamed}, {card.evictions}) for {len(tokens) * lay.layers} (token, layer)s")
-    assert (st.requests, st.streamed, st.evictions, st.bytes) == (card.requests, card.streamed, card.evictions,
-                                                                  card.bytes)
-    assert 0 < card.requests < len(tokens) * lay.layers and card.evictions > 0
+    card = llmtiny.replay_against_the_card(eng, conv, tokens, "lfm2moe")
+    assert 0 < card.requests < len(tokens) * eng.plan.offload.layers and card.evictions > 0
 
 
 @pytest.mark.slow

@@ -242,26 +242,10 @@ def test_the_host_replay_of_a_routing_trace_does_what_the_card_made_the_host_do(
     """offload.replay (what benchmarks/bench_moe.py sizes offload with) over the quantised golden's
     routes of 24 tokens fed one at a time gives the card's own requests, streams and evictions
     with 4 slots a layer."""
-    from otpu_core.llm.offload import ExpertServer, replay
     path, _, _ = models["gguf"]
     tokens = llmtiny.prompts(1, 384, length=24, seed=7)[0]
     eng, _, conv, _ = make(path, rows=1, expert_slots=4)
-    seq = eng.new_sequence()
-    for t in tokens:
-        eng.submit(seq, [t])
-        eng.logits(seq)
-    quant = llmtiny.quant_golden(eng, conv)
-    quant.forward(tokens)
-    lay = eng.plan.offload
-    host = ExpertServer(llmtiny.Directory(lay), lay, lambda layer, e: np.zeros(lay.blob.nbytes, np.uint8))
-    host.reset()
-    st = replay(host, np.array(quant.routes).reshape(len(tokens), lay.layers, lay.k))
-    card = eng.experts.stats
-    print(f"qwen3moe replay: {st.requests} requests, {st.streamed} streamed, {st.evictions} evictions "
-          f"(card {card.requests}, {card.streamed}, {card.evictions})")
-    assert (st.requests, st.streamed, st.evictions, st.bytes) == (card.requests, card.streamed, card.evictions,
-                                                                  card.bytes)
-    assert card.evictions > 0
+    assert llmtiny.replay_against_the_card(eng, conv, tokens, "qwen3moe").evictions > 0
 
 
 def test_expert_major_prefill_leaves_the_bits_of_one_row_runs_and_reads_less(models, monkeypatch):
