@@ -101,6 +101,18 @@ def write(d: Path, cfg: ModelConfig, kind: str = "hf", seed: int = 0, gain: floa
     return synthetic.write_hf(d / cfg.name, cfg, w, tokenizer(), rope_scaling=scaling, **kw), w
 
 
+def gguf_and_hf(tmp_path_factory, family: str) -> dict:
+    """A tiny D=32 `family` model written as a GGUF (seed 0) and as an HF directory (seed 1; F32, as BF16
+    puts QACT inputs on exact rounding ties where fp32 and float64 round apart):
+    {"gguf": (path, config, weights), "hf": (...), "dir": the directory}."""
+    d = tmp_path_factory.mktemp(family)
+    cfg = config(family, D=32)
+    gguf, w = write(d, cfg, "gguf")
+    hf_cfg = config(family, D=32, name=f"tiny-{family}-hf")
+    hf, hw = write(d, hf_cfg, "hf", seed=1)
+    return {"gguf": (gguf, cfg, w), "hf": (hf, hf_cfg, hw), "dir": d}
+
+
 def prompts(n: int, vocab: int, length: int = 6, seed: int = 0) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     return [list(map(int, rng.integers(3, vocab, length + i))) for i in range(n)]

@@ -37,12 +37,7 @@ GREEDY = Sampling(temperature=0)
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("lfm2moe")
-    cfg = llmtiny.config("lfm2moe", D=32)
-    gguf, w = llmtiny.write(d, cfg, "gguf")
-    hf_cfg = llmtiny.config("lfm2moe", D=32, name="tiny-lfm2moe-hf")
-    hf, hw = llmtiny.write(d, hf_cfg, "hf", seed=1)      # F32 (BF16 puts QACT inputs on rounding ties)
-    return {"gguf": (gguf, cfg, w), "hf": (hf, hf_cfg, hw), "dir": d}
+    return llmtiny.gguf_and_hf(tmp_path_factory, "lfm2moe")
 
 
 make = functools.partial(llmtiny.card_engine, target=T)

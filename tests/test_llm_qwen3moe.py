@@ -34,12 +34,7 @@ GREEDY = Sampling(temperature=0)
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("qwen3moe")
-    cfg = llmtiny.config("qwen3moe", D=32)
-    gguf, w = llmtiny.write(d, cfg, "gguf")
-    hf_cfg = llmtiny.config("qwen3moe", D=32, name="tiny-qwen3moe-hf")
-    hf, hw = llmtiny.write(d, hf_cfg, "hf", seed=1)   # F32: BF16 puts QACT inputs on exact rounding ties (fp32 and float64 round apart)
-    return {"gguf": (gguf, cfg, w), "hf": (hf, hf_cfg, hw), "dir": d}
+    return llmtiny.gguf_and_hf(tmp_path_factory, "qwen3moe")
 
 
 # -- files ------------------------------------------------------------------------------------------------
