@@ -167,9 +167,10 @@ class LayerPlan:
 
     def at(self, l) -> "LayerPlan":
         delta = Affine.of(l) * self.stride
-        names = [f.name for f in dataclasses.fields(self)[:13]] + ["convs_after", "router", "ebias"]
-        return dataclasses.replace(self, **{n: ol.shift(getattr(self, n), delta) for n in names
-                                            if getattr(self, n) is not None})
+        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
+                                            for f in dataclasses.fields(self)
+                                            if f.name not in ("stride", "page_stride", "head_stride")
+                                            and getattr(self, f.name) is not None})
 
     def page(self, p, g: int) -> KVCache:
         """Page p (affine: a loop over a run of pages) of KV head g."""
