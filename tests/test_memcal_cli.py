@@ -134,8 +134,11 @@ def test_scan_maps_a_channel_and_leaves_it_as_it_was(capsys):
 
 
 def test_sigkill_mid_calibration_is_named_by_status_and_repaired_by_cal(capsys):
+    # No BIST in the sweep: its traffic runs with the controller in hardware mode, and a kill landing
+    # there would leave hardware_mode true by chance.
     p = subprocess.Popen([sys.executable, "-c", "from otpu_memcal.cli import main; main()", "cal", "--dev", "sim:kill",
-                          "--target", "sim-small", "--force", "--channel", "0", "--stride", "4"],
+                          "--target", "sim-small", "--force", "--channel", "0", "--stride", "4",
+                          "--sweep-bist-mib", "0"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
