@@ -26,7 +26,7 @@ RTL_SOURCES = ("fp/otpu_fp_funcs.svh", "core/otpu_defs.svh", "fp/otpu_fp_add.sv"
                "core/otpu_dstep_fold.sv", "core/otpu_dstep.sv", "core/otpu_dma.sv", "core/otpu_mxu.sv", "core/otpu_qnt.sv",
                "core/otpu_vpu.sv", "core/otpu_coll.sv", "core/otpu_core.sv")
 # otpu_core's parameters (rtl/core/otpu_core.sv), all of them in rtl_params()
-RTL_CORE_PARAMS = ("D", "MCOLS", "LANES", "ACT_BLOCKS", "ACT_ROWS", "TMEM_WORDS", "IMEM_WORDS", "DSTEP", "SEQ_WC", "WIN",
+RTL_CORE_PARAMS = ("D", "MCOLS", "LANES", "ACT_BLOCKS", "ACT_ROWS", "TMEM_WORDS", "IMEM_WORDS", "DSTEP", "PAIR", "SEQ_WC", "WIN",
                    "FIFO_DEPTH", "TMEM_IMPL", "MXU_LATENCY", "COMPOSITE_COLS_PER_CYCLE", "DRAM_BYTES_PER_CYCLE",
                    "VT_APPEND_CYCLES")
 
@@ -200,7 +200,7 @@ def arch_hash(cfg: Config) -> int:
 def rtl_missing(t: Target) -> list[str]:
     """What of this target's arch the RTL does not implement (empty: it can be built)."""
     a, ua = t.arch, t.uarch
-    missing = [name for name, bad in (("S > 1 (collectives across slices)", a.S > 1), ("PAIR (column reuse)", a.PAIR),
+    missing = [name for name, bad in (("S > 1 (collectives across slices)", a.S > 1),
                                       ("STREAM (the stream engine)", a.STREAM)) if bad]
     if ua.DRAM_BYTES_PER_CYCLE != a.D:
         missing.append(f"DRAM_BYTES_PER_CYCLE = {ua.DRAM_BYTES_PER_CYCLE} different from D = {a.D} "

@@ -15,6 +15,7 @@ module otpu_core
   parameter int TMEM_WORDS = 8192,
   parameter int IMEM_WORDS = 8192,
   parameter int DSTEP = 0,
+  parameter int PAIR = 0,
   parameter int SEQ_WC = 0,
   parameter int WIN = 8,
   parameter int FIFO_DEPTH = 64,
@@ -156,13 +157,15 @@ module otpu_core
   logic [D*8-1:0]             act_wq;
   logic [31:0]                act_wscale;
   logic [15:0]                act_wsub;
-  logic [$clog2(ACT_BLOCKS)-1:0] act_rblk;
+  logic                       act_wdup;
+  logic [$clog2(ROWS)-1:0]    act_wrow2;
+  logic [ROWS-1:0][$clog2(ACT_BLOCKS)-1:0] act_rblk;
   logic [ROWS-1:0][D*8-1:0]   act_rq;
   logic [ROWS-1:0][31:0]      act_rscale;
   logic [ROWS-1:0][15:0]      act_rsub;
   otpu_actram #(.D(D), .ROWS(ROWS), .BLOCKS(ACT_BLOCKS)) u_act (
     .clk, .we(act_we), .wrow(act_wrow), .wblk(act_wblk), .wq(act_wq), .wscale(act_wscale), .wsub(act_wsub),
-    .rblk(act_rblk), .rq(act_rq), .rscale(act_rscale), .rsub(act_rsub));
+    .wdup(act_wdup), .wrow2(act_wrow2), .rblk(act_rblk), .rq(act_rq), .rscale(act_rscale), .rsub(act_rsub));
 
   // -- units --------------------------------------------------------------------------------------------
   logic [NREQ-1:0] r_valid_u, r_write_u;
@@ -181,7 +184,7 @@ module otpu_core
     .rd_data({t_rd_data[7], t_rd_data[0]}),
     .wr_en({t_wr_en[4], t_wr_en[0]}), .wr_addr({t_wr_addr[4], t_wr_addr[0]}), .wr_data({t_wr_data[4], t_wr_data[0]}));
 
-  otpu_mxu #(.D(D), .MCOLS(MCOLS), .ROWS(ROWS), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB),
+  otpu_mxu #(.D(D), .MCOLS(MCOLS), .ROWS(ROWS), .PAIR(PAIR), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB),
              .FIFO_DEPTH(FIFO_DEPTH), .LATENCY(MXU_LATENCY), .DRAM_LATENCY(DRAM_LATENCY),
              .DRAM_RATE_Q8(DRAM_RATE_Q8)) u_mxu (
     .clk, .rst, .in_valid(u_valid[U_MXU]), .in_w(u_words[U_MXU]), .in_queued(mxu_queued), .take(u_take[U_MXU]),
@@ -196,13 +199,13 @@ module otpu_core
   assign q_wdata[U_MXU] = '0;
   assign q_wstrb[U_MXU] = '0;
 
-  otpu_qnt #(.D(D), .ROWS(ROWS), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB), .VT_APPEND_CYCLES(VT_APPEND_CYCLES)) u_qnt (
+  otpu_qnt #(.D(D), .ROWS(ROWS), .MCOLS(MCOLS), .PAIR(PAIR), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .BB(BB), .VT_APPEND_CYCLES(VT_APPEND_CYCLES)) u_qnt (
     .clk, .rst, .in_valid(u_valid[U_QNT]), .in_w(u_words[U_QNT]), .take(u_take[U_QNT]),
     .release_o(u_release[U_QNT]), .done(u_done[U_QNT]), .err(u_error[U_QNT]), .err_code(u_error_code[U_QNT]),
     .req_valid(q_valid[U_QNT]), .req_write(q_write[U_QNT]), .req_addr(q_addr[U_QNT]), .req_wdata(q_wdata[U_QNT]),
     .req_wstrb(q_wstrb[U_QNT]), .req_bytes(q_bytes[U_QNT]), .req_ready(q_ready[U_QNT]), .dram_pop(q_pop[U_QNT]),
     .resp_valid(r_valid_u[U_QNT]), .resp_write(r_write), .resp_rdata(r_data),
-    .act_we, .act_wrow, .act_wblk, .act_wq, .act_wscale, .act_wsub,
+    .act_we, .act_wrow, .act_wblk, .act_wq, .act_wscale, .act_wsub, .act_wdup, .act_wrow2,
     .rd_en(qnt_rd_en), .rd_addr(qnt_rd_addr), .rd_gnt(qnt_rd_gnt), .rd_data(qnt_rd_data));
   logic [1:0][LANES-1:0]       qnt_rd_en;
   logic [1:0][LANES-1:0][31:0] qnt_rd_addr, qnt_rd_data;

@@ -10,6 +10,11 @@
 // - seed formats (WF 3, 4): the block sums, shifted by the weight's per-block exponent, add up
 //   exactly in a 48-bit accumulator (two's complement, wrapping); a finished row is
 //   mul(mul(mul(i2f(acc), 2^-Emax), Sw), Sa).
+// - MM PAIR (PAIR targets, 4-bit weights, 2M <= MCOLS): a whole chunk a cycle; columns 0..M-1
+//   take its even block 2c against ACT rows 0..M-1, columns M..2M-1 its odd block 2c+1 against
+//   ACT rows M..2M-1 (each ACT row reads its own block), and output row j accumulates
+//   p = add(t[j][2c], t[j+M][2c+1]) (+0 for the missing odd block of an odd kb) into partial
+//   c mod 4; the seed formats add both shifted block sums into row j's accumulator.
 // A finished row's M results queue for the write-back, which waits for `wr_ok` (the window's
 // TMEM conflicts) and applies ACC (add the old value) or ASCALE (old value times alpha_j first);
 // RMAX keeps the first maximum of each written row j and writes it after the last row.
@@ -18,6 +23,7 @@ module otpu_mxu
   parameter int D = 32,
   parameter int MCOLS = 2,
   parameter int ROWS = 2,
+  parameter int PAIR = 0,
   parameter int LANES = 4,
   parameter int ACT_BLOCKS = 16,
   parameter int BB = 32,
@@ -46,7 +52,7 @@ module otpu_mxu
   input  logic                   resp_valid,
   input  logic [BB*8-1:0]        resp_rdata,
   // ACT RAM
-  output logic [$clog2(ACT_BLOCKS)-1:0] act_rblk,
+  output logic [ROWS-1:0][$clog2(ACT_BLOCKS)-1:0] act_rblk,
   input  logic [ROWS-1:0][D*8-1:0] act_rq,
   input  logic [ROWS-1:0][31:0]  act_rscale,
   input  logic [ROWS-1:0][15:0]  act_rsub,
@@ -76,18 +82,19 @@ module otpu_mxu
   logic [15:0] n, kb, ors;
   logic [7:0]  m, ab;
   logic [2:0]  wf;
-  logic        unit, acc, rmax, ascale, four, seed;
+  logic        unit, acc, rmax, ascale, four, seed, pair;
   assign sa = w[1]; assign ssa = w[2]; assign out = w[3];
   assign n = w[4][15:0]; assign kb = w[4][31:16]; assign rs = w[5];
   assign ors = w[6][15:0]; assign m = w[6][23:16]; assign ab = w[6][31:24]; assign srs = w[7];
   assign wf = {w[0][31], w[0][29:28]};
   assign unit = w[0][24 + F_UNIT]; assign acc = w[0][24 + F_ACC]; assign rmax = w[0][24 + F_RMAX];
   assign ascale = w[0][24 + F_ASCALE];
+  assign pair = w[0][24 + F_PAIR];
   assign four = wf == WF_INT4 || wf == WF_E2M1 || wf == WF_FP4X6;
   assign seed = wf == WF_INT8X || wf == WF_FP4X6;
 
   // an MM's shape from its words: chunks and side bytes per weight row, array cycles (4-bit: two
-  // a chunk, the half of an odd kb's last chunk that holds no block included) and DRAM bytes
+  // a chunk, the half of an odd kb's last chunk that holds no block included; PAIR: one) and DRAM bytes
   function automatic logic mm_four(input logic [7:0][31:0] x);
     logic [2:0] f;
     f = {x[0][31], x[0][29:28]};
@@ -100,7 +107,7 @@ module otpu_mxu
     mm_sbytes = x[0][24 + F_UNIT] ? 0 : ({x[0][31], x[0][29:28]} == WF_INT8X ? 4 + 32'(x[4][31:16]) : 4 * 32'(x[4][31:16]));
   endfunction
   function automatic logic [47:0] mm_cycles(input logic [7:0][31:0] x);
-    mm_cycles = 48'(x[4][15:0]) * 48'(mm_nch(x)) * (mm_four(x) ? 48'd2 : 48'd1);
+    mm_cycles = 48'(x[4][15:0]) * 48'(mm_nch(x)) * (mm_four(x) && !x[0][24 + F_PAIR] ? 48'd2 : 48'd1);
   endfunction
   function automatic logic [47:0] mm_bytes(input logic [7:0][31:0] x);
     mm_bytes = 48'(x[4][15:0]) * 48'(mm_nch(x) * D + mm_sbytes(x));
@@ -274,7 +281,13 @@ module otpu_mxu
   logic [D*8-1:0] chunk, blk_chunk;
   assign chunk = fifo[f_head];
   assign blk_chunk = fast && !c_hit ? fifo[f_head == FW'(FIFO_DEPTH - 1) ? 0 : f_head + 1] : chunk;
-  assign act_rblk = $bits(act_rblk)'(state == S_PREP ? 32'(ab) + 32'(prep_k) : 32'(ab) + c_blk);
+  // PAIR: ACT rows M.. read the odd block of the chunk
+  function automatic logic hi_col(input int j);
+    hi_col = pair && j >= 32'(m);
+  endfunction
+  always_comb
+    for (int r = 0; r < ROWS; r++)
+      act_rblk[r] = $bits(act_rblk[r])'(state == S_PREP ? 32'(ab) + 32'(prep_k) : 32'(ab) + c_blk + 32'(hi_col(r)));
 
   function automatic logic signed [11:0] weight_of(input logic [2:0] f, input logic [7:0] byte_, input logic hi,
                                                    input logic [5:0] mul);
@@ -289,10 +302,22 @@ module otpu_mxu
     weight_of = (f == WF_INT8 || f == WF_INT8X) ? 12'($signed(byte_)) : v * $signed({6'd0, mul});
   endfunction
 
+  // the sub-block offset maximum a column's shifts use: that of the output row it feeds
+  function automatic logic [2:0] emax_of(input int j);
+    emax_of = emax[j];
+    if (hi_col(j))
+      for (int o = 0; o < M; o++) if (o + 32'(m) == j) emax_of = emax[o];
+  endfunction
   logic signed [M-1:0][47:0] isum;                 // the block's exact sum per ACT row
   always_comb begin
     for (int j = 0; j < M; j++) begin
       logic signed [47:0] total;
+      logic [31:0] jb;
+      logic [2:0] em;
+      logic jh;
+      jb = c_blk + 32'(hi_col(j));
+      jh = pair ? hi_col(j) : c_half;
+      em = emax_of(j);
       total = 0;
       for (int b = 0; b < 4; b++) begin
         logic signed [31:0] dot;
@@ -302,11 +327,11 @@ module otpu_mxu
           int el;
           logic [7:0] wb;
           el = b * SUBW + i;
-          wb = four ? blk_chunk[8 * ((c_half ? D / 2 : 0) + el / 2) +: 8] : blk_chunk[8 * el +: 8];
-          dot += $signed(act_rq[j][8 * el +: 8]) * weight_of(wf, wb, four && el[0], mult[c_blk][b]);
+          wb = four ? blk_chunk[8 * ((jh ? D / 2 : 0) + el / 2) +: 8] : blk_chunk[8 * el +: 8];
+          dot += $signed(act_rq[j][8 * el +: 8]) * weight_of(wf, wb, four && el[0], mult[jb][b]);
         end
         e = act_rsub[j][3 * b +: 3];
-        sh = with_sub ? emax[j] - e : 3'd0;
+        sh = with_sub ? em - e : 3'd0;
         total += $signed(48'(dot)) <<< sh;
       end
       isum[j] = total;
@@ -318,13 +343,32 @@ module otpu_mxu
   logic [31:0]     a_row, a_blk;
   logic signed [M-1:0][47:0] a_isum;
   logic [M-1:0][31:0] a_ascale;
-  logic [31:0]     a_ws;
-  logic [4:0]      a_wshift;
+  logic [M-1:0][31:0] a_ws;
+  logic [M-1:0][4:0] a_wshift;
+  logic            a_pad;                          // PAIR: the chunk has no odd block (odd kb's last)
+  logic [1:0]      a_pidx;                         // the partial of the block (PAIR: of the chunk)
+  assign a_pidx = pair ? a_blk[2:1] : a_blk[1:0];
   logic [31:0]     a_row_scale;
   logic [M-1:0][3:0][31:0] part;                   // public partials
   logic signed [M-1:0][47:0] accum;                // seed accumulator
 
-  logic [M-1:0][31:0] a_i2f, a_t1, a_t, a_padd, a_f02, a_f13, a_fold;
+  logic [M-1:0][31:0] a_i2f, a_t1, a_t, a_t_hi, a_psum, a_term, a_padd, a_f02, a_f13, a_fold;
+  logic signed [M-1:0][47:0] a_isum_hi;
+  logic [M-1:0][4:0] a_wshift_hi;
+  // PAIR: column j + M's term and block sum beside column j's (+0 / nothing for a missing odd block)
+  always_comb
+    for (int j = 0; j < M; j++) begin
+      a_t_hi[j] = 32'd0;
+      a_isum_hi[j] = 48'sd0;
+      a_wshift_hi[j] = 5'd0;
+      for (int i = 0; i < M; i++)
+        if (pair && !a_pad && i == j + 32'(m)) begin
+          a_t_hi[j] = a_t[i];
+          a_isum_hi[j] = a_isum[i];
+          a_wshift_hi[j] = a_wshift[i];
+        end
+      a_term[j] = pair ? a_psum[j] : a_t[j];
+    end
   logic [M-1:0][31:0] a_exact, a_tot, a_tot2, a_seed;
   logic signed [M-1:0][47:0] a_acc_new;
   // the i2f instances take their default W=48: yosys 0.70 asserts when it re-derives this module for a
@@ -332,16 +376,17 @@ module otpu_mxu
   for (genvar j = 0; j < M; j++) begin : g_col
     logic [7:0] e_bias;   // 127 - Emax, named: yosys widens a size cast inside a port's concatenation
     otpu_fp_i2f u_i2f (.i(a_isum[j]), .y(a_i2f[j]));
-    otpu_fp_mul u_m1 (.a(a_i2f[j]), .b(a_ws), .y(a_t1[j]));
+    otpu_fp_mul u_m1 (.a(a_i2f[j]), .b(a_ws[j]), .y(a_t1[j]));
     otpu_fp_mul u_m2 (.a(a_t1[j]), .b(a_ascale[j]), .y(a_t[j]));
-    otpu_fp_add u_pa (.a(part[j][a_blk[1:0]]), .b(a_t[j]), .sub(1'b0), .y(a_padd[j]));
-    otpu_fp_add u_f02 (.a(a_blk[1:0] == 0 ? a_padd[j] : part[j][0]), .b(a_blk[1:0] == 2 ? a_padd[j] : part[j][2]),
+    otpu_fp_add u_pp (.a(a_t[j]), .b(a_t_hi[j]), .sub(1'b0), .y(a_psum[j]));
+    otpu_fp_add u_pa (.a(part[j][a_pidx]), .b(a_term[j]), .sub(1'b0), .y(a_padd[j]));
+    otpu_fp_add u_f02 (.a(a_pidx == 0 ? a_padd[j] : part[j][0]), .b(a_pidx == 2 ? a_padd[j] : part[j][2]),
                        .sub(1'b0), .y(a_f02[j]));
-    otpu_fp_add u_f13 (.a(a_blk[1:0] == 1 ? a_padd[j] : part[j][1]), .b(a_blk[1:0] == 3 ? a_padd[j] : part[j][3]),
+    otpu_fp_add u_f13 (.a(a_pidx == 1 ? a_padd[j] : part[j][1]), .b(a_pidx == 3 ? a_padd[j] : part[j][3]),
                        .sub(1'b0), .y(a_f13[j]));
     otpu_fp_add u_fold (.a(a_f02[j]), .b(a_f13[j]), .sub(1'b0), .y(a_fold[j]));
     // seed: the exact sum, i2f, 2^-Emax, Sw, Sa
-    assign a_acc_new[j] = accum[j] + (a_isum[j] <<< a_wshift);
+    assign a_acc_new[j] = accum[j] + (a_isum[j] <<< a_wshift[j]) + (a_isum_hi[j] <<< a_wshift_hi[j]);
     otpu_fp_i2f u_i2f48 (.i(a_acc_new[j]), .y(a_exact[j]));
     assign e_bias = 8'(127 - emax[j]);
     otpu_fp_mul u_e (.a(a_exact[j]), .b({1'b0, e_bias, 23'd0}), .y(a_tot[j]));
@@ -423,12 +468,16 @@ module otpu_mxu
       rmax_pend <= 1'b0;
       case (state)
         S_CHECK: begin
-          logic bad;
-          bad = n == 0 || kb == 0 || m == 0 || 32'(m) > MCOLS || 32'(ab) + 32'(kb) > ACT_BLOCKS || wf > WF_FP4X6 ||
-                sa % D != 0 || rs % D != 0 || (ascale && !(unit && acc)) || w[0][24 + F_PAIR];
+          // in the golden simulator's order (sim/matrix.py mm_check): the ones before PAIR's
+          // opcode check, then PAIR's shape (2M <= MCOLS, 4-bit) and its 8-aligned scale words
+          logic early, bad;
+          early = n == 0 || kb == 0 || m == 0 || (pair ? 2 * 32'(m) > ROWS : 32'(m) > MCOLS) ||
+                  32'(ab) + 32'(kb) > ACT_BLOCKS;
+          bad = early || wf > WF_FP4X6 || sa % D != 0 || rs % D != 0 || (ascale && !(unit && acc)) ||
+                (pair && (PAIR == 0 || 2 * 32'(m) > MCOLS || !four || (!unit && (ssa % 8 != 0 || srs % 8 != 0))));
           if (bad) begin
             err <= 1'b1;
-            err_code <= w[0][24 + F_PAIR] ? E_UNSUPPORTED : E_SHAPE;
+            err_code <= !early && pair && PAIR == 0 ? E_OPCODE : E_SHAPE;
             state <= S_ERR;
           end else begin
             state <= S_PREP;
@@ -440,16 +489,25 @@ module otpu_mxu
         end
         S_PREP: begin
           // the MM's ACT blocks: any sub-block offsets, their maxima per row, one scale per row
+          // (PAIR: every one of the 2M rows marks offsets; output row j's block k comes from
+          // ACT row j, or j + M for an odd k)
+          for (int j = 0; j < M; j++)
+            if (j < (pair ? 2 * 32'(m) : 32'(m)) && act_rsub[j][15]) with_sub <= 1'b1;
           for (int j = 0; j < M; j++)
             if (j < m) begin
               logic [2:0] em;
+              logic [15:0] sw;
+              logic [31:0] sc;
+              sw = act_rsub[j];
+              sc = act_rscale[j];
+              if (pair && prep_k[0])
+                for (int i = 0; i < M; i++) if (i == j + 32'(m)) begin sw = act_rsub[i]; sc = act_rscale[i]; end
               em = emax[j];
-              if (act_rsub[j][15]) with_sub <= 1'b1;
               for (int b = 0; b < 4; b++)
-                if (act_rsub[j][3 * b +: 3] > em && act_rsub[j][15]) em = act_rsub[j][3 * b +: 3];
+                if (sw[3 * b +: 3] > em && sw[15]) em = sw[3 * b +: 3];
               emax[j] <= em;
-              if (prep_k == 0) row_sa[j] <= act_rscale[j];
-              else if (act_rscale[j] != row_sa[j] && seed) act_scale_mismatch <= 1'b1;
+              if (prep_k == 0) row_sa[j] <= sc;
+              else if (sc != row_sa[j] && seed) act_scale_mismatch <= 1'b1;
             end
           if (32'(prep_k) + 1 >= 32'(kb)) begin
             state <= S_RUN;
@@ -529,12 +587,15 @@ module otpu_mxu
           a_blk <= c_blk;
           a_isum <= isum;
           for (int j = 0; j < M; j++) a_ascale[j] <= act_rscale[j];
-          a_ws <= ws[c_blk];
-          a_wshift <= wshift[c_blk];
+          for (int j = 0; j < M; j++) begin
+            a_ws[j] <= ws[c_blk + 32'(hi_col(j))];
+            a_wshift[j] <= wshift[c_blk + 32'(hi_col(j))];
+          end
+          a_pad <= c_blk + 1 >= 32'(kb);
           a_row_scale <= row_scale;
-          a_last <= c_blk + 1 == 32'(kb);
-          if (c_blk + 1 == 32'(kb)) begin
-            c_pad <= four && kb[0];
+          a_last <= c_blk + (pair ? 2 : 1) >= 32'(kb);
+          if (c_blk + (pair ? 2 : 1) >= 32'(kb)) begin
+            c_pad <= four && kb[0] && !pair;
             c_row <= c_row + 1;
             c_blk <= 0;
             c_half <= 1'b0;
@@ -542,8 +603,8 @@ module otpu_mxu
             c_idx <= 0;
             c_side_first <= (ssa + (c_row + 1) * srs) / BB;
           end else begin
-            c_blk <= c_blk + 1;
-            c_half <= four ? !c_half : 1'b0;
+            c_blk <= c_blk + (pair ? 2 : 1);
+            c_half <= four && !pair ? !c_half : 1'b0;
           end
         end
       end
@@ -553,7 +614,7 @@ module otpu_mxu
       if (a_valid) begin
         for (int j = 0; j < M; j++) begin
           if (!seed) begin
-            part[j][a_blk[1:0]] <= a_padd[j];
+            part[j][a_pidx] <= a_padd[j];
             if (a_last) for (int q = 0; q < 4; q++) part[j][q] <= 32'd0;
           end else begin
             accum[j] <= a_last ? 48'sd0 : a_acc_new[j];
@@ -638,7 +699,7 @@ module otpu_mxu
       end
     end
   end
-  assign blk_pop = !four || c_half || c_blk + 1 == 32'(kb);
+  assign blk_pop = !four || pair || c_half || c_blk + 1 == 32'(kb);
   assign f_pop = state == S_RUN && f_count != 0 && c_row < 32'(n) && hold_ok && (c_side || (oq_room && blk_pop && !c_pad));
   assign f_npop = !f_pop ? 2'd0 : (c_hit ? (fast && blk_pop ? 2'd1 : 2'd0) : (c_side ? (fast && blk_pop ? 2'd2 : 2'd1) : 2'd1));
 endmodule

@@ -1,7 +1,8 @@
 // otpu_qnt: the quantiser: QACT (TMEM fp32 rows -> ACT RAM int8 with scales; ROW, CSCALE,
 // RSCALE and the project's SUB sub-block offsets) and QST (TMEM fp32 rows -> DRAM int8 bytes at
 // dst + r*drs + c*es and fp32 scales; ROW, HALF). Arithmetic as fp32.quantize and
-// formats.quantize_suboffsets.
+// formats.quantize_suboffsets. QACT DUP (PAIR targets) writes each coded block to rows r and
+// r + rows of the ACT RAM in the same cycle (the copy MM PAIR reads its odd blocks from).
 //
 // Two decoupled stages over groups (a D-block, or a whole row in ROW mode), so the unit streams
 // LANES source words per cycle as the timing model charges:
@@ -19,6 +20,8 @@ module otpu_qnt
 #(
   parameter int D = 32,
   parameter int ROWS = 2,
+  parameter int MCOLS = 2,
+  parameter int PAIR = 0,
   parameter int LANES = 4,
   parameter int ACT_BLOCKS = 16,
   parameter int BB = 32,
@@ -52,6 +55,8 @@ module otpu_qnt
   output logic [D*8-1:0]         act_wq,
   output logic [31:0]            act_wscale,
   output logic [15:0]            act_wsub,
+  output logic                   act_wdup,
+  output logic [$clog2(ROWS)-1:0] act_wrow2,
   // TMEM: the source (port X) and the column / row scales (port S)
   output logic [1:0][LANES-1:0]       rd_en,
   output logic [1:0][LANES-1:0][31:0] rd_addr,
@@ -78,7 +83,7 @@ module otpu_qnt
   rstate_t rstate;
 
   logic [7:0][31:0] w;
-  logic        is_qst, row_mode, cscale, rscale, sub, half, strided;
+  logic        is_qst, row_mode, cscale, rscale, sub, half, strided, dup;
   logic [15:0] rows, kb;
   logic [7:0]  ab;
   logic [31:0] src, srs, dst, sdst, drs, es, cs_addr, rs_addr;
@@ -88,6 +93,7 @@ module otpu_qnt
   assign rscale = !is_qst && w[0][24 + F_RSCALE];
   assign sub = !is_qst && w[0][24 + F_SUB];
   assign half = is_qst && w[0][24 + F_HALF];
+  assign dup = !is_qst && w[0][24 + F_DUP];
   assign src = w[1];
   assign rows = is_qst ? w[4][15:0] : {8'd0, w[2][7:0]};
   assign kb = is_qst ? w[4][31:16] : w[2][31:16];
@@ -291,6 +297,7 @@ module otpu_qnt
       err_code <= E_NONE;
       bq_n <= 0;
       act_we <= 1'b0;
+      act_wdup <= 1'b0;
       g_used <= 0;
       s1_en <= '0;
     end else begin
@@ -405,6 +412,8 @@ module otpu_qnt
             if (!is_qst && (col % D == D - 1 || col + 1 == 32'(kb) * D)) begin
               act_we <= 1'b1;
               act_wrow <= $bits(act_wrow)'(cr);
+              act_wdup <= dup;
+              act_wrow2 <= $bits(act_wrow2)'(32'(cr) + 32'(rows));
               act_wblk <= $bits(act_wblk)'(32'(ab) + col / D);
               act_wq <= bqv;
               act_wscale <= s_val;
@@ -479,10 +488,20 @@ module otpu_qnt
         if (in_w[0][7:0] == OP_QST && in_w[7] > 1)
           busy_left <= 32'(in_w[4][15:0]) * ((in_w[0][24 + F_HALF] ? 32'(in_w[4][31:16]) * D / 2 : 32'(in_w[4][31:16]) * D)
                        * VT_APPEND_CYCLES + 32'(in_w[4][31:16]) * D / LANES) + QNT_LATENCY;
-        if (in_w[0][7:0] == OP_QACT && in_w[0][24 + F_DUP]) begin
-          err <= 1'b1;
-          err_code <= E_UNSUPPORTED;
-          state <= S_ERR;
+        // QACT's checks in the golden simulator's order (sim/matrix.py qact)
+        if (in_w[0][7:0] == OP_QACT) begin
+          logic [31:0] qr, qk;
+          logic qdup;
+          qr = 32'(in_w[2][7:0]);
+          qk = 32'(in_w[2][31:16]);
+          qdup = in_w[0][24 + F_DUP];
+          if (qr == 0 || qk == 0 || (qdup && PAIR != 0 && 2 * qr > MCOLS) || (!qdup && qr > ROWS) ||
+              32'(in_w[2][15:8]) + qk > ACT_BLOCKS || (in_w[0][24 + F_SUB] && !in_w[0][24 + F_ROW]) ||
+              (qdup && PAIR == 0)) begin
+            err <= 1'b1;
+            err_code <= qdup && PAIR == 0 && qr != 0 && qk != 0 ? E_OPCODE : E_SHAPE;
+            state <= S_ERR;
+          end else state <= S_RUN;
         end else state <= S_RUN;
       end
     end
