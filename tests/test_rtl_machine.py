@@ -5,7 +5,7 @@ timing model reported per kernel; the RtlBackend interface; refusals and run err
 import numpy as np
 import pytest
 
-from otpu_core import formats, fp32, isa, opchecks, rtlcases
+from otpu_core import formats, fp32, opchecks, rtlcases
 from otpu_core.rtlbackend import RtlError
 from otpu_core.rtlcheck import compare_run, golden_machine, reset_state
 from rtl_support import TARGET, compare_kernels, rtl_backend  # noqa: F401  (fixture)
@@ -122,9 +122,6 @@ def test_a_program_the_rtl_refuses_is_an_error_naming_the_pc(rtl_backend):
     reset_state(be)
     with pytest.raises(RtlError, match="pc 1: TMEM or DRAM range"):
         be.run(f"nop\nld dram=0 tmem={be.cfg.TMEM_WORDS - 4} n=8\nhalt")
-    bad_pair = isa.mm(sa=0, ssa=0, out=0, n=1, kb=1, rs=32, m=1, wf="e2m1", pair=True, unit=True)
-    with pytest.raises(RtlError, match="unsupported by the RTL"):
-        be.run([bad_pair, isa.halt()])
 
 
 def test_a_program_that_never_halts_is_reported(rtl_backend):

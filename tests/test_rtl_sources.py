@@ -51,16 +51,21 @@ def test_build_key_changes_with_sources_params_defines_flags_and_version(tmp_pat
     assert len({base, *others}) == 6
 
 
-@pytest.mark.parametrize("name,missing", [("sim-small", "PAIR"), ("bcu1525", "S > 1")])
+@pytest.mark.parametrize("name,missing", [("sim-small", "STREAM"), ("bcu1525", "S > 1")])
 def test_targets_beyond_the_rtl_are_refused_naming_what_is_missing(name, missing):
     with pytest.raises(TargetError) as e:
         target.check_rtl_buildable(target.load(name))
     assert missing in e.value.message and "nangate45-small" in (e.value.hint or "")
+    assert "PAIR" not in e.value.message            # column reuse is in the RTL (sim-small has it)
 
 
 def test_rtl_targets():
-    for name in ("nangate45-small", "nangate45-card", "ypcb-00338"):
+    for name in ("nangate45-small", "nangate45-pair", "nangate45-card", "ypcb-00338"):
         target.check_rtl_buildable(target.load(name))
+    pair, small = (rtlbackend.tb_params(target.load(n)) for n in ("nangate45-pair", "nangate45-small"))
+    assert (pair["PAIR"], pair["MCOLS"], small["PAIR"]) == (1, 4, 0)
+    assert {k: v for k, v in pair.items() if k not in ("PAIR", "MCOLS")} == \
+        {k: v for k, v in small.items() if k not in ("PAIR", "MCOLS")}
 
 
 @pytest.mark.parametrize("text,words", [("", "program has no instructions"), ("bogus op\n", "unknown mnemonic")])
