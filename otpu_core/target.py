@@ -26,9 +26,9 @@ RTL_SOURCES = ("fp/otpu_fp_funcs.svh", "core/otpu_defs.svh", "fp/otpu_fp_add.sv"
                "core/otpu_dstep_fold.sv", "core/otpu_dstep.sv", "core/otpu_dma.sv", "core/otpu_mxu.sv", "core/otpu_qnt.sv",
                "core/otpu_vpu.sv", "core/otpu_coll.sv", "core/otpu_core.sv")
 # otpu_core's parameters (rtl/core/otpu_core.sv), all of them in rtl_params()
-RTL_CORE_PARAMS = ("D", "MCOLS", "LANES", "ACT_BLOCKS", "ACT_ROWS", "TMEM_WORDS", "IMEM_WORDS", "DSTEP", "PAIR", "SEQ_WC", "WIN",
-                   "FIFO_DEPTH", "TMEM_IMPL", "MXU_LATENCY", "COMPOSITE_COLS_PER_CYCLE", "DRAM_BYTES_PER_CYCLE",
-                   "VT_APPEND_CYCLES")
+RTL_CORE_PARAMS = ("D", "MCOLS", "LANES", "ACT_BLOCKS", "ACT_ROWS", "TMEM_WORDS", "IMEM_WORDS", "DSTEP", "PAIR",
+                   "SEQ_WC", "WIN", "FIFO_DEPTH", "TMEM_IMPL", "MXU_LATENCY", "COMPOSITE_COLS_PER_CYCLE",
+                   "DRAM_BYTES_PER_CYCLE", "VT_APPEND_CYCLES")
 
 
 def _pow2(lo: int, hi: int) -> tuple[Callable[[Any], bool], str]:

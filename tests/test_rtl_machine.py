@@ -5,34 +5,19 @@ timing model reported per kernel; the RtlBackend interface; refusals and run err
 import numpy as np
 import pytest
 
-from otpu_core import formats, fp32, opchecks, rtlcases
+from otpu_core import formats, fp32, rtlcases
 from otpu_core.rtlbackend import RtlError
 from otpu_core.rtlcheck import compare_run, golden_machine, reset_state
-from rtl_support import TARGET, compare_kernels, rtl_backend  # noqa: F401  (fixture)
+from rtl_support import TARGET, compare_kernels, compare_op_checks, rtl_backend  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
 
-def _op_checks(cfg):
-    checks = opchecks.op_checks(cfg, gen=True, waitw=True)
-    return checks + [opchecks.demo_check(cfg), opchecks.masked_check(cfg)]
-
-
 def test_every_op_check_is_bit_exact(rtl_backend):
-    be = rtl_backend
-    image = opchecks.diag_image(be.cfg)
-    results, refused = {}, []
-    for check in _op_checks(be.cfg):
-        if "pair" in check.caps and not be.cfg.PAIR:
-            refused.append(check.title)            # the target has no column reuse: not a check here
-            continue
-        reset_state(be)
-        for addr, data in image.items():
-            be.write(addr, data)
-        results[check.title] = compare_run(be, list(check.program))
+    results, refused = compare_op_checks(rtl_backend)
     bad = {t: r.message() for t, r in results.items() if not r.ok}
     assert not bad, bad
-    assert len(results) >= 110 and refused == ["mxu: MM e2m1 PAIR"]
+    assert len(results) >= 110 and refused == ["mxu: MM e2m1 PAIR"]      # no column reuse on this target
 
 
 def test_every_kernel_is_bit_exact_and_its_cycles_are_reported(rtl_backend, capsys):

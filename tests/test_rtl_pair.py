@@ -5,11 +5,11 @@ faults on stopping the RTL with the same error. Every case is slow (a Verilator 
 import numpy as np
 import pytest
 
-from otpu_core import formats, isa, opchecks, rtlcases
+from otpu_core import formats, isa, rtlcases
 from otpu_core.isasim import SimError
 from otpu_core.rtlbackend import RtlBackend, RtlError
-from otpu_core.rtlcheck import compare_case, compare_run, golden_machine, reset_state
-from rtl_support import require_verilator, rtl_backend  # noqa: F401  (fixture)
+from otpu_core.rtlcheck import compare_run, golden_machine, reset_state
+from rtl_support import compare_kernels, compare_op_checks, require_verilator, rtl_backend  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def pair_backend():
 
 
 def _program(be, rng, *, wf, kb, m, n=6, flags="", dup=True, qflags="", ab=1, ors=None, srs_pad=0, ssa=SCALES,
-             qrows=None, shuffled=False, junk=False):
+             qrows=None, shuffled=False, junk=False, pair=True):
     """DRAM and TMEM for one QACT (DUP: M rows and their copies; else 2M distinct rows) and one MM
     PAIR over them; returns the program text. ors defaults to an odd stride (no MXU bank conflict).
     junk: the unused half of an odd kb's last chunk holds random bytes and the ACT block after
@@ -63,7 +63,7 @@ def _program(be, rng, *, wf, kb, m, n=6, flags="", dup=True, qflags="", ab=1, or
     if "ascale" in flags:
         body.append(f"ld dram={ALPHA} tmem={T_ALPHA} n={m}")
     body += [f"mm sa={WEIGHTS} ssa={T_ALPHA if 'ascale' in flags else ssa} out={T_OUT} n={n} kb={kb} rs={rs} m={m} "
-             f"ab={ab} ors={ors} srs={srs} wf={wf} pair {flags}",
+             f"ab={ab} ors={ors} srs={srs} wf={wf} {'pair' if pair else ''} {flags}",
              f"st dram={OUT} tmem={T_OUT} n={out_words}", "halt"]
     return "\n".join(body)
 
@@ -103,14 +103,31 @@ def test_mm_pair_is_bit_exact_within_5_percent_of_the_model(pair_backend, wf, kb
     assert abs(r.ratio - 1) <= 0.05, r.message()
 
 
-@pytest.mark.parametrize("wf,qflags", [("int4", ""), ("fp4x6", "row sub")])
-def test_the_empty_half_of_an_odd_kb_chunk_is_a_zero_term_whatever_it_holds(pair_backend, wf, qflags):
+def test_a_long_pair_mm_takes_a_chunk_a_cycle_as_the_model_does(pair_backend, capsys):
+    """64 weight rows of 8 e2m1 blocks: without PAIR (M = 4 rows, a block a cycle) the MM is
+    bound by the array's 2 cycles a chunk; PAIR (M = 2 over the same 4 ACT rows) takes a chunk a
+    cycle and is bound by DRAM instead. Both land within 5% of the model."""
+    be = pair_backend
+    runs = {}
+    for pair, m in ((False, 4), (True, 2)):
+        prog = _program(be, np.random.default_rng(9), wf="e2m1", kb=8, m=m, n=64, flags="unit", dup=False,
+                        qrows=4, pair=pair)
+        runs[pair] = compare_run(be, prog)
+        assert runs[pair].ok, runs[pair].message()
+        assert abs(runs[pair].ratio - 1) <= 0.05, runs[pair].message()
+    with capsys.disabled():
+        print(f"\n  64 x 8 e2m1 blocks: M=4 {runs[False].message()}; PAIR M=2 {runs[True].message()}")
+    assert runs[True].rtl_cycles < runs[False].rtl_cycles - 100
+
+
+@pytest.mark.parametrize("wf,flags,qflags", [("int4", "unit", ""), ("fp4x6", "unit", "row sub"), ("e2m1", "acc", "")])
+def test_the_empty_half_of_an_odd_kb_chunk_is_a_zero_term_whatever_it_holds(pair_backend, wf, flags, qflags):
     """With an odd kb the last chunk's second half holds no block: PAIR adds +0 for it. Here that
     half holds random bytes and the next ACT block real codes, so a column that read them would
-    change the result."""
+    change the result (with UNIT: the scale words past kb, zero here, would otherwise zero it)."""
     be = pair_backend
-    prog = _program(be, np.random.default_rng(5), wf=wf, kb=3, m=2, dup=False, qflags=qflags, junk=True,
-                    shuffled=wf == "fp4x6")
+    prog = _program(be, np.random.default_rng(5), wf=wf, kb=3, m=2, flags=flags, dup=False, qflags=qflags,
+                    junk=True, shuffled=wf == "fp4x6")
     r = compare_run(be, prog)
     assert r.ok, r.message()
 
@@ -163,22 +180,23 @@ def test_pair_and_dup_on_a_target_without_pair_are_illegal_opcodes(rtl_backend):
         _assert_rtl_stops(be, prog, fault)
 
 
-def test_the_pair_op_check_and_the_pair_kernel_run_bit_exact(pair_backend, capsys):
-    """The diag's PAIR check, and the kernel of the library that compiles to QACT DUP + MM PAIR on a
-    PAIR target (swiglu_mlp over fp4x6 weights: its activations quantised with sub-block offsets)."""
+def test_every_op_check_and_kernel_runs_bit_exact_on_the_pair_target(pair_backend, capsys):
+    """Every op check (the diag's PAIR one included: not refused here) and every kernel case of the
+    library on nangate45-pair, bit-exact and within 5% of the model's cycles. swiglu_mlp over fp4x6
+    weights compiles to QACT DUP (ROW, SUB) + MM PAIR on this target."""
     be = pair_backend
-    check = next(c for c in opchecks.op_checks(be.cfg, gen=True, waitw=True) if c.title == "mxu: MM e2m1 PAIR")
-    reset_state(be)
-    for addr, data in opchecks.diag_image(be.cfg).items():
-        be.write(addr, data)
-    r = compare_run(be, list(check.program))
-    assert r.ok, r.message()
+    results, refused = compare_op_checks(be)
+    bad = {t: r.message() for t, r in results.items() if not r.ok}
+    assert not bad, bad
+    assert not refused and "mxu: MM e2m1 PAIR" in results and len(results) >= 110
     case = next(c for c in rtlcases.kernel_cases(PAIR_TARGET) if c.name == "swiglu_mlp fp4x6")
-    prog = case.build()[1]
-    assert any(i.op == isa.Op.MM and i.has(isa.F_PAIR) for i in prog.instrs)
-    assert any(i.op == isa.Op.QACT and i.has(isa.F_DUP) for i in prog.instrs)
-    r = compare_case(be, case)
+    instrs = case.build()[1].instrs
+    assert any(i.op == isa.Op.MM and i.has(isa.F_PAIR) for i in instrs)
+    assert any(i.op == isa.Op.QACT and i.has(isa.F_DUP) for i in instrs)
+    kernels = compare_kernels(be)
     with capsys.disabled():
-        print(f"\n  swiglu_mlp fp4x6 on {PAIR_TARGET}: {r.message()}")
-    assert r.ok, r.message()
-    assert abs(r.ratio - 1) <= 0.05, r.message()
+        print(f"\nkernel cases on {PAIR_TARGET}:\n" +
+              "\n".join(f"  {n:26s} {r.message()}" for n, (r, _) in kernels.items()))
+    bad = {n: r.message() for n, (r, _) in kernels.items() if not r.ok or abs(r.ratio - 1) > 0.05}
+    assert not bad, bad
+    assert len(kernels) >= 16 and "swiglu_mlp fp4x6" in kernels
