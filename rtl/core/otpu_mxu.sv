@@ -82,14 +82,15 @@ module otpu_mxu
   logic [15:0] n, kb, ors;
   logic [7:0]  m, ab;
   logic [2:0]  wf;
-  logic        unit, acc, rmax, ascale, four, seed, pair;
+  logic        unit, acc, rmax, ascale, four, seed, pair_req, pair;
   assign sa = w[1]; assign ssa = w[2]; assign out = w[3];
   assign n = w[4][15:0]; assign kb = w[4][31:16]; assign rs = w[5];
   assign ors = w[6][15:0]; assign m = w[6][23:16]; assign ab = w[6][31:24]; assign srs = w[7];
   assign wf = {w[0][31], w[0][29:28]};
   assign unit = w[0][24 + F_UNIT]; assign acc = w[0][24 + F_ACC]; assign rmax = w[0][24 + F_RMAX];
   assign ascale = w[0][24 + F_ASCALE];
-  assign pair = w[0][24 + F_PAIR];
+  assign pair_req = w[0][24 + F_PAIR];
+  assign pair = PAIR != 0 && pair_req;            // without PAIR the datapath has no column reuse
   assign four = wf == WF_INT4 || wf == WF_E2M1 || wf == WF_FP4X6;
   assign seed = wf == WF_INT8X || wf == WF_FP4X6;
 
@@ -107,7 +108,7 @@ module otpu_mxu
     mm_sbytes = x[0][24 + F_UNIT] ? 0 : ({x[0][31], x[0][29:28]} == WF_INT8X ? 4 + 32'(x[4][31:16]) : 4 * 32'(x[4][31:16]));
   endfunction
   function automatic logic [47:0] mm_cycles(input logic [7:0][31:0] x);
-    mm_cycles = 48'(x[4][15:0]) * 48'(mm_nch(x)) * (mm_four(x) && !x[0][24 + F_PAIR] ? 48'd2 : 48'd1);
+    mm_cycles = 48'(x[4][15:0]) * 48'(mm_nch(x)) * (mm_four(x) && !(PAIR != 0 && x[0][24 + F_PAIR]) ? 48'd2 : 48'd1);
   endfunction
   function automatic logic [47:0] mm_bytes(input logic [7:0][31:0] x);
     mm_bytes = 48'(x[4][15:0]) * 48'(mm_nch(x) * D + mm_sbytes(x));
@@ -471,13 +472,13 @@ module otpu_mxu
           // in the golden simulator's order (sim/matrix.py mm_check): the ones before PAIR's
           // opcode check, then PAIR's shape (2M <= MCOLS, 4-bit) and its 8-aligned scale words
           logic early, bad;
-          early = n == 0 || kb == 0 || m == 0 || (pair ? 2 * 32'(m) > ROWS : 32'(m) > MCOLS) ||
+          early = n == 0 || kb == 0 || m == 0 || (pair_req ? 2 * 32'(m) > ROWS : 32'(m) > MCOLS) ||
                   32'(ab) + 32'(kb) > ACT_BLOCKS;
           bad = early || wf > WF_FP4X6 || sa % D != 0 || rs % D != 0 || (ascale && !(unit && acc)) ||
-                (pair && (PAIR == 0 || 2 * 32'(m) > MCOLS || !four || (!unit && (ssa % 8 != 0 || srs % 8 != 0))));
+                (pair_req && (PAIR == 0 || 2 * 32'(m) > MCOLS || !four || (!unit && (ssa % 8 != 0 || srs % 8 != 0))));
           if (bad) begin
             err <= 1'b1;
-            err_code <= !early && pair && PAIR == 0 ? E_OPCODE : E_SHAPE;
+            err_code <= !early && pair_req && PAIR == 0 ? E_OPCODE : E_SHAPE;
             state <= S_ERR;
           end else begin
             state <= S_PREP;

@@ -93,7 +93,7 @@ module otpu_qnt
   assign rscale = !is_qst && w[0][24 + F_RSCALE];
   assign sub = !is_qst && w[0][24 + F_SUB];
   assign half = is_qst && w[0][24 + F_HALF];
-  assign dup = !is_qst && w[0][24 + F_DUP];
+  assign dup = PAIR != 0 && !is_qst && w[0][24 + F_DUP];
   assign src = w[1];
   assign rows = is_qst ? w[4][15:0] : {8'd0, w[2][7:0]};
   assign kb = is_qst ? w[4][31:16] : w[2][31:16];
