@@ -147,6 +147,9 @@ FAULTS = [  # (what, program arguments, the instruction the golden simulator ref
     ("PAIR scale stride not a multiple of 8", dict(wf="int4", kb=2, m=2, srs_pad=4), isa.Op.MM),
     ("PAIR scale address not a multiple of 8", dict(wf="int4", kb=2, m=2, ssa=SCALES + 4), isa.Op.MM),
     ("QACT DUP with 2*rows > MCOLS", dict(wf="e2m1", kb=2, m=3), isa.Op.QACT),
+    ("QACT rows > the ACT rows", dict(wf="e2m1", kb=2, m=2, dup=False, qrows=5), isa.Op.QACT),
+    ("QACT blocks past ACT_BLOCKS", dict(wf="e2m1", kb=7, m=2, ab=10), isa.Op.QACT),
+    ("QACT SUB without ROW", dict(wf="fp4x6", kb=2, m=2, qflags="sub"), isa.Op.QACT),
     ("PAIR fp4x6 over per-block activation scales", dict(wf="fp4x6", kb=4, m=2), isa.Op.MM),
     ("PAIR fp4x6 over rows j + M of another row scale", dict(wf="fp4x6", kb=4, m=2, dup=False, qflags="row"), isa.Op.MM),
 ]
