@@ -3,7 +3,8 @@ TMEM and DRAM bit compared, and the cycle counts of the RTL and of the timing mo
 
 `compare_run(rtl, program, args, waits)` runs the program on an `RtlBackend` and on a golden
 `Machine` holding the same state (DRAM, TMEM, ACT RAM copied from the backend before the run)
-and returns a `Comparison`. The program area the RTL loads its program from is written into the
+and returns a `Comparison`; `compare_case` does so for a kernel case, `compare_op_checks` for
+every op check of selftest/diag. The program area the RTL loads its program from is written into the
 golden DRAM too, so the two memories are compared whole.
 """
 from __future__ import annotations
@@ -90,3 +91,22 @@ def compare_case(rtl: RtlBackend, case) -> Comparison:
     img, prog, values = case.build()
     reset_state(rtl, img.dram[: img.cursor])
     return compare_run(rtl, prog, prog.arg_words(**values))
+
+
+def compare_op_checks(rtl: RtlBackend) -> tuple[dict[str, Comparison], list[str]]:
+    """({title: Comparison} for every op check of selftest/diag, each from the diag image; the
+    titles of the checks the target cannot run: the PAIR one without column reuse)."""
+    from . import opchecks
+    image = opchecks.diag_image(rtl.cfg)
+    checks = opchecks.op_checks(rtl.cfg, gen=True, waitw=True) + [opchecks.demo_check(rtl.cfg),
+                                                                  opchecks.masked_check(rtl.cfg)]
+    results, refused = {}, []
+    for check in checks:
+        if "pair" in check.caps and not rtl.cfg.PAIR:
+            refused.append(check.title)
+            continue
+        reset_state(rtl)
+        for addr, data in image.items():
+            rtl.write(addr, data)
+        results[check.title] = compare_run(rtl, list(check.program))
+    return results, refused

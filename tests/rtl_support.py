@@ -1,12 +1,12 @@
 """Helpers of the RTL tests: Verilator present (a failure under OTPU_CI, a skip elsewhere), one
 RtlBackend per session (the build cache and its flock share one build across xdist workers), and
-every kernel case of the library and every ISA op check run on a backend against the golden simulator."""
+every kernel case of the library run on a backend against the golden simulator."""
 import os
 
 import pytest
 
-from otpu_core import opchecks, rtlcases, rtlsim
-from otpu_core.rtlcheck import compare_case, compare_run, reset_state
+from otpu_core import rtlcases, rtlsim
+from otpu_core.rtlcheck import compare_case
 
 TARGET = "nangate45-small"
 
@@ -35,20 +35,3 @@ def compare_kernels(be) -> dict:
         out[case.name] = (compare_case(be, case), dict(be.last))
     return out
 
-
-def compare_op_checks(be) -> tuple[dict, list]:
-    """({title: Comparison} for every op check of selftest/diag on `be`, each from the diag image;
-    the titles of the checks the target cannot run: the PAIR one without column reuse)."""
-    image = opchecks.diag_image(be.cfg)
-    checks = opchecks.op_checks(be.cfg, gen=True, waitw=True) + [opchecks.demo_check(be.cfg),
-                                                                 opchecks.masked_check(be.cfg)]
-    results, refused = {}, []
-    for check in checks:
-        if "pair" in check.caps and not be.cfg.PAIR:
-            refused.append(check.title)
-            continue
-        reset_state(be)
-        for addr, data in image.items():
-            be.write(addr, data)
-        results[check.title] = compare_run(be, list(check.program))
-    return results, refused

@@ -7,8 +7,8 @@ import pytest
 
 from otpu_core import formats, fp32, rtlcases
 from otpu_core.rtlbackend import RtlError
-from otpu_core.rtlcheck import compare_run, golden_machine, reset_state
-from rtl_support import TARGET, compare_kernels, compare_op_checks, rtl_backend  # noqa: F401  (fixture)
+from otpu_core.rtlcheck import compare_op_checks, compare_run, golden_machine, reset_state
+from rtl_support import TARGET, compare_kernels, rtl_backend  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 

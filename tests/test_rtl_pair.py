@@ -8,8 +8,8 @@ import pytest
 from otpu_core import formats, isa, rtlcases
 from otpu_core.isasim import SimError
 from otpu_core.rtlbackend import RtlBackend, RtlError
-from otpu_core.rtlcheck import compare_run, golden_machine, reset_state
-from rtl_support import compare_kernels, compare_op_checks, require_verilator, rtl_backend  # noqa: F401  (fixture)
+from otpu_core.rtlcheck import compare_op_checks, compare_run, golden_machine, reset_state
+from rtl_support import compare_kernels, require_verilator, rtl_backend  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -56,21 +56,14 @@ def check_cmd(target: str = typer.Option("nangate45-small", "--target", "-t", he
               kernels: bool = typer.Option(True, "--kernels/--no-kernels", help="Run the kernel library's cases."),
               json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Every op check and kernel on the RTL and on the golden simulator; exit 1 on any difference."""
-    from .. import opchecks, rtlcases
-    from ..rtlcheck import compare_case, compare_run, reset_state
+    from .. import rtlcases
+    from ..rtlcheck import compare_case, compare_op_checks
     be = _backend(target)
     err = stderr()
     rows = []
     if ops:
-        image = opchecks.diag_image(be.cfg)
-        checks = opchecks.op_checks(be.cfg, gen=True, waitw=True) + [opchecks.demo_check(be.cfg), opchecks.masked_check(be.cfg)]
-        for c in checks:
-            if "pair" in c.caps and not be.cfg.PAIR:
-                continue
-            reset_state(be)
-            for addr, data in image.items():
-                be.write(addr, data)
-            rows.append(_row(c.title, compare_run(be, list(c.program))))
+        results, _ = compare_op_checks(be)
+        rows += [_row(title, r) for title, r in results.items()]
         err.print(f"{len(rows)} op checks run", highlight=False)
     if kernels:
         for case in rtlcases.kernel_cases(target):
