@@ -15,13 +15,16 @@
    through the mailbox from a random table, its prefill in runs of 4 rows too (the per-row work a
    hardware loop over the rows): modelled 6.82 (0.65) / 31.0 (0.97) tok/s as shipped, 9.68 (0.92)
    / 31.4 (0.98) on build B (a row per run, before, gave prefill 8.8 / 14.1).
+2b. batch (`--only batch`, not in the default run): batched decode, one step of 1-4 sequences (a row
+   group each) at position 544 on ypcb-00338 as shipped and on bcu1525, 4-bit: aggregate tok/s,
+   or why the step does not fit the card.
 3. host: the host's CPU time per generated token on the card path (the generate loop on the
    simulated card: the main thread only polls the state block and reads ids; the simulated card
    runs on its own thread) against the 0.17-0.30 ms the real card's host measured.
 4. convert: conversion of a Qwen3-0.6B-shaped safetensors file (bf16, random) to int8 in a child
    process: seconds against reading every tensor, and peak RSS against the card-format size + 1 GiB.
 
-Run: python benchmarks/bench_llm.py [--only sim,card,host,convert] [--models Qwen3-0.6B,...] [--keep DIR]
+Run: python benchmarks/bench_llm.py [--only sim,card,batch,host,convert] [--models Qwen3-0.6B,...] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -162,19 +165,24 @@ def random_image(be, plan, rng) -> None:
     be.write(plan.final_norm.base.const, ones_d)
     _random_weight(be, plan.head, rng)
     image.write_tables(be, plan)
-    be.write(plan.io(0)["ids"].base.const, rng.integers(0, cfg.vocab, plan.opts.ctx).astype(np.float32))
+    for s in range(plan.opts.slots):
+        be.write(plan.io(s)["ids"].base.const, rng.integers(0, cfg.vocab, plan.opts.ctx).astype(np.float32))
 
 
-def _at(be, plan, pos: int) -> None:
+def _at(be, plan, pos: int, slots: int = 1) -> None:
     st = np.zeros(STATE_WORDS, np.float32)
     st[S_POS] = pos
-    be.write(plan.io(0)["state"].base.const, st)
+    for s in range(slots):
+        be.write(plan.io(s)["state"].base.const, st)
 
 
-def _step(be, plan, t, pos: int, rows: int = 1, logits: bool = True):
-    spec = programs.StepSpec((programs.Group(0, rows, tuple(range(pos // plan.opts.page + 1))),), logits=logits)
+def _step(be, plan, t, pos: int, rows: int = 1, logits: bool = True, seqs: int = 1):
+    """The step of `seqs` sequences (slot s on pages s*b.. of b = its bucket + 1) at `pos`, `rows` rows each."""
+    b = pos // plan.opts.page + 1
+    spec = programs.StepSpec(tuple(programs.Group(s, rows, tuple(range(s * b, (s + 1) * b))) for s in range(seqs)),
+                             logits=logits)
     prog = be.prepare(programs.compile_program(plan, spec, t).instrs)
-    _at(be, plan, pos)
+    _at(be, plan, pos, seqs)
     return prog
 
 
@@ -237,13 +245,13 @@ def bench_sim(rng) -> None:
           f"{t_sim / t_np:.1f}x wall, {cpu / cpu_np:.1f}x CPU (timing off)")
 
 
-def _modelled(cfg: ModelConfig, t, fmt: str, rng, paired: bool = False) -> tuple[float, float, dict, float | None]:
-    """(decode tok/s at 544, 512-token prefill tok/s, the decode step's unit utilisation, and with
-    `paired` the prefill tok/s in runs of MCOLS/2 rows, whose 4-bit MMs run PAIR)."""
+def _card(cfg: ModelConfig, t, fmt: str, rng, slots: int = 1):
+    """(plan, backend, run) of a random image of `slots` slots (3 pages each) on the timing model; `run`
+    serves a host-kept table (Gemma's per-layer rows) while the program runs."""
     from otpu_core.llm.offload import RowServer
-    hz = t.core_hz
     rows = layout.prefill_rows(cfg, t.config())          # MCOLS: 4
-    plan = layout.plan(cfg, t.config(), layout.ImageOptions(fmt=fmt, pages=3, ctx=768, rows=rows))
+    plan = layout.plan(cfg, t.config(), layout.ImageOptions(fmt=fmt, slots=slots, pages=3 * slots, ctx=768,
+                                                            rows=max(rows, slots)))
     be = IsaBackend(t, timing=True)
     random_image(be, plan, rng)
     server = None
@@ -259,6 +267,15 @@ def _modelled(cfg: ModelConfig, t, fmt: str, rng, paired: bool = False) -> tuple
         while be.poll(1 << 14):
             server.poll()
         return be.wait()
+    return plan, be, run
+
+
+def _modelled(cfg: ModelConfig, t, fmt: str, rng, paired: bool = False) -> tuple[float, float, dict, float | None]:
+    """(decode tok/s at 544, 512-token prefill tok/s, the decode step's unit utilisation, and with
+    `paired` the prefill tok/s in runs of MCOLS/2 rows, whose 4-bit MMs run PAIR)."""
+    hz = t.core_hz
+    rows = layout.prefill_rows(cfg, t.config())
+    plan, be, run = _card(cfg, t, fmt, rng)
     c0 = be.counters()
     dec = run(_step(be, plan, t, 544, logits=True)).cycles
     c1 = be.counters()
@@ -293,6 +310,29 @@ def bench_card(rng, models=tuple(MEASURED)) -> None:
             print(f"card: {name} {fmt:4s} on {t.name:10s} decode {dec:6.2f} tok/s, measured {m_dec} (ratio "
                   f"{dec / m_dec:.2f}; {busy}); prefill {pre:6.1f} tok/s, measured {m_pre} (ratio {pre / m_pre:.2f})"
                   f"{paired}; goal within 15%", flush=True)
+
+
+def bench_batch(rng, models=tuple(MEASURED), seqs=(1, 2, 3, 4)) -> None:
+    """Batched decode: one step of n sequences (a row group each, at position 544) on ypcb-00338 as
+    shipped and on bcu1525 (8192-instruction IMEM), in 4-bit: the aggregate tok/s, or why the step
+    does not fit the card (the caller then steps fewer sequences a program)."""
+    from otpu_core.ol import CompileError
+    for name in models:
+        cfg, _ = MEASURED[name]
+        for t in (load(T), load("bcu1525")):
+            plan, be, run = _card(cfg, t, "fp4", rng, slots=max(seqs))
+            one = None
+            for n in seqs:
+                try:
+                    prog = _step(be, plan, t, 544, seqs=n)
+                except CompileError as e:
+                    print(f"batch: {name} fp4 on {t.name:10s} {n} sequences a step: does not fit "
+                          f"({e.message.splitlines()[0]})", flush=True)
+                    continue
+                rate = n * t.core_hz / run(prog).cycles
+                one = one or rate
+                print(f"batch: {name} fp4 on {t.name:10s} {n} sequences a step: {rate:6.2f} tok/s ({rate / n:.2f} "
+                      f"each, {rate / one:.2f}x one a step; {prog.instructions} instructions)", flush=True)
 
 
 def bench_host(rng) -> None:
@@ -400,6 +440,8 @@ def main() -> None:
         bench_host(rng)
     if "card" in parts:
         bench_card(rng, a.models.split(","))
+    if "batch" in parts:
+        bench_batch(rng, a.models.split(","))
     if "sim" in parts:
         bench_sim(rng)
     if "convert" in parts:

@@ -306,9 +306,10 @@ def goldens_greedy_tokens(eng, conv, prompt, turn):
     return quant
 
 
-def batched_equals_alone(make, path, prompts_, eng, conv) -> None:
+def batched_equals_alone(make, path, prompts_, eng, conv, tokens: bool = False) -> None:
     """The prompts as sequences of one step on `eng` (one slot each) against each alone on a second
-    card (a slot released and reused between them): logits bit for bit, and the quantised golden's."""
+    card (a slot released and reused between them): logits bit for bit, and the quantised golden's
+    (`tokens`: its greedy token too)."""
     seqs = [eng.new_sequence() for _ in prompts_]
     for s, p in zip(seqs, prompts_):
         eng.submit(s, p)
@@ -321,6 +322,7 @@ def batched_equals_alone(make, path, prompts_, eng, conv) -> None:
         one.release(s)
         ref = quant_golden(eng, conv).forward(p)[-1]
         assert R.cosine(got, ref) > 0.99999, (R.cosine(got, ref), R.max_abs(got, ref))
+        assert not tokens or int(np.argmax(got)) == int(np.argmax(ref))
 
 
 def moe_on_the_chat_target(tmp_path, family: str, seed: int, n: int = 16) -> None:

@@ -253,6 +253,30 @@ def test_a_loop_stepped_address_with_a_device_value_from_inside_the_loop_is_refu
     assert np.array_equal(out["y"], x[[1, 3]])
 
 
+def _inherit(x, p, y, z):
+    offs = [ol.rld(ol.load(p[g:g + 1]), scale=4 * 8) for g in range(8)]      # row p[g] of x
+    for i in ol.range(2):                  # 8 addresses {i, dev g}, each started from its device value
+        for g in ol.static_range(8):
+            ol.store(y[2 * g + i], ol.load(ol.Tensor(x.base + i * (8 * 4 * 8) + offs[g], (8,))))
+    ol.store(z, ol.load(ol.Tensor(x.base + offs[0], (8,))))                    # device value 0 read again
+
+
+def test_a_loop_address_inherits_its_device_values_register_only_at_its_last_use(monkeypatch):
+    """Rule 3 (lower.py): an address stepped by a loop and started from a device value takes over that
+    value's register when the start is its last use: 8 such addresses fit beside their 8 device values
+    (17 registers without the rule), and the value read again after the loop keeps its own register."""
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    p = rng.permutation(8).astype(np.float32)
+    prog, out = build(_inherit, x=x, p=p, y=(16, 8), z=(8,))
+    rows = p.astype(int)
+    want = np.stack([x[rows[g] + 8 * i] for g in range(8) for i in range(2)])
+    assert np.array_equal(out["y"], want) and np.array_equal(out["z"], x[rows[0]])
+    assert len(ops(prog, "ADDI")) < 8 + 8, "the inheriting addresses need no copy of their device value"
+    monkeypatch.setattr(lower_mod, "_inherited", lambda *a: None)
+    with pytest.raises(ol.CompileError, match="out of registers"):
+        build(_inherit, x=x, p=p, y=(16, 8), z=(8,))
+
+
 def test_device_loop_count_runs_rld_times():
     def k(x, y):
         n = ol.rld(ol.load(x[0:1]))

@@ -337,10 +337,6 @@ class Engine:
         seqs = list(seqs) if many else [seqs]
         if len({s.slot for s in seqs}) != len(seqs):
             raise ModelError("two of the sequences share a slot")
-        limit = layout.max_row_groups(self.cfg)
-        if limit is not None and len(seqs) > limit:
-            raise ModelError(f"{len(seqs)} sequences in one step; a {self.cfg.family} model steps {limit} at a time "
-                             "on the card")
         if len(seqs) > self.plan.logits.rows:
             raise ModelError(f"{len(seqs)} sequences in one step; the image has {self.plan.logits.rows} logits rows")
         cost = cost if cost is not None else RunCost()

@@ -117,14 +117,6 @@ class ImageOptions:
     expert_slots: int = 0       # mixture of experts: slots per layer (0: one for every expert)
 
 
-def max_row_groups(cfg: ModelConfig) -> int | None:
-    """How many sequences one step may batch, when the model limits it: Gemma 4's step with two row
-    groups does not compile at E2B's shape (15 addresses and device values live at once, more than
-    the card's address registers: each group's four KV position offsets become loop-stepped
-    addresses in every layer-run loop)."""
-    return 1 if "sliding" in cfg.kinds else None
-
-
 def prefill_rows(cfg: ModelConfig, tcfg: Config) -> int:
     """Rows one prefill run takes: MCOLS (Gemma's layers too: their per-row work is a hardware loop over the rows)."""
     return tcfg.MCOLS

@@ -21,7 +21,9 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
   unscaled, the sandwich norms, GeGLU, the per-layer inputs (the token's row of the table is
   asked of the host through the mailbox, kernels/mailbox.host_row) and the layer scalar; its
   logits are soft-capped wherever they are made; a run's per-row work is a hardware loop over its
-  rows (`_row_loop`), which unrolled would not fit IMEM past one row.
+  rows (`_row_loop`), which unrolled would not fit IMEM past one row; with several row groups
+  (sequences) a layer-run loop counts each group's K row, K scale and V scale offsets on the card
+  (`_RunPos`) rather than stepping a register for each.
   Either way a run of R rows leaves the same bits as R runs of one row. Optionally the last
   row of each group writes its logits. Prefill is this with R rows and no logits.
 - `generate_kernel(plan, spec)`: a hardware loop of tokens (count = min(tokens left, room in the
@@ -113,6 +115,39 @@ class Pos:
             self.times(k)
 
 
+class _RunPos:
+    """A row group's K row, K scale and V scale offsets in a loop over a run of layers, counted on the
+    card: fp32 words pos + l * stride / u (u the bytes per position of each), RLD'd with scale u each
+    pass, so the three are device values of their pass rather than a loop-stepped register each (with
+    several groups those registers do not fit the card's 16). The V^T column (a byte per position)
+    stays a stepped register: its count would pass fp32's exact integers."""
+
+    def __init__(self, word: Tile, hd: int, kb: int, stride: int):
+        self.units = (hd, 4 * kb, 4)
+        self.x = ol.full((len(self.units),), 0.0) + word       # before the loop
+        self._pass = None
+        self.step_by = ol.empty((len(self.units),))
+        for i, u in enumerate(self.units):
+            self.step_by[i:i + 1].set(float(stride // u))
+
+    @staticmethod
+    def exact(hd: int, kb: int, stride: int, n: int, ctx: int) -> bool:
+        """Whether the counts stay exact fp32 integers over n layers of `ctx` positions."""
+        return all(stride % u == 0 and ctx + (n - 1) * (stride // u) < 1 << 24 for u in (hd, 4 * kb, 4))
+
+    def offsets(self) -> tuple:
+        """This pass's offsets (RLD'd at the first call of a pass: a group of several rows takes them before
+        its row loop, the others at their row, so few are live at once)."""
+        if self._pass is None:
+            self._pass = tuple(ol.rld(self.x[i:i + 1], scale=u) for i, u in enumerate(self.units))
+        return self._pass
+
+    def step(self) -> None:
+        """On to the next layer of the run (after this pass's appends)."""
+        self.x.set(self.x + self.step_by)
+        self._pass = None
+
+
 def _row(t: Tile, r: int) -> Tile:
     return t if t.ndim == 1 else t[r]
 
@@ -133,6 +168,7 @@ class _Rows:
         hd = cfg.head_dim
         for p in self.pos:
             p.prepare(hd, 4 * (hd // plan.D), 1, 4, 4 * P, 2 * hd)
+        self.counted: list[_RunPos] | None = None     # per group, in a Gemma layer-run loop of several groups
         self.ring = []                  # per group: its convolution ring rows (before any layer loop)
         if plan.other is not None:
             width = cfg.d if plan.conv is not None else cfg.gdn_conv_dim
@@ -141,11 +177,13 @@ class _Rows:
     @property
     def R(self) -> int: return len(self.of)
 
-    def renew(self, *scales: int) -> None:
-        """Fresh RLDs of the positions' offsets from here on (`scales` taken now)."""
+    def renew(self, *scales: int, looped: bool = True) -> None:
+        """Fresh RLDs of the positions' offsets from here on (`scales` taken now; unless `looped`, only
+        for the groups a row loop addresses: the others' are taken at their use, so few are live at once)."""
         self.pos = [Pos(p.word) for p in self.pos]
-        for p in self.pos:
-            p.prepare(*scales)
+        for p, grp in zip(self.pos, self.groups):
+            if looped or grp.n > 1:
+                p.prepare(*scales)
 
     def tile(self, cols: int) -> Tile:
         return ol.empty((self.R, cols)) if self.R > 1 else ol.empty((cols,))
@@ -161,13 +199,15 @@ class _Rows:
             r += grp.n
         return out
 
-    def token_slot(self, page: KVCache, g: int, j: int) -> KVCache:
-        """`page` seen from row j of group g's token slot: K row, K scales, V^T column, V scale."""
+    def token_slot(self, page: KVCache, g: int, j: int, counted: tuple | None = None) -> KVCache:
+        """`page` seen from row j of group g's token slot: K row, K scales, V^T column, V scale.
+        `counted`: (the page in the run's first layer, this pass's `_RunPos.offsets`) for all but V^T."""
         pos, hd, bP = self.pos[g], page.d, self.groups[g].bucket * self.plan.opts.page
         kb = hd // self.plan.D
         t = j - bP
-        return KVCache(page.k + pos.times(hd) + t * hd, page.k_scale + pos.times(4 * kb) + 4 * kb * t,
-                       page.vt + pos.times(1) + t, page.v_scale + pos.times(4) + 4 * t, page.cap, page.d)
+        first, (k, ks, vs) = counted if counted else (page, (pos.times(hd), pos.times(4 * kb), pos.times(4)))
+        return KVCache(first.k + k + t * hd, first.k_scale + ks + 4 * kb * t,
+                       page.vt + pos.times(1) + t, first.v_scale + vs + 4 * t, page.cap, page.d)
 
     def mask_row(self, g: int, j: int) -> Tensor:
         return self.mask_rows(g, j, 1)
@@ -488,9 +528,10 @@ def _gemma_ple(plan: ImagePlan, h: Tile, rows: _Rows) -> None:
                  (proj + row * math.sqrt(ple)) * math.sqrt(0.5))
 
 
-def _gemma_attention(plan: ImagePlan, kind: str, Ly, src, h: Tile, rows: _Rows, tables: dict) -> Tile:
+def _gemma_attention(plan: ImagePlan, kind: str, Ly, block0, src, h: Tile, rows: _Rows, tables: dict) -> Tile:
     """One Gemma layer's attention for every row (q/k/v norms, RoPE of its kind, appends to its own
-    pages, the window or the shared layer's pages `src`), o_proj and the post-attention norm. Every
+    pages, the window or the shared layer's pages `src`; `block0`: its run's first block), o_proj and the
+    post-attention norm. Every
     row appends before any attends (a row's mask hides the later rows' slots, so the bits are those
     of one row at a time), which keeps the append loop's addresses out of the attention loop's."""
     cfg = plan.cfg
@@ -504,15 +545,23 @@ def _gemma_attention(plan: ImagePlan, kind: str, Ly, src, h: Tile, rows: _Rows, 
     del xn
     if own:
         kn, ones = ol.load(Ly.kn), ol.full((hd,), 1.0)
+        counted = rows.counted
+        for c, grp in zip(counted or (), rows.groups):
+            if grp.n > 1:
+                c.offsets()
         for r, g, j in _row_loop(rows):
             grp = rows.groups[g]
             kr = rope(rmsnorm(_row(k, r).reshape(KV, hd), kn, cfg.norm_eps), _row(cos, r), _row(sin, r))
             vr = rmsnorm(_row(v, r).reshape(KV, hd), ones, cfg.norm_eps)
             for kh in ol.static_range(KV):
-                slot = rows.token_slot(Ly.page(grp.pages[-1], kh), g, j)
+                page = grp.pages[-1]
+                at = counted and (block0.page(page, kh), counted[g].offsets())
+                slot = rows.token_slot(Ly.page(page, kh), g, j, at)
                 ol.kv_append_k(slot, 0, kr[kh])
                 ol.kv_append_v(slot, 0, vr[kh])
             del kr, vr
+        for c in counted or ():
+            c.step()
         del kn, ones
     del k, v
     qn = ol.load(Ly.qn)
@@ -534,12 +583,13 @@ def _gemma_attention(plan: ImagePlan, kind: str, Ly, src, h: Tile, rows: _Rows, 
     return rmsnorm(o, ol.load(Ly.an), cfg.norm_eps)
 
 
-def _gemma_layer(plan: ImagePlan, kind: str, Ly, src, li, h: Tile, rows: _Rows, tables: dict, looped: bool) -> None:
+def _gemma_layer(plan: ImagePlan, kind: str, Ly, block0, src, li, h: Tile, rows: _Rows, tables: dict,
+                 looped: bool) -> None:
     """One Gemma layer on h (in place): attention, the MLP, the per-layer input (layer li's slice of
     each row's scratch, li affine in a loop), the scalar. `looped`: inside a layer loop, whose
     depth leaves the MLP's chunks unrolled."""
     cfg, G, eps = plan.cfg, plan.gemma, plan.cfg.norm_eps
-    h += _gemma_attention(plan, kind, Ly, src, h, rows, tables)
+    h += _gemma_attention(plan, kind, Ly, block0, src, h, rows, tables)
     h += rmsnorm(_mlp(plan, Ly, h, looped, geglu_mlp), ol.load(Ly.fn), eps)
     if cfg.ple_dim:
         ple = cfg.ple_dim
@@ -565,15 +615,21 @@ def _gemma_layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
     for first, n in gemma_runs(cfg, G.layers):
         kind, shared = cfg.kinds[first], cfg.shares_kv(first)
         hd = G.layers[first].hd
+        kb, block0 = hd // plan.D, G.layers[first]
+        # several groups in a loop: their K row, K scale and V scale offsets counted on the card (`_RunPos`)
+        counted = len(rows.groups) > 1 and not shared and n > 1 and \
+            _RunPos.exact(hd, kb, block0.stride, n, plan.opts.ctx)
         if rows.R > 1:
             # each run RLDs its own position offsets (its token slots'; the mask rows' are taken in each
             # layer), so no offset stays in a register through the other runs: a row loop inside a layer
             # loop needs the registers
-            rows.renew(*(() if shared else (hd, 4 * (hd // plan.D), 1, 4)))
+            rows.renew(*(() if shared else (1,) if counted else (hd, 4 * kb, 1, 4)), looped=n > 1)
+        rows.counted = [_RunPos(p.word, hd, kb, block0.stride) for p in rows.pos] if counted else None
         for l in (ol.range(n) if n > 1 else range(1)):
-            Ly = G.layers[first].at(l)
+            Ly = block0.at(l)
             src = G.layers[cfg.kv_source(first)] if shared else Ly
-            _gemma_layer(plan, kind, Ly, src, Affine.of(l) + first, h, rows, tables, n > 1)
+            _gemma_layer(plan, kind, Ly, block0, src, Affine.of(l) + first, h, rows, tables, n > 1)
+        rows.counted = None
     return h
 
 

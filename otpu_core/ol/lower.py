@@ -11,7 +11,7 @@ it is stepped by ADDI at the end of the loop body. So a layer loop keeps one reg
 of its `l * stride` addresses, and each inner loop only adds registers while it runs. A
 zero-started register is reset by ADDI after its loop (it is zero again for the next user).
 
-Safety rules of the allocator (each has a test that fails without it):
+Rules of the allocator (each has a test that fails without it):
 1. Live-loop rule: an address register is live from the LOOP of the loop it is stepped by to
    that loop's end, not from its first use. A register freed while a loop runs is therefore
    never handed to an address of that loop (whose value must survive every iteration).
@@ -19,6 +19,9 @@ Safety rules of the allocator (each has a test that fails without it):
    fresh R1..R7 or its previous address started from zero (the reset brings it back); after an
    address that started from a run-time, device or parent value, or anything a loop body
    dirties, the head of the new address clears it.
+3. Inheritance rule: an address started from a device value whose last use is that start takes
+   over the value's register (no copy), unless the value is also the loop's count; a value read
+   again later keeps its register.
 """
 from __future__ import annotations
 
@@ -227,10 +230,17 @@ def lower(root: list, cfg, halt_chain: tuple[DevVar, DevVar] | None = None) -> L
     values = sorted(list(keys.values()) + list(devs.values()), key=lambda v: (v.start, v.end))
     active: list = []
     free = [r for r in REG_PREFERENCE if r not in pinned]
+    counts = {id(blk): getattr(blk.loop, "count_var", None) for blk in pos.block_of.values()}
     for v in values:
         for a in [a for a in active if a.end < v.start]:
             active.remove(a)
             free.append(a.reg)
+        heir = _inherited(v, active, devs, counts)
+        if heir is not None:
+            active.remove(heir)
+            v.reg = heir.reg
+            active.append(v)
+            continue
         if not free:
             raise CompileError(f"out of registers: {len(active)} addresses and device values are live at once "
                                f"(plus {len(pinned)} run-time arguments)",
@@ -286,7 +296,8 @@ def lower(root: list, cfg, halt_chain: tuple[DevVar, DevVar] | None = None) -> L
             else:
                 src = {"arg": lambda: ARG_REGS[run_args.index(k.source)], "dev": lambda: devs[k.source].reg,
                        "parent": lambda: k.source.reg}[k.init]()
-                put(isa.addi(rd=k.reg, ra=src, imm=0), chain=blk.chain)
+                if src != k.reg:             # else (rule 3) the register holds its device value already
+                    put(isa.addi(rd=k.reg, ra=src, imm=0), chain=blk.chain)
             clear[k.reg] = False
         for r in dirtied.get(id(blk), ()):
             clear[r] = False
@@ -313,6 +324,18 @@ def lower(root: list, cfg, halt_chain: tuple[DevVar, DevVar] | None = None) -> L
     emit_items(root)
     put(isa.halt(chain=True, ra=devs[halt_chain[0]].reg, rb=devs[halt_chain[1]].reg) if halt_chain else isa.halt())
     return Lowered(out, run_args, nodes, loops_info, chains)
+
+
+def _inherited(v, active: list, devs: dict, counts: dict):
+    """Rule 3 (inheritance): a loop address started from a device value whose last use is that start
+    takes over the value's register (its initialising ADDI would copy the register onto itself), unless
+    the value is also the loop's count."""
+    if not isinstance(v, Key) or v.init != "dev":
+        return None
+    d = devs[v.source]
+    if d in active and d.end == v.start and counts.get(id(v.outer)) is not d.var:
+        return d
+    return None
 
 
 def _dirtied_by_block(root, keys: dict, devs: dict) -> dict[int, set]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from otpu_core import target as target_mod
 from otpu_core.errors import UsageError
 from otpu_core.llm import convert
-from otpu_core.llm.layout import FORMATS, ImageOptions, max_row_groups, sequence_options
+from otpu_core.llm.layout import FORMATS, ImageOptions, sequence_options
 from otpu_core.llm.models import Model, open_model
 
 PAGE = 256
@@ -51,10 +51,6 @@ def check(opts: ServeOptions) -> None:
 
 
 def image_options(opts: ServeOptions, model: Model, tgt, f_chunk: int) -> ImageOptions:
-    limit = max_row_groups(model.config)
-    if limit is not None and opts.max_batch > limit:
-        raise UsageError(f"--max-batch {opts.max_batch}: a {model.config.family} model steps {limit} sequence(s) at "
-                         f"a time on the card", hint=f"give --max-batch {limit}")
     return sequence_options(model.config, tgt.config(), opts.fmt, opts.ctx, f_chunk, slots=opts.max_batch,
                             pages=opts.kv_pages, page=PAGE)
 
