@@ -105,3 +105,38 @@ def test_no_window_is_the_full_attention_program():
 def test_a_run_time_window_must_be_whole_pages():
     with pytest.raises(ol.CompileError, match="whole pages of 32"):
         _run(3, 70, 40, runtime=True)
+
+
+@pytest.mark.parametrize("t", [0, 17, 31, 32, 50, 63])
+def test_a_last_page_s_first_half_alone_gives_the_whole_page_s_bits(t):
+    """A run-time position in the first half of its page attends over that half alone (halves=: the
+    run-time 0/1 counts of the whole page and of its first half), and the output is the whole page's
+    bit for bit; past the half the whole page runs. Leaving the half out past it would change them."""
+    P2, n_pages = 2 * P, 2          # pages of two D-blocks pairs' worth (D = 32 on sim-small)
+    rng = np.random.default_rng(t)
+    n = (n_pages - 1) * P2 + t + 1
+    q = rng.standard_normal((G, DH)).astype(np.float32)
+    k, v = (rng.standard_normal((n_pages * P2, DH)).astype(np.float32) for _ in range(2))
+
+    def kern(q, kk, vv, pages, mask, out, counts):
+        for i in ol.static_range(n_pages):
+            for s in ol.range(P2):
+                ol.kv_append(pages[i], s, ol.load(kk[i * P2 + s]), ol.load(vv[i * P2 + s]))
+        c = ol.load(counts) if counts is not None else None
+        halves = (ol.rld(c[0:1]), ol.rld(c[1:2])) if c is not None else None
+        ol.store(out, paged_attention(ol.load(q), pages, last_mask=mask[ol.runvar("t")], halves=halves))
+
+    def run(halves, full):
+        img = Image(T)
+        pages = [img.kv_cache(P2, DH) for _ in range(n_pages)]
+        args = dict(q=img.tensor(q), kk=img.tensor(k), vv=img.tensor(v), pages=pages,
+                    mask=img.tensor(mask_table(P2)), out=img.tensor(shape=(G, DH)),
+                    counts=img.tensor(np.array([full, not full], np.float32)) if halves else None)
+        prog = ol.compile_kernel(kern, T, **args)
+        return img.read(args["out"], img.run(prog, t=t))
+    whole = run(False, True)
+    ref = _reference(q, k, v, 0, n)
+    assert R.max_abs(whole, ref) < 2e-2 and R.cosine(whole, ref) > 0.9999
+    assert np.array_equal(run(True, t >= P2 // 2).view(np.uint32), whole.view(np.uint32))
+    if t >= P2 // 2:
+        assert not np.array_equal(run(True, False), whole)

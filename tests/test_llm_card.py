@@ -254,3 +254,22 @@ def test_a_4bit_down_projection_runs_paired_whatever_the_mlp_width(fmt):
     unpaired = [(i.fields["n"], i.fields["kb"]) for i in four_bit if not i.has(isa.F_PAIR)]
     assert not unpaired, f"4-bit MMs without PAIR (n, kb): {unpaired}"
     assert plan.f_chunk == 6 * D
+
+
+def test_a_last_page_s_first_half_alone_leaves_the_whole_page_s_bits(models, monkeypatch):
+    """Pages of 64 (two D-block pairs on sim-small): rows whose positions lie in the first half of
+    their last page attend over that half alone. A 97-token prompt in 4-row runs (runs before and
+    past the half of page 0, page 1's first half, then a last row on the half's first column) and
+    6 generated tokens give the whole-page program's logits and KV pages bit for bit."""
+    prompt = llmtiny.prompts(1, 384, length=97)[0]
+
+    def turn():
+        eng, ck, conv, be = make(models["qwen3"], page=64, cache=False)
+        seq = eng.new_sequence()
+        eng.submit(seq, prompt)
+        return eng.generate(seq, GREEDY, 6, want_logits=True), kv_bytes(eng, be)
+    halves, kv = turn()
+    monkeypatch.setattr(programs, "_page_halves", lambda *a: None)
+    whole, kv_whole = turn()
+    assert halves.tokens == whole.tokens
+    assert np.array_equal(u32(halves.logits), u32(whole.logits)) and np.array_equal(kv, kv_whole)

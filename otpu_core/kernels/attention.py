@@ -9,7 +9,9 @@ q is quantised with log2(e)/sqrt(d) folded in (QACT CSCALE), so the scores are a
 2. The full blocks run as one hardware loop; a partial last block is padded to whole D-blocks
 and its padding masked with a large negative score before its row maximum is taken. With a
 run-time length (resident decode: one program per 256-position bucket, the position in an
-argument register) the last block is a whole block masked by a row of an additive mask table.
+argument register) the last block is a whole block masked by a row of an additive mask table;
+paged attention can then run that page's first half alone when the run-time position lies in it
+(`halves`: masked keys give p = +0, so the result is the same bits).
 Paged attention takes a sliding window (Gemma's local layers): only the pages holding the last
 W positions are read, the first of them masked before the window. `scale` replaces the
 1/sqrt(d) of the scores (Gemma's q and k are normed, its scores are q.k: scale 1).
@@ -58,13 +60,25 @@ class _Flash:
         self.softmax_block(kv, t0, n, *self.scores(kv, t0, n, mask_row, lo))
 
     def scores(self, kv: KVCache, t0, n: int, mask_row: Tile | None, lo: int = 0) -> tuple[Tile, Tile]:
-        """The block's MXU half: scores (masked where asked) and the new row maxima."""
+        """The block's scores (masked where asked) and the new row maxima."""
+        return self.bound(self.score_mm(kv, t0, n, mask_row, lo), n, mask_row, lo)
+
+    def _plain(self, n: int, mask_row: Tile | None, lo: int) -> bool:
+        """Nothing of the block is masked: the MM's RMAX epilogue gives the row maxima."""
+        return mask_row is None and n % self.D == 0 and not lo
+
+    def score_mm(self, kv: KVCache, t0, n: int, mask_row: Tile | None, lo: int = 0, out: Tile | None = None) -> Tile:
+        """The block's MXU half: q.K^T (with its row maxima when nothing is masked)."""
+        npad = -(-n // self.D) * self.D
+        return ol.dot(self.qs, kv.keys(t0, npad, self.D), rowmax=self._plain(n, mask_row, lo), out=out)
+
+    def bound(self, s: Tile, n: int, mask_row: Tile | None, lo: int = 0,
+              m_out: Tile | None = None) -> tuple[Tile, Tile]:
+        """The scores' VPU half: the mask added where asked, the new row maxima (into `m_out`)."""
         D, m = self.D, self.m
         npad = -(-n // D) * D
-        if mask_row is None and npad == n and not lo:
-            s = ol.dot(self.qs, kv.keys(t0, npad, D), rowmax=True)
-            return s, ol.maximum(m, s.rowmax)
-        s = ol.dot(self.qs, kv.keys(t0, npad, D))
+        if self._plain(n, mask_row, lo):
+            return s, ol.maximum(m, s.rowmax, out=m_out)
         if mask_row is None and (npad > n or lo):
             mask_row = ol.zeros((npad,))
             if npad > n:
@@ -78,7 +92,7 @@ class _Flash:
                 rows += mask_row[i][None, :]
         elif mask_row is not None:
             s += mask_row[None, :]
-        return s, ol.maximum(m, ol.max(s))
+        return s, ol.maximum(m, ol.max(s), out=m_out)
 
     def softmax_block(self, kv: KVCache, t0, n: int, s: Tile, m_new: Tile) -> None:
         """The block's VPU half and P.V^T: p, alpha, the rescaled accumulation, l and m."""
@@ -161,13 +175,14 @@ def page_runs(pages: list[KVCache]) -> list[tuple[KVCache, int, int]]:
 
 
 class PagedAttention:
-    """`paged_attention` in two halves, so a caller can interleave several: `start()` issues every
-    full page and the last page's scores (MXU work), `finish()` the last page's softmax and P.V^T
-    and returns the output. Starting unit u+1 before finishing unit u lets the MXU stream u+1's
-    scores while the VPU works through u's softmax (the same instructions, another order)."""
+    """`paged_attention` in stages, so a caller can interleave several: `start()` issues every
+    full page and the last page's scores (MXU work; `bound=False` leaves their mask and row maxima
+    to `bound()`), `softmax()` the last page's softmax and P.V^T, `result()` the output (`finish()`
+    the last two). Starting unit u+1 before unit u's softmax lets the MXU stream u+1's scores while
+    the VPU works through u's softmax (the same instructions, another order)."""
 
     def __init__(self, q: Tile, pages: list[KVCache], *, last_n: int | None = None, last_mask: Tensor | None = None,
-                 window: int | None = None, scale: float | None = None):
+                 window: int | None = None, scale: float | None = None, halves=None):
         if not pages:
             raise CompileError("paged_attention needs at least one page")
         P = pages[0].cap
@@ -186,9 +201,14 @@ class PagedAttention:
         if window is not None and last_mask is not None and window % P:
             raise CompileError(f"paged_attention: with a run-time position the sliding window ({window}) must be "
                                f"whole pages of {P}")
+        if halves is not None and (last_mask is None or window is not None or P % (2 * ol.config().D)):
+            raise CompileError(f"paged_attention: halves= needs a run-time mask, no window and a page of whole "
+                               f"D-block pairs, not a page of {P}")
         self.q, self.pages, self.P = q, pages, P
         self.last_n, self.last_mask = last_n if last_n is not None else P, last_mask
         self.window, self.scale = window, scale
+        # (count, columns) of the last page: run-time 0/1 loop counts of its whole width and of its first half
+        self.halves = None if halves is None else ((halves[0], P), (halves[1], P // 2))
         self._pending = None
 
     def _window(self) -> tuple[int, int, bool]:
@@ -204,7 +224,9 @@ class PagedAttention:
         m = W // P
         return (0, 0, False) if m >= L else (L - 1 - m, 0, True)
 
-    def start(self) -> "PagedAttention":
+    def start(self, bound: bool = True) -> "PagedAttention":
+        """Everything up to the last page's scores MM; `bound=False` leaves that page's mask and row
+        maxima (VPU work) to `bound()`, so a caller can put another unit's softmax before them."""
         q2 = _query(self.q, self.pages[0].d)
         f = _Flash(q2, self.pages[0].d, self.scale)
         P = self.P
@@ -230,19 +252,72 @@ class PagedAttention:
                                 run.v_scale + b * stride, run.cap, run.d), 0, P, None)
         if mask is None and self.last_mask is not None:
             mask = ol.load(self.last_mask)
-        self._pending = (f, f.scores(pages[-1], 0, self.last_n, mask, lo if len(pages) == 1 else 0))
+        lo = lo if len(pages) == 1 else 0
+        if self.halves is None:
+            s = f.score_mm(pages[-1], 0, self.last_n, mask, lo)
+        else:
+            s = ol.empty((q2.shape[0], P))
+            for count, n in self.halves:
+                for _ in ol.range(count):
+                    f.score_mm(pages[-1], 0, n, mask, out=_cols(s, n))
+        self._pending = (f, s, mask, lo)
+        self._bound = None
+        if bound:
+            self.bound()
         return self
 
-    def finish(self) -> Tile:
-        f, (s, m_new) = self._pending
+    def bound(self) -> "PagedAttention":
+        """The last page's mask and row maxima."""
+        f, s, mask, lo = self._pending
+        if self.halves is None:
+            self._bound = f.bound(s, self.last_n, mask, lo)
+            return self
+        m_new = ol.empty(f.m.shape)
+        for count, n in self.halves:
+            for _ in ol.range(count):
+                f.bound(_cols(s, n), n, _cols(mask, n), m_out=m_new)
+        self._bound = (s, m_new)
+        return self
+
+    def softmax(self) -> "PagedAttention":
+        """The last page's softmax and P.V^T (the unit's VPU, quantiser and MXU tail)."""
+        if self._bound is None:
+            self.bound()
+        f = self._pending[0]
+        if self.halves is None:
+            f.softmax_block(self.pages[-1], 0, self.last_n, *self._bound)
+        else:
+            # a page whose rows all lie in its first half leaves the second half's keys out: they are
+            # masked, so their p is +0, and the sums, row maxima and the quantiser's D-blocks of the
+            # first half do not change a bit without them
+            s, m_new = self._bound
+            for count, n in self.halves:
+                for _ in ol.range(count):
+                    f.softmax_block(self.pages[-1], 0, n, _cols(s, n), m_new)
+        self._bound = None
+        self._pending = (f, None, None, None)   # the scores and the mask die here (TMEM is tight)
+        return self
+
+    def result(self) -> Tile:
+        """acc / l, once `softmax()` has run (it waits for P.V^T)."""
+        f = self._pending[0]
         self._pending = None
-        f.softmax_block(self.pages[-1], 0, self.last_n, s, m_new)
         out = f.result()
         return out if self.q.ndim == 2 else out.reshape(self.pages[0].d)
 
+    def finish(self) -> Tile:
+        return self.softmax().result()
+
+
+def _cols(t, n: int):
+    """The first n columns of a tile or a loaded mask (one row or a row per band)."""
+    if t.cols == n:
+        return t
+    return t[0:n] if t.ndim == 1 else t[:, 0:n]
+
 
 def paged_attention(q: Tile, pages: list[KVCache], *, last_n: int | None = None,
-                    last_mask: Tensor | None = None, window: int | None = None) -> Tile:
+                    last_mask: Tensor | None = None, window: int | None = None, halves=None) -> Tile:
     """softmax(q K^T / sqrt(d)) V for q (g, d) over a sequence's KV pages, P = pages[0].cap tokens each.
 
     Every page but the last is full. The last holds `last_n` tokens (a compile-time count), or is
@@ -256,5 +331,11 @@ def paged_attention(q: Tile, pages: list[KVCache], *, last_n: int | None = None,
 
     `window=W` is sliding-window attention: only the last W positions (the current one
     included) are attended; pages wholly before them are not read and the keys before the
-    window in its first page are masked. With a run-time position W must be whole pages."""
-    return PagedAttention(q, pages, last_n=last_n, last_mask=last_mask, window=window).start().finish()
+    window in its first page are masked. With a run-time position W must be whole pages.
+
+    `halves=(whole, first)` (with `last_mask`, no window, pages of whole D-block pairs): run-time
+    loop counts, one of them 1, the other 0: with `first` the last page's scores, softmax and P.V^T
+    run over its first half only, for queries whose positions all lie in it (the rest is masked;
+    leaving it out changes no bit)."""
+    return PagedAttention(q, pages, last_n=last_n, last_mask=last_mask, window=window,
+                          halves=halves).start().finish()

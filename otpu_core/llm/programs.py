@@ -257,7 +257,7 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
     gated = cfg.attn_gate                     # Qwen3.5: q_proj gives per head the query, then its output gate
     qw = 2 * hd if gated else hd
     att = rows.tile(H * hd) if gated else None
-    pending = []
+    pending, done = [], []
     for batch in _attention_batches(rows, grp_size, mcols):
         # Each row appends its K and V^T, then attends; its mask hides every later slot of the page, so
         # whether later rows appended yet does not change a bit (a run of R rows = R runs of one). The
@@ -281,6 +281,7 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
             # the attention output takes row r of q (it is read already), or of its own tile beside the gates
             ars.append(_row(att, r).reshape(H, hd) if gated else _row(q, r).reshape(H, hd))
         mask = rows.mask_rows(g, j0, len(batch))
+        halves = _page_halves(rows, g, j0 + len(batch) - 1)
         for kh in ol.static_range(KV):
             # each head's V^T appends (byte-strided stores, the slow ones) just before its queries:
             # they overlap the heads before it instead of holding up the quantiser ahead of all of them
@@ -295,13 +296,24 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
                     qb = ol.empty((len(batch) * (h1 - h0), hd))
                     for i, qr in enumerate(qrs):
                         qb[i * (h1 - h0):(i + 1) * (h1 - h0)].set(qr[h0:h1])
-                pending.append((ars, h0, h1, PagedAttention(qb, pages, last_mask=mask).start()))
-                if len(pending) > 1:         # one unit in flight: its scores stream while the last one's softmax runs
-                    _finish_unit(*pending.pop(0))
+                # a unit in flight: its scores MM streams while the one before runs its softmax, and the VPU
+                # takes that softmax before this unit's mask and row maxima (which wait for the MM), and
+                # the output of the one before that last (which waits for its P.V^T)
+                unit = PagedAttention(qb, pages, last_mask=mask, halves=halves).start(bound=False)
+                if pending:
+                    done.append(pending.pop(0))
+                    done[-1][3].softmax()
+                unit.bound()
+                pending.append((ars, h0, h1, unit))
+                if len(done) > 1:
+                    _finish_unit(*done.pop(0))
         del qrs, vrs
     for unit in pending:
+        unit[3].softmax()
+        done.append(unit)
+    for unit in done:
         _finish_unit(*unit)
-    del k, v, pending
+    del k, v, pending, done
     if not gated:
         return ol.dot(q, Ly.wo)
     for r in range(rows.R):
@@ -309,6 +321,19 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
         ar.set(ar * sigmoid(_row(q, r).reshape(H, qw)[:, hd:qw]))
     del q
     return ol.dot(att, Ly.wo)
+
+
+def _page_halves(rows: _Rows, g: int, j: int):
+    """Run-time 0/1 loop counts (whole page, first half only) of the last page's attention for rows
+    up to row j of group g: the first half alone when row j's position lies in it. None when a
+    page is not whole D-block pairs."""
+    P, D = rows.plan.opts.page, rows.plan.D
+    if P % (2 * D):
+        return None
+    # row j's column in the page, less P/2 - 1: >= 1 exactly when it reaches the second half
+    past = rows.pos[g].word + float(j - rows.groups[g].bucket * P - P // 2 + 1)
+    full = ol.minimum(ol.maximum(past, 0.0), 1.0)
+    return ol.rld(full), ol.rld(1.0 - full)
 
 
 def _attention_batches(rows: _Rows, grp_size: int, mcols: int) -> list[list[int]]:
@@ -326,11 +351,11 @@ def _attention_batches(rows: _Rows, grp_size: int, mcols: int) -> list[list[int]
 
 
 def _finish_unit(outs: list[Tile], h0: int, h1: int, unit: PagedAttention) -> None:
-    """A batch's attention unit: its softmax and P.V^T, the output rows back into each row's heads."""
+    """A batch's attention unit, its softmax run: the output rows back into each row's heads."""
     if len(outs) == 1:
-        outs[0][h0:h1].set(unit.finish())   # an unnamed result: the last VOP writes the heads in place
+        outs[0][h0:h1].set(unit.result())   # an unnamed result: the last VOP writes the heads in place
         return
-    res = unit.finish()
+    res = unit.result()
     for i, out in enumerate(outs):
         out[h0:h1].set(res[i * (h1 - h0):(i + 1) * (h1 - h0)])
 
