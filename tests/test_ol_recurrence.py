@@ -182,6 +182,33 @@ def test_targets_without_the_stream_engine_refuse_at_compile_time():
     ol.compile_kernel(d, "nangate45-small", st=st, qk=qk, v=v, g=g)       # it has DSTEP
 
 
+def test_a_subset_only_target_refuses_a_descriptor_outside_the_hardware_subset():
+    """nangate45-stream's engine (the card's, the RTL's) runs only isa.stream_hw_cfg's descriptors:
+    the compiler refuses any other, which sim-small (generic: the golden's general form) compiles."""
+    rows, cols = 4, 64
+    img = Image("nangate45-stream")
+    st, sl, v, g = img.tensor(shape=(rows, cols)), img.tensor(shape=(4 * cols,)), img.tensor(shape=(rows,)), \
+        img.tensor(shape=(2,))
+
+    def kern(desc, **flags):
+        def k(st, sl, v, g):
+            ol.stream(desc, src=None if flags.get("szero") else st, dst=st, slots=ol.load(sl), x=ol.load(v),
+                      consts=ol.load(g))
+        return k
+    args = dict(st=st, sl=sl, v=v, g=g)
+    for desc in (isa.gdn_desc(rows, cols), isa.state_desc(rows, cols, isa.D_DOT, a_idx=2, gate="col", q=False)):
+        ol.compile_kernel(kern(desc), "nangate45-stream", **args)
+    ol.compile_kernel(kern(isa.gdn_desc(rows, cols), szero=True), "nangate45-stream", **args)
+    for bad in (dataclasses.replace(isa.gdn_desc(rows, cols), u_mode=isa.U_MUL),
+                dataclasses.replace(isa.gdn_desc(rows, cols), q_idx=1),
+                isa.gdn_desc(rows, 32)):
+        big = bad.cols != cols
+        a = dict(st=img.tensor(shape=(rows, bad.cols)), sl=img.tensor(shape=(4 * bad.cols,)), v=v, g=g) if big else args
+        msg = _compile_error(kern(bad), "nangate45-stream", **a)
+        assert "outside the stream engine's hardware subset" in msg, msg
+        ol.compile_kernel(kern(bad), T, **{k: Image(T).tensor(shape=t.shape) for k, t in a.items()})
+
+
 def test_bad_operands_are_compile_errors_naming_the_problem():
     img = Image(T)
     st, odd, qk, v, g = (img.tensor(shape=s) for s in ((4, 64), (4, 96), (128,), (4,), (2,)))

@@ -51,7 +51,7 @@ def test_build_key_changes_with_sources_params_defines_flags_and_version(tmp_pat
     assert len({base, *others}) == 6
 
 
-@pytest.mark.parametrize("name,missing", [("sim-small", "STREAM"), ("bcu1525", "S > 1")])
+@pytest.mark.parametrize("name,missing", [("sim-small", "general STREAM"), ("bcu1525", "S > 1")])
 def test_targets_beyond_the_rtl_are_refused_naming_what_is_missing(name, missing):
     with pytest.raises(TargetError) as e:
         target.check_rtl_buildable(target.load(name))
@@ -60,8 +60,12 @@ def test_targets_beyond_the_rtl_are_refused_naming_what_is_missing(name, missing
 
 
 def test_rtl_targets():
-    for name in ("nangate45-small", "nangate45-pair", "nangate45-card", "ypcb-00338"):
+    for name in ("nangate45-small", "nangate45-pair", "nangate45-stream", "nangate45-card", "ypcb-00338"):
         target.check_rtl_buildable(target.load(name))
+    stream = rtlbackend.tb_params(target.load("nangate45-stream"))
+    assert stream["STREAM"] == 1 and all(p["STREAM"] == 0 for p in (rtlbackend.tb_params(target.load(n))
+                                                                       for n in ("nangate45-small", "nangate45-pair")))
+    assert "STREAM" not in " ".join(target.rtl_missing(target.load("nangate45-stream")))
     pair, small = (rtlbackend.tb_params(target.load(n)) for n in ("nangate45-pair", "nangate45-small"))
     assert (pair["PAIR"], pair["MCOLS"], small["PAIR"]) == (1, 4, 0)
     assert {k: v for k, v in pair.items() if k not in ("PAIR", "MCOLS")} == \

@@ -52,7 +52,7 @@ def units(t: target_mod.Target) -> list[tuple[str, list[str], dict[str, int]]]:
         # IMEM is a memory that generic synthesis maps to flip-flops: 64 instructions here, not 1,024
         ("otpu_seq", ["core/otpu_seq.sv"], {"D": d, "BB": int(p["DRAM_BYTES_PER_CYCLE"]), "WIN": int(p["WIN"]),
                                             "SEQ_WC": int(p["SEQ_WC"]), "IMEM_INSTRS": 64}),
-        ("otpu_dma", [*fp, "core/otpu_dstep_fold.sv", "core/otpu_dstep.sv", "core/otpu_dma.sv"],
+        ("otpu_dma", [*fp, "core/otpu_dstep_fold.sv", "core/otpu_stream.sv", "core/otpu_dma.sv"],
          {"BB": int(p["DRAM_BYTES_PER_CYCLE"]), "LANES": lanes, "D": d, "DSTEP": int(p["DSTEP"])}),
         ("otpu_mxu", [*fp, "core/otpu_mxu.sv"], {"D": d, "MCOLS": mcols, "ROWS": mcols, "LANES": lanes}),
         ("otpu_qnt", [*fp, "fp/otpu_fp_composite.sv", "core/otpu_qnt.sv"],

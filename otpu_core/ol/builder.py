@@ -70,9 +70,10 @@ class Buffer:
 
 
 class Builder:
-    def __init__(self, cfg: Config, peepholes: bool = True):
+    def __init__(self, cfg: Config, peepholes: bool = True, stream_subset: bool = False):
         self.cfg = cfg
         self.peepholes = peepholes
+        self.stream_subset = stream_subset    # STREAM runs only the hardware subset (Target.stream_subset)
         self.tmem = TmemAllocator(cfg.TMEM_WORDS, cfg.LANES)
         self.act = ActAllocator(cfg.ACT_BLOCKS)
         self.root: list = []

@@ -77,8 +77,8 @@ def target_of(target) -> tuple[Target, Config]:
     return t, t.config()
 
 
-def trace(fn, cfg: Config, peepholes: bool, args: dict) -> Builder:
-    b = Builder(cfg, peepholes)
+def trace(fn, cfg: Config, peepholes: bool, args: dict, stream_subset: bool = False) -> Builder:
+    b = Builder(cfg, peepholes, stream_subset)
     builder_mod.push(b)
     try:
         fn(**args)
@@ -94,7 +94,7 @@ def compile_kernel(fn, target=None, *, peepholes: bool = True, **args) -> Progra
         raise CompileError("a LANES=16 build has no stream engine: DSTEP and STREAM must be off for this target",
                            where=("", 0, ""))
     t0 = time.perf_counter()
-    b = trace(fn, cfg, peepholes, args)
+    b = trace(fn, cfg, peepholes, args, stream_subset=not isinstance(target, Config) and t.stream_subset)
     low = lower(b.root, cfg, b.chain)
     if len(low.instrs) > cfg.imem_instrs:
         raise CompileError(f"the program has {len(low.instrs)} instructions; IMEM holds {cfg.imem_instrs}",

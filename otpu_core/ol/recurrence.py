@@ -14,7 +14,9 @@
 - `outer(acc, u, v, decay=None)`: acc = acc * decay + u[:, None] * v[None, :] in place, one VOP
   OUTER (decay None: 1, a (1,) tile: one scalar, a (cols,) tile: per column).
 
-Each checks its target feature (a target without DSTEP or STREAM refuses at compile time),
+Each checks its target feature (a target without DSTEP or STREAM refuses at compile time; a
+target whose stream engine runs only the hardware subset, `Target.stream_subset`, refuses a
+descriptor outside `isa.stream_hw_cfg`),
 shapes and the fields the hardware takes as absolute addresses. Footprints are exact; on a
 SEQ_WC target a STREAM also carries the conservative ranges the timing model checks wait
 entries against (reference 7), so its wait entries order everything the card's scoreboard would.
@@ -283,6 +285,7 @@ def stream(desc: isa.StreamDesc, *, src=None, dst=None, slots: Tile | None = Non
         writes.append(Access(TMEM, Affine(o), rows))
     else:
         out = None
+    _check_subset(desc, flags)
     words = tuple(int(w) for w in desc.encode())
     d = _desc_area().place(words)
     reads.append(Access(TMEM, Affine(d), len(words)))
@@ -298,6 +301,19 @@ def stream(desc: isa.StreamDesc, *, src=None, dst=None, slots: Tile | None = Non
         dst.buf.version += 1
         dst.producer = dst.fusion = None
     return out
+
+
+def _check_subset(desc: isa.StreamDesc, flags: dict) -> None:
+    """On a target whose stream engine runs only the hardware subset (a card's, the RTL's), refuse a
+    descriptor outside it: the golden simulator would run it, the machine would not."""
+    if not current().stream_subset:
+        return
+    bits = {"szero": isa.F_SZERO, "src_t": isa.F_SRC_T, "dst_t": isa.F_DST_T, "nodst": isa.F_NODST}
+    if isa.stream_hw_cfg(desc, sum(m for k, m in bits.items() if flags.get(k))) is None:
+        raise CompileError(f"stream descriptor {desc} (flags {sorted(k for k in bits if flags.get(k))}) is outside "
+                           "the stream engine's hardware subset, the only STREAMs this target runs",
+                           hint="isa.stream_hw_cfg says what the subset is (state_desc builds one); "
+                                "use VOPs (OUTER, RDOT) for the general form")
 
 
 def _conservative(reads: list, writes: list, d: int, addrs: dict, flags: dict, ks: int, o: int):

@@ -15,6 +15,7 @@ module otpu_core
   parameter int TMEM_WORDS = 8192,
   parameter int IMEM_WORDS = 8192,
   parameter int DSTEP = 0,
+  parameter int STREAM = 0,
   parameter int PAIR = 0,
   parameter int SEQ_WC = 0,
   parameter int WIN = 8,
@@ -79,7 +80,7 @@ module otpu_core
   logic                          fetch_req;
 
   otpu_seq #(.D(D), .BB(BB), .IMEM_INSTRS(IMEM_WORDS / 8), .TMEM_WORDS(TMEM_WORDS), .WIN(WIN),
-             .SEQ_WC(SEQ_WC), .ACT_BLOCKS(ACT_BLOCKS), .DSTEP(DSTEP), .DRAM_LOG2(DRAM_LOG2)) u_seq (
+             .SEQ_WC(SEQ_WC), .ACT_BLOCKS(ACT_BLOCKS), .DSTEP(DSTEP), .STREAM(STREAM), .DRAM_LOG2(DRAM_LOG2)) u_seq (
     .clk, .rst, .start, .prog_addr, .prog_n, .args, .running, .halted, .error, .error_pc, .icount,
     .fetch_req, .dr_valid(q_valid[U_SEQ]), .dr_addr(q_addr[U_SEQ]), .dr_bytes(q_bytes[U_SEQ]),
     .dr_ready(q_ready[U_SEQ]), .dr_rvalid(r_valid && r_tag == U_SEQ), .dr_rdata(r_data),
@@ -174,7 +175,8 @@ module otpu_core
     r_write_u[u] = r_write;
   end
 
-  otpu_dma #(.BB(BB), .LANES(LANES), .FIFO_DEPTH(FIFO_DEPTH), .D(D), .DSTEP(DSTEP)) u_dma (
+  otpu_dma #(.BB(BB), .LANES(LANES), .FIFO_DEPTH(FIFO_DEPTH), .D(D), .DSTEP(DSTEP), .STREAM(STREAM),
+             .TMEM_WORDS(TMEM_WORDS), .DRAM_LOG2(DRAM_LOG2)) u_dma (
     .clk, .rst, .in_valid(u_valid[U_DMA]), .in_w(u_words[U_DMA]), .take(u_take[U_DMA]),
     .release_o(u_release[U_DMA]), .done(u_done[U_DMA]), .err(u_error[U_DMA]), .err_code(u_error_code[U_DMA]),
     .req_valid(q_valid[U_DMA]), .req_write(q_write[U_DMA]), .req_addr(q_addr[U_DMA]), .req_wdata(q_wdata[U_DMA]),

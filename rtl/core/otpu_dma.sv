@@ -1,6 +1,6 @@
 // otpu_dma: the DMA unit: LD (DRAM words -> TMEM), ST (TMEM words -> DRAM), WAITW (poll a
-// DRAM word until a compare holds, then copy it to TMEM) and DSTEP (otpu_dstep, on targets built
-// with it). One instruction at a time, in order.
+// DRAM word until a compare holds, then copy it to TMEM), DSTEP and STREAM (the stream engine
+// otpu_stream, on targets built with either). One instruction at a time, in order.
 //
 // DRAM traffic is whole beats of BB bytes (the unit owns the DRAM port while its instruction holds
 // the head ticket); `req_bytes` is the useful bytes of each beat, which the memory charges
@@ -16,7 +16,10 @@ module otpu_dma
   parameter int LANES = 4,
   parameter int FIFO_DEPTH = 64,
   parameter int D = 32,
-  parameter int DSTEP = 0
+  parameter int DSTEP = 0,
+  parameter int STREAM = 0,
+  parameter int TMEM_WORDS = 8192,
+  parameter int DRAM_LOG2 = 24
 ) (
   input  logic                   clk,
   input  logic                   rst,
@@ -54,7 +57,7 @@ module otpu_dma
   localparam int FW = $clog2(FIFO_DEPTH + 1);
   localparam int LDW = 2 * LANES;          // LD words per cycle at most
 
-  typedef enum logic [2:0] {S_IDLE, S_LD, S_ST, S_WAITW, S_WAITW_GAP, S_DONE, S_DSTEP} state_t;
+  typedef enum logic [2:0] {S_IDLE, S_LD, S_ST, S_WAITW, S_WAITW_GAP, S_DONE, S_STREAM} state_t;
   state_t state;
   logic [7:0][31:0] w;
   logic [31:0] dram0, tmem0, nwords;
@@ -122,8 +125,8 @@ module otpu_dma
   assign st_finish = state == S_ST && (nwords == 0 || (acked + (resp_valid && resp_write ? 1 : 0) >= writes_total
                      && writes_issued >= writes_total && elapsed + 1 >= (nwords + LANES - 1) / LANES && writes_total != 0));
   assign take = (state == S_IDLE || state == S_DONE || st_finish) && in_valid;
-  assign done = state == S_DONE || st_finish || (state == S_DSTEP && x_finish);
-  assign release_o = (state == S_DONE && w[0][7:0] != OP_ST) || st_release || (state == S_DSTEP && x_finish);
+  assign done = state == S_DONE || st_finish || (state == S_STREAM && x_finish);
+  assign release_o = (state == S_DONE && w[0][7:0] != OP_ST) || st_release || (state == S_STREAM && x_finish);
   logic [LDW-1:0] ld_wr_en;
   logic [$clog2(LDW+1)-1:0] ld_k;
   logic [31:0] remaining, elapsed, allowed;
@@ -181,8 +184,8 @@ module otpu_dma
       for (int l = 0; l < 2 * LANES; l++) rd_en[l] = 32'(l) < in_w[3];
     else if (state == S_ST && issued_words < nwords && 32'(sb_n) + (st_rd_pending ? 3 : 0) + 3 <= SBQ)
       for (int l = 0; l < 2 * LANES; l++) rd_en[l] = 32'(l) < nwords - issued_words;
-    // DSTEP owns the ports while it runs
-    if (state == S_DSTEP) begin
+    // the stream engine owns the ports while it runs
+    if (state == S_STREAM) begin
       req_valid = x_req_valid; req_write = x_req_write; req_addr = x_req_addr; req_wdata = x_req_wdata;
       req_wstrb = x_req_wstrb; req_bytes = x_req_bytes; dram_pop = x_dram_pop;
       rd_en = '0;
@@ -193,7 +196,7 @@ module otpu_dma
     end
   end
 
-  // -- DSTEP ----------------------------------------------------------------------------------------------
+  // -- DSTEP and STREAM ----------------------------------------------------------------------------------
   logic                   x_finish, x_err, x_req_valid, x_req_write, x_dram_pop, x_wr_en;
   logic [7:0]             x_err_code;
   logic [31:0]            x_req_addr, x_wr_addr, x_wr_data;
@@ -202,16 +205,16 @@ module otpu_dma
   logic [15:0]            x_req_bytes;
   logic [2*LANES-1:0]       x_rd_en;
   logic [2*LANES-1:0][31:0] x_rd_addr;
-  if (DSTEP != 0) begin : g_dstep
+  if (DSTEP != 0 || STREAM != 0) begin : g_stream
     logic x_busy;
-    otpu_dstep #(.BB(BB), .LANES(LANES), .D(D)) u_dstep (
-      .clk, .rst, .start(take && in_op == OP_DSTEP), .in_w, .busy(x_busy), .finish(x_finish),
+    otpu_stream #(.BB(BB), .LANES(LANES), .D(D), .TMEM_WORDS(TMEM_WORDS), .DRAM_LOG2(DRAM_LOG2)) u_stream (
+      .clk, .rst, .start(take && (in_op == OP_DSTEP || in_op == OP_STREAM)), .in_w, .busy(x_busy), .finish(x_finish),
       .err(x_err), .err_code(x_err_code), .req_valid(x_req_valid), .req_write(x_req_write), .req_addr(x_req_addr),
       .req_wdata(x_req_wdata), .req_wstrb(x_req_wstrb), .req_bytes(x_req_bytes), .req_ready, .dram_pop(x_dram_pop),
       .resp_valid, .resp_write, .resp_rdata, .rd_en(x_rd_en), .rd_addr(x_rd_addr), .rd_gnt,
       .rd_data,
       .wr_en(x_wr_en), .wr_addr(x_wr_addr), .wr_data(x_wr_data));
-  end else begin : g_no_dstep
+  end else begin : g_no_stream
     assign x_finish = 1'b0; assign x_err = 1'b0; assign x_err_code = E_NONE;
     assign x_req_valid = 1'b0; assign x_req_write = 1'b0; assign x_req_addr = '0; assign x_req_wdata = '0;
     assign x_req_wstrb = '0; assign x_req_bytes = '0; assign x_dram_pop = 1'b0;
@@ -243,7 +246,7 @@ module otpu_dma
       elapsed <= elapsed + 1;
       case (state)
         S_IDLE, S_DONE: state <= S_IDLE;
-        S_DSTEP: if (x_err) begin
+        S_STREAM: if (x_err) begin
           err <= 1'b1;
           err_code <= x_err_code;
           state <= S_IDLE;
@@ -371,7 +374,7 @@ module otpu_dma
         case (in_op)
           OP_LD: state <= S_LD;
           OP_ST: state <= S_ST;
-          OP_DSTEP: state <= S_DSTEP;
+          OP_DSTEP, OP_STREAM: state <= S_STREAM;
           default: state <= S_WAITW;
         endcase
       end

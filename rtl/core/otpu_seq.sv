@@ -22,6 +22,7 @@ module otpu_seq
   parameter int SEQ_WC = 0,
   parameter int ACT_BLOCKS = 16,
   parameter int DSTEP = 0,
+  parameter int STREAM = 0,
   parameter int DRAM_LOG2 = 24,
   parameter int NU = 5                   // units (otpu_defs.svh NUNITS)
 ) (
@@ -153,13 +154,15 @@ module otpu_seq
     logic [7:0]  rows8, ab8, func;
     logic [1:0]  bmode;
     logic [2:0]  wf;
-    logic [31:0] row_bytes, scale_bytes, ncols, nsc, width;
+    logic [31:0] row_bytes, scale_bytes, ncols, nsc, width, lo_a, hi_a;
     for (int i = 0; i < NRANGES; i++) fp[i] = mkrange(SP_NONE, 0, 0, 0);
     fp_late = 0;
     fp_barrier = op == OP_BAR;
     unit = unit_of(op);
     queue = queue_of(op);
     uses_dram = 0;
+    lo_a = 0;
+    hi_a = 0;
     n = w[4][15:0]; kb = w[4][31:16];
     case (op)
       OP_LD: begin
@@ -246,6 +249,20 @@ module otpu_seq
         fp[4] = mkrange(SP_TMEM, 1, AW'(w[6]), AW'(w[6]) + AW'(w[4][15:0]));
         uses_dram = 1;
       end
+      OP_STREAM: begin             // the timing model's conservative footprint (costs.py `_stream`); the source
+        // and destination as one DRAM write range (they are one range in place, as the compiler emits them)
+        fp[0] = mkrange(SP_TMEM, 0, AW'(w[1][15:0]), AW'(w[1][15:0]) + 8);
+        fp[1] = mkrange(SP_TMEM, 0, AW'(w[4]), AW'(w[4]) + 4 * 256);
+        fp[2] = mkrange(SP_TMEM, 0, AW'(w[5]), AW'(w[5]) + 256);
+        fp[3] = mkrange(SP_TMEM, 0, AW'(w[6]), AW'(w[6]) + 3 * AW'(w[1][31:16]) + 1);
+        fp[4] = mkrange(SP_TMEM, 1, AW'(w[7]), AW'(w[7]) + 256);
+        if (!(flags[0] && flags[3])) begin         // not both SZERO and NODST
+          lo_a = flags[0] ? w[3] : (flags[3] || w[2] < w[3] ? w[2] : w[3]);
+          hi_a = flags[3] ? w[2] : (flags[0] || w[3] > w[2] ? w[3] : w[2]);
+          fp[5] = mkrange(SP_DRAM, 1, AW'(lo_a), AW'(hi_a) + AW'(4 * 256 * 256));
+        end
+        uses_dram = 1;
+      end
       default: ;
     endcase
   end
@@ -330,6 +347,7 @@ module otpu_seq
       OP_NOP, OP_HALT, OP_LI, OP_ADDI, OP_LOOP, OP_BAR, OP_RLD, OP_WAITW, OP_LD, OP_ST, OP_MM, OP_QACT,
       OP_QST, OP_VOP, OP_GATHER: ;
       OP_DSTEP: illegal = DSTEP == 0;
+      OP_STREAM: illegal = STREAM == 0;
       default: illegal = 1'b1;
     endcase
   end
@@ -360,11 +378,12 @@ module otpu_seq
     for (int u = NUNITS - 1; u >= 0; u--) if (u_error[u]) begin unit_err = 1'b1; unit_err_code = u_error_code[u]; end
   end
 
-  // every TMEM and DRAM range inside its memory (checked once, at dispatch)
+  // every TMEM and DRAM range inside its memory (checked once, at dispatch); a STREAM's footprint is
+  // the conservative one, so the stream engine checks its exact ranges
   logic range_bad;
   always_comb begin
     range_bad = 1'b0;
-    for (int a = 0; a < NRANGES; a++) begin
+    if (op != OP_STREAM) for (int a = 0; a < NRANGES; a++) begin
       if (rng_space(fp[a]) == SP_TMEM && rng_hi(fp[a]) > AW'(TMEM_WORDS)) range_bad = 1'b1;
       if (rng_space(fp[a]) == SP_DRAM && op != OP_WAITW && rng_hi(fp[a]) > (AW'(1) << DRAM_LOG2)) range_bad = 1'b1;
     end

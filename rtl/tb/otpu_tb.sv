@@ -15,6 +15,7 @@ module otpu_tb;
   parameter int TMEM_WORDS = 8192;
   parameter int IMEM_WORDS = 8192;
   parameter int DSTEP = 0;
+  parameter int STREAM = 0;
   parameter int PAIR = 0;
   parameter int SEQ_WC = 0;
   parameter int WIN = 8;
@@ -48,7 +49,7 @@ module otpu_tb;
   logic [2:0] m_tag, r_tag;
 
   otpu_core #(.D(D), .MCOLS(MCOLS), .LANES(LANES), .ACT_BLOCKS(ACT_BLOCKS), .ACT_ROWS(ACT_ROWS),
-              .TMEM_WORDS(TMEM_WORDS), .IMEM_WORDS(IMEM_WORDS), .DSTEP(DSTEP), .PAIR(PAIR), .SEQ_WC(SEQ_WC), .WIN(WIN),
+              .TMEM_WORDS(TMEM_WORDS), .IMEM_WORDS(IMEM_WORDS), .DSTEP(DSTEP), .STREAM(STREAM), .PAIR(PAIR), .SEQ_WC(SEQ_WC), .WIN(WIN),
               .FIFO_DEPTH(FIFO_DEPTH), .TMEM_IMPL(TMEM_IMPL), .MXU_LATENCY(MXU_LATENCY),
               .COMPOSITE_COLS_PER_CYCLE(COMPOSITE_COLS_PER_CYCLE), .DRAM_BYTES_PER_CYCLE(BB),
               .VT_APPEND_CYCLES(VT_APPEND_CYCLES), .DRAM_LOG2(DRAM_LOG2), .DRAM_LATENCY(DRAM_LATENCY),
