@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from otpu_core import isa, rtlcases
+from otpu_core import target as target_mod
 from otpu_core.isasim import SimError
 from otpu_core.rtlbackend import RtlBackend, RtlError
 from otpu_core.rtlcheck import compare_case, compare_op_checks, compare_run, golden_machine, reset_state
@@ -241,3 +242,26 @@ def test_a_stream_outside_the_hardware_subset_stops_the_rtl_as_unsupported(strea
     assert "overlapping" in what or isa.stream_hw_cfg(desc, flags) is None
     with pytest.raises(RtlError, match="at pc (\\d+): unsupported by the RTL$"):
         be.run(prog)
+
+
+def test_the_state_steps_on_a_scoreboard_machine_with_the_single_copy_tmem(capsys):
+    """nangate45-stream built with SEQ_WC = 0 (the sequencer's scoreboard orders each STREAM by its
+    conservative footprint, not by wait entries) and TMEM_IMPL 3 (the engine's two read ports
+    are denied and replay): the kernel cases that use the stream engine stay bit-exact."""
+    require_verilator()
+    t = target_mod.load(TARGET)
+    variant = dataclasses.replace(t, arch=dataclasses.replace(t.arch, SEQ_WC=False),
+                                  uarch=dataclasses.replace(t.uarch, TMEM_IMPL=3))
+    be = RtlBackend(variant, max_cycles=5_000_000)
+    assert be.params["SEQ_WC"] == 0 and be.params["TMEM_IMPL"] == 3
+    rows, denied = [], 0
+    for case in rtlcases.kernel_cases(TARGET):
+        if case.name in STREAM_CASES:
+            case = dataclasses.replace(case, target=variant)
+            c = compare_case(be, case)
+            assert c.ok, (case.name, c.message())
+            denied += be.last["tmem_deny"]
+            rows.append(f"{case.name:16s} RTL {c.rtl_cycles:6d} model {c.model_cycles:6d} denied {be.last['tmem_deny']}")
+    with capsys.disabled():
+        print("\nSEQ_WC 0, TMEM_IMPL 3 on nangate45-stream:\n" + "\n".join(rows))
+    assert len(rows) == len(STREAM_CASES) and denied > 0
