@@ -244,20 +244,27 @@ def test_a_stream_outside_the_hardware_subset_stops_the_rtl_as_unsupported(strea
         be.run(prog)
 
 
-def test_the_state_steps_on_a_scoreboard_machine_with_the_single_copy_tmem(capsys):
+@pytest.fixture(scope="module")
+def scoreboard_backend():
     """nangate45-stream built with SEQ_WC = 0 (the sequencer's scoreboard orders each STREAM by its
     conservative footprint, not by wait entries) and TMEM_IMPL 3 (the engine's two read ports
-    are denied and replay): the kernel cases that use the stream engine stay bit-exact."""
+    are denied and replay)."""
     require_verilator()
     t = target_mod.load(TARGET)
     variant = dataclasses.replace(t, arch=dataclasses.replace(t.arch, SEQ_WC=False),
                                   uarch=dataclasses.replace(t.uarch, TMEM_IMPL=3))
     be = RtlBackend(variant, max_cycles=5_000_000)
     assert be.params["SEQ_WC"] == 0 and be.params["TMEM_IMPL"] == 3
+    return be
+
+
+def test_the_state_steps_on_a_scoreboard_machine_with_the_single_copy_tmem(scoreboard_backend, capsys):
+    """The kernel cases that use the stream engine stay bit-exact there."""
+    be = scoreboard_backend
     rows, denied = [], 0
     for case in rtlcases.kernel_cases(TARGET):
         if case.name in STREAM_CASES:
-            case = dataclasses.replace(case, target=variant)
+            case = dataclasses.replace(case, target=be.target)
             c = compare_case(be, case)
             assert c.ok, (case.name, c.message())
             denied += be.last["tmem_deny"]
@@ -265,3 +272,14 @@ def test_the_state_steps_on_a_scoreboard_machine_with_the_single_copy_tmem(capsy
     with capsys.disabled():
         print("\nSEQ_WC 0, TMEM_IMPL 3 on nangate45-stream:\n" + "\n".join(rows))
     assert len(rows) == len(STREAM_CASES) and denied > 0
+
+
+def test_the_scoreboard_holds_a_reader_of_the_stream_outputs_and_state(scoreboard_backend):
+    """A VOP reading O and an LD reading the state back, each touching nothing else of the
+    STREAM's footprint, wait for it on the scoreboard: the out and DRAM ranges are in it."""
+    be = scoreboard_backend
+    desc = isa.state_desc(64, 128, isa.D_DELTA, a_idx=1, gate="const", q=True)
+    prog = _program(be, np.random.default_rng(21), desc).replace(
+        "halt", f"vop.copy dst=6000 a={OUT} rows=1 cols=64\nld dram={STATE} tmem=6100 n=64\nhalt")
+    c = compare_run(be, prog)
+    assert c.ok, c.message()
