@@ -1,7 +1,8 @@
 // otpu_stream: the stream engine in the DMA unit: DSTEP (the Gated DeltaNet head step) and the
 // hardware subset of STREAM (isa reference 2.5 `stream_hw_cfg`, 3.4 and 3.8; the golden
 // otpu_core/sim/vector.py dstep and stream). Both are one datapath over a rows x cols fp32 state in
-// DRAM (cols a multiple of 64 up to 256, rows 1..256), updated in place:
+// DRAM (cols a multiple of 64 up to 256, rows 1..256), written back in place (a STREAM: to its
+// destination):
 //   A = RDOT(S, a)                        (a_en; DSTEP: a = k)
 //   Dv = the scalar program of dmode:     D_DELTA  (X - A * K0) * K1   (DSTEP: (v - kv * e) * beta)
 //                                         D_DELTA1 (X - A) * K1;  D_SCALE X * K1;  D_DOT A * K1
@@ -12,11 +13,13 @@
 // bit-identical to RDOT, MUL, SUB, MUL, OUTER, RDOT on the VPU. SZERO / DZERO: S reads +0 and no
 // DRAM is read. A STREAM first reads its descriptor (20 words from TMEM, decoded as float-safe
 // words) and checks it in the golden simulator's order (shape: a word not float-safe, reserved
-// bits, too few op words, an op past 10, rows or cols 0, q_en with o_reg_en, a slot past 3); a
-// descriptor or flag outside the hardware subset, which the golden runs in its general form, stops
-// the unit with E_UNSUPPORTED, as does a DRAM destination overlapping its source from above (the
-// golden's row-by-row order there would have a row read what an earlier row wrote, which the
-// engine's read-ahead does not see). Then the ranges (E_TMEM_RANGE) and the alignment (E_SHAPE).
+// bits, too few op words, an op past 10, rows or cols 0, q_en with o_reg_en, a slot past 3); then
+// a descriptor or flag outside the hardware subset, which the golden runs in its general form,
+// stops the unit with E_UNSUPPORTED (the card's engine does not run it either); then the golden's
+// range and alignment checks in its order (the slots, constants and X read: E_TMEM_RANGE; the
+// source and destination alignment: E_SHAPE; the state and O: E_TMEM_RANGE); last a DRAM
+// destination overlapping its source from above, E_UNSUPPORTED (the golden's row-by-row order
+// there has a row read what an earlier row wrote, which the engine's read-ahead does not see).
 //
 // A stream of state beats (WPB = BB / 4 words each; the state is D-aligned and a row is whole
 // beats) through a ring of RING_WORDS words:
