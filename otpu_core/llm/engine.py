@@ -215,9 +215,10 @@ class Engine:
 
     @property
     def prefix_reuse(self) -> bool:
-        """Whether KV pages alone resume a sequence (not with convolution or DeltaNet layers: their state is the
-        slot's ring and recurrent state)."""
-        return self.plan.other is None
+        """Whether KV pages alone resume a sequence: not with convolution or DeltaNet layers (their state is the
+        slot's ring and recurrent state), nor with Gemma 4's sliding layers (their window is the slot's ring of
+        pages, which the sequence that wrote a prefix overwrites as it goes on)."""
+        return self.plan.other is None and not (self.plan.gemma is not None and "sliding" in self.cfg.kinds)
 
     # -- programs ---------------------------------------------------------------------------------------
     def program(self, spec) -> Prepared:

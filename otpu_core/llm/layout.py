@@ -40,8 +40,10 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
 Gemma 4 (`GemmaBlocks`): one block per layer, since its layers differ in shape (sliding and full
 heads, the shared layers' double-wide MLP and no K/V projections or pool of their own): norms
 (ln1, the post-attention norm, ln2, the post-MLP norm, the PLE norm, the layer scalar), q/k
-norms, projections, the MLP, PLE gate and projection, then the layer's KV pool (full length for
-sliding layers too: the window decides what is read); plus the full layers' RoPE tables, the PLE
+norms, projections, the MLP, PLE gate and projection, then the layer's KV pool: a full layer's
+`pages` pages (the store's page numbers), a sliding layer's per sequence slot a ring of
+`ring_pages` pages (the window's pages and one more: position p writes ring page (p // page) mod
+R, `GemmaBlocks.kv_page`), so its DRAM does not grow with the context; plus the full layers' RoPE tables, the PLE
 model projection and norm, the host mailbox (kernels/mailbox.py) with the landing row the host
 writes a token's per-layer embeddings into (the table stays on the host), and a scratch row per
 prefill row for the per-layer inputs.
@@ -256,6 +258,7 @@ class GemmaLayerPlan:
     page_stride: int = 0
     head_stride: int = 0
     stride: int = 0              # the block's bytes: the next layer of its shape starts this far on
+    pool_pages: int = 0          # pages in its KV pool (a sliding layer's: every slot's ring)
 
     def at(self, l) -> "GemmaLayerPlan":
         """The block l strides on (affine: a loop over a run of layers of one shape)."""
@@ -277,6 +280,20 @@ class GemmaBlocks:
     mailbox: Mailbox | None
     landing: Tensor | None
     ple_in: Tensor | None
+    ring_pages: int = 0          # R: pages of a slot's sliding-layer ring
+
+    def kv_page(self, kind: str, slot: int, index: int, page: int) -> int:
+        """The pool page holding a sequence's page `index` (the store's page number `page`) in a layer of
+        `kind`: a full layer's is `page`; a sliding layer's is its slot's ring page index mod R."""
+        return slot * self.ring_pages + index % self.ring_pages if kind == "sliding" else page
+
+
+def ring_pages(cfg: ModelConfig, opts: "ImageOptions") -> int:
+    """Pages of a sliding layer's ring: the W/P pages of the window and the one being written. A run
+    (prefill rows, a decode token) writes only the last page it attends and reads from the page W/P
+    before it (its first row's keys after the window start), so the page R before the written one is
+    the only one it overwrites and none it reads. Never more than a sequence's context."""
+    return min(cfg.sliding_window // opts.page + 1, opts.ctx // opts.page)
 
 
 def _kv_pool(lc: "_Cursor", hd: int, kv_heads: int, P: int, pages: int, D: int) -> tuple[KVCache, int, int]:
@@ -320,6 +337,7 @@ def _gemma_blocks(cfg: ModelConfig, cur: "_Cursor", opts: ImageOptions, wf: int,
         mb = Mailbox(cur.take(MAILBOX_BYTES, 64))
         landing = Tensor(cur.take(4 * cfg.layers * ple), (cfg.layers * ple,))
         ple_in = Tensor(cur.take(4 * opts.rows * cfg.layers * ple), (opts.rows, cfg.layers * ple))
+    R = ring_pages(cfg, opts)
     layers = []
     for i in range(cfg.layers):
         lc, hd, f, own = _Cursor(-(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN), cfg.head_dim_of(i), cfg.ffn_of(i), \
@@ -333,12 +351,14 @@ def _gemma_blocks(cfg: ModelConfig, cur: "_Cursor", opts: ImageOptions, wf: int,
         wo, wg, wu = _weight(lc, d, q, wf, D), _weight(lc, f, d, wf, D), _weight(lc, f, d, wf, D)
         wd = _parts(lc, d, f, fc, wf, D)
         pg, pp = (_weight(lc, ple, d, wf, D), _weight(lc, d, ple, wf, D)) if ple else (None, None)
-        kv0, hs, ps = _kv_pool(lc, hd, cfg.kv_heads, P, opts.pages, D) if own else (None, 0, 0)
+        n_pages = (opts.slots * R if cfg.kinds[i] == "sliding" else opts.pages) if own else 0
+        kv0, hs, ps = _kv_pool(lc, hd, cfg.kv_heads, P, n_pages, D) if own else (None, 0, 0)
         start = ln1_at(norms)
         stride = -(-(lc.at - start) // BLOCK_ALIGN) * BLOCK_ALIGN
-        layers.append(GemmaLayerPlan(*norms, qn, kn, ls, pn, wq, wk, wv, wo, wg, wu, wd, pg, pp, kv0, hd, ps, hs, stride))
+        layers.append(GemmaLayerPlan(*norms, qn, kn, ls, pn, wq, wk, wv, wo, wg, wu, wd, pg, pp, kv0, hd, ps, hs, stride,
+                                     n_pages))
         cur.at = start + stride
-    return GemmaBlocks(layers, gcos, gsin, plp, pln, mb, landing, ple_in)
+    return GemmaBlocks(layers, gcos, gsin, plp, pln, mb, landing, ple_in, R)
 
 
 def card_config(cfg: ModelConfig, D: int) -> ModelConfig:
@@ -438,6 +458,9 @@ class ImagePlan:
         return self.gemma.layers[0].wd.K if self.gemma else (self.layer or self.conv or self.gdn).wd.K
 
     def kv_bytes(self) -> int:
+        """DRAM of the KV pools (Gemma 4: every layer's with K/V of its own, the sliding layers' rings)."""
+        if self.gemma is not None:
+            return sum(L.pool_pages * L.page_stride for L in self.gemma.layers)
         return len(self.cfg.kind_layers("attention")) * self.opts.pages * self.layer.page_stride if self.layer else 0
 
 

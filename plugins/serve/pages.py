@@ -9,7 +9,9 @@ prompt starting with the same tokens reuses the page instead of prefilling it ag
 page is shared read-only: every sequence writes only positions past its reused prefix. Pages
 nobody references stay cached until the pool needs them (least recently used first). A model
 with state outside the KV pages (LFM2's convolution rings, one per sequence slot) cannot resume
-from pages alone: its pool is made with `sharing=False` and never matches a prefix.
+from pages alone, nor can Gemma 4 (its sliding layers' window is the slot's ring of pages, which
+the sequence that wrote a prefix overwrites as it goes on): their pools are made with
+`sharing=False` and never cache or match a prefix.
 """
 from __future__ import annotations
 
@@ -79,8 +81,11 @@ class PagePool:
         return Lease(shared, self.store.take(need))
 
     def register(self, lease: Lease, tokens: list[int], fed: int) -> None:
-        """Cache the lease's own pages whose positions are all in the first `fed` (prompt) tokens."""
+        """Cache the lease's own pages whose positions are all in the first `fed` (prompt) tokens (none
+        without sharing: nothing could match them)."""
         P = self.page
+        if not self.sharing:
+            return
         while len(lease.shared) < fed // P and lease.own:
             k = len(lease.shared)
             key = tuple(tokens[:(k + 1) * P])
