@@ -134,39 +134,44 @@ def test_three_sequences_at_different_positions_in_one_step(three_layers):
         assert d.min > 0.9995 and d.top1 == 1.0, d
 
 
-@pytest.mark.slow          # ~25 s: two 110-token prefills through the scheduler
-def test_serve_keeps_gemma_prefixes_private_and_answers_as_alone(three_layers):
-    """otpu-serve's scheduler on the card (two slots): a sliding layer's window lives in its slot's ring, which
-    the sequence that wrote a prefix overwrites, so a Gemma 4 pool shares no prefix: two requests with the same
-    110-token prompt (three whole prompt pages), the second admitted while the first decodes (at other
-    positions), both prefill every token, no page is cached, and each greedy answer is the one the engine gives
-    alone (its quantised golden's tokens)."""
+@pytest.mark.slow          # ~30 s: a 110-token prefill and 36 decode steps through the scheduler
+def test_serve_resumes_a_shared_prefix_with_a_private_copy_of_its_window(three_layers):
+    """otpu-serve's scheduler on the card (two slots): a request with a 110-token prompt caches its three whole
+    prompt pages with the window before each page's end (read from its ring as prefill passes the page); a
+    second request with the same prompt, admitted once the first has written page 4 (over the window's first
+    ring page), leases the three pages, gets the window written into its own slot's ring and prefills only
+    the 13 tokens after them: both greedy answers the quantised golden's."""
     from otpu_serve.cards import Card
     from otpu_serve.metrics import ServeMetrics
     from otpu_serve.scheduler import Job, Scheduler
 
     from otpu_core.llm.sampling import Sampling
     eng, _, conv, _ = make(three_layers, slots=2, rows=4)
-    assert not eng.prefix_reuse
+    assert eng.prefix_reuse and eng.windowed
     sched = Scheduler([Card("sim", None, eng)], max_batch=2, queue=2, metrics=ServeMetrics())
     worker = sched.workers[0]
     prompt = llmtiny.prompts(1, 384, length=110, seed=4)[0]
     jobs, out = [], {}
-    for _ in range(2):
-        job = Job(list(prompt), Sampling(temperature=0), 6, ())
+    for n in (30, 6):
+        job = Job(list(prompt), Sampling(temperature=0), n, ())
         out[job.id] = []
         job.emit = lambda *e, i=job.id: out[i].append(e)
         jobs.append(job)
     sched.submit(jobs[0])
     worker.running += worker._admit()
-    for _ in range(30):                   # the first prefills (28 runs of 4 rows) and decodes a token
+    first = worker.running[0].seq
+    while first.kv_len <= 4 * PAGE:
         worker._iterate()
+    assert worker.pool.cached == 3
     sched.submit(jobs[1])
     worker.running += worker._admit()
-    assert len(worker.running) == 2 and worker.running[0].seq.kv_len > worker.running[1].seq.kv_len
+    second = worker.running[1].seq
+    assert jobs[1].reused == 3 * PAGE and second.kv_len == 96 and second.slot != first.slot
+    cost = worker.prefill_cost.runs
     while worker.running:
         worker._iterate()
-    assert worker.pool.cached == 0 and worker.pool.free == worker.pool.total
+    assert worker.prefill_cost.runs - cost == 4           # 96..108 in runs of 4 rows
     answers = [[e[1] for e in out[j.id] if e[0] == "token"] for j in jobs]
-    assert [j.reused for j in jobs] == [0, 0] and answers[0] == answers[1]
-    assert answers[0] == llmtiny.greedy(llmtiny.quant_golden(eng, conv), prompt, 6)
+    gold = llmtiny.greedy(llmtiny.quant_golden(eng, conv), prompt, 30)
+    assert answers[0] == gold and answers[1] == gold[:6], (answers, gold)
+    assert worker.pool.free + worker.pool.cached == worker.pool.total
