@@ -134,6 +134,26 @@ def test_three_sequences_at_different_positions_in_one_step(three_layers):
         assert d.min > 0.9995 and d.top1 == 1.0, d
 
 
+def test_a_window_is_read_only_at_a_page_boundary_the_ring_still_holds(three_layers):
+    from otpu_core.llm.errors import ModelError
+    eng, *_ = make(three_layers, slots=2, rows=4)
+    seq = eng.new_sequence()
+    eng.submit(seq, llmtiny.prompts(1, 384, length=71, seed=1)[0])
+    eng.prefill(seq)
+    assert seq.kv_len == 70 and len(eng.read_window(seq, 64)) == 2 * 2        # 2 sliding layers x pages 0, 1
+    for boundary, message in ((40, "position 40 is not one"), (32, "not in the ring of a sequence at 70")):
+        with pytest.raises(ModelError, match=message):
+            eng.read_window(seq, boundary)
+    other = eng.new_sequence()
+    eng.write_window(other, 64, eng.read_window(seq, 64))
+    G = eng.plan.gemma
+    for L in (G.layers[0], G.layers[1]):
+        for i in (0, 1):
+            mine, theirs = (eng.backend.read(L.kv.k.const + G.kv_page("sliding", s.slot, i, 0) * L.page_stride,
+                                             L.page_stride) for s in (seq, other))
+            assert np.array_equal(mine, theirs) and mine.any()
+
+
 @pytest.mark.slow          # ~30 s: a 110-token prefill and 36 decode steps through the scheduler
 def test_serve_resumes_a_shared_prefix_with_a_private_copy_of_its_window(three_layers):
     """otpu-serve's scheduler on the card (two slots): a request with a 110-token prompt caches its three whole
