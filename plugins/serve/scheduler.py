@@ -188,6 +188,7 @@ class CardWorker(threading.Thread):
                     a.prefilled = True
                     with self.sched.cond:
                         self.pool.register(a.lease, seq.tokens, seq.kv_len, a.windows)
+                    a.windows = None              # the pool holds those it cached
         ready = [a for a in self.running if a.prefilled and not a.job.cancelled]
         t0 = time.monotonic()
         i = 0
