@@ -1,4 +1,4 @@
-"""Gemma 4's sliding layers keep their K/V in a ring of pages per sequence slot (layout.ring_pages).
+"""Gemma 4's sliding layers keep their K/V in a ring of pages per sequence slot (gemma_layout.ring_pages).
 
 A tiny random Gemma 4 (GGUF, `s s A s s A`, the last three sharing layers 1, 1 and 2's KV) with a
 window of 64 positions over 32-token pages: a sliding layer's ring is 3 pages, so a context of 212
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from llmtiny import _shared, shared_cache  # noqa: F401  (fixtures: one program cache per module)
 
-from otpu_core.llm import engine, layout, reference
+from otpu_core.llm import engine, gemma_layout, layout, reference
 from otpu_core.target import load as load_target
 
 WINDOW, PAGE, CTX = 64, 32, 256
@@ -66,7 +66,7 @@ def test_the_ring_is_the_window_and_a_page_whatever_the_context(model):
     assert s1 == s4 > 0 and f4 == 4 * f1 > 0
     assert p1.kv_bytes() == s1 + f1 and p4.kv_bytes() == s4 + f4
     # a context shorter than the window and a page: the ring is the context's pages
-    assert layout.ring_pages(cfg, layout.ImageOptions(page=PAGE, ctx=64)) == 2
+    assert gemma_layout.ring_pages(cfg, layout.ImageOptions(page=PAGE, ctx=64)) == 2
 
 
 @pytest.mark.slow          # ~35 s: 180 prompt tokens and 32 greedy ones on two cards, the golden's 212 steps

@@ -16,7 +16,7 @@ hold the store and hand pages to sequences itself. Per turn:
   to stop (Ctrl-C: the card ends the reply within a token and the cache stays consistent);
 - `logits(seq)`: one step whose logits the host reads (teacher-forced checks, host sampling).
 
-Gemma 4's sliding layers keep their K/V in a ring of pages per slot (layout.ring_pages): a sequence
+Gemma 4's sliding layers keep their K/V in a ring of pages per slot (gemma_layout.ring_pages): a sequence
 resuming after pages another one wrote (otpu-serve's shared prefixes) also needs the window before
 them, which `read_window` takes from the writer's ring and `write_window` puts into its own.
 

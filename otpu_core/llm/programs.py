@@ -61,8 +61,8 @@ from ..kernels.norm import rmsnorm, rmsnorm_quantized
 from ..kernels.rope import rope
 from ..kernels.sampling import SampleParams, head_choice
 from ..ol import Affine, KVCache, Tensor, Tile
-from .layout import (S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP, ImagePlan,
-                     gemma_runs)
+from .gemma_layout import gemma_runs
+from .layout import S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP, ImagePlan
 
 
 @dataclass(frozen=True)
@@ -631,7 +631,7 @@ def _gemma_layer(plan: ImagePlan, kind: str, Ly, block0, src, li, h: Tile, rows:
 
 
 def _gemma_layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
-    """Gemma 4's layers: each run of layers of one shape (layout.gemma_runs) one hardware loop over
+    """Gemma 4's layers: each run of layers of one shape (gemma_layout.gemma_runs) one hardware loop over
     its blocks (a shared layer reads the same earlier layer's pages every pass), a lone layer straight."""
     cfg, G = plan.cfg, plan.gemma
     if cfg.ple_dim:
