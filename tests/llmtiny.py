@@ -180,13 +180,13 @@ def edited_hf_dir(models: dict, name: str, edit) -> Path:
 
 
 def card_engine(path, fmt: str = "int8", target: str = "sim-small", rows: int = 4, slots: int = 1,
-                expert_slots: int = 0):
+                expert_slots: int = 0, ctx: int = 128):
     """(Engine, Checkpoint, converted model, IsaBackend) of a model file on the golden simulator:
-    32-token pages, 128 positions, 4 pages a slot, the generate loop's ring."""
+    32-token pages, `ctx` positions (128), a full context of pages a slot, the generate loop's ring."""
     t = load_target(target)
     ck = checkpoint.open_checkpoint(path)
     conv = convert.convert(ck, fmt, t)
-    opts = layout.ImageOptions(fmt=fmt, page=32, ctx=128, pages=4 * slots, ring=True, rows=rows, slots=slots,
+    opts = layout.ImageOptions(fmt=fmt, page=32, ctx=ctx, pages=ctx // 32 * slots, ring=True, rows=rows, slots=slots,
                                expert_slots=expert_slots)
     be = IsaBackend(t, timing=False)
     return engine.Engine(conv, ck.config, be, t, opts), ck, conv, be

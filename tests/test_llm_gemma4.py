@@ -193,8 +193,8 @@ make = functools.partial(llmtiny.card_engine, target=T, rows=1)
 
 
 def kv_bytes(eng, be):
-    """Every KV pool (the layers that keep one: 0, 1 and 2)."""
-    return np.concatenate([be.read(L.kv.k.const, eng.opts.pages * L.page_stride)
+    """Every KV pool (the layers that keep one: 0, 1 and 2; the sliding ones every slot's ring)."""
+    return np.concatenate([be.read(L.kv.k.const, L.pool_pages * L.page_stride)
                            for L in eng.plan.gemma.layers if L.kv is not None])
 
 

@@ -94,3 +94,21 @@ def test_text_that_could_start_a_stop_string_is_held_then_cut_before_it():
     assert sent == "ab" and out.stopped and out.tokens == [ord(c) for c in "abEND"]
     out = TextOut(_CharTokenizer(), [], (0,))
     assert out.push(ord("a")) + out.push(0) + out.push(ord("b")) == "ab"   # an end token adds no text
+
+
+def test_windowed_pages_are_cached_with_their_window_and_lease_the_last_ones():
+    """Sliding layers kept in rings (Gemma 4): a page is cached only with the window before its end, a lease
+    of shared pages carries the last one's, an evicted page's window goes with it; no sharing caches nothing."""
+    p = pool(8)
+    a = p.lease(list(range(13)), 13)
+    p.register(a, list(range(13)), fed=12, windows={0: "w0", 2: "w2"})     # page 1's window missing
+    assert len(a.shared) == 1 and p.cached == 1          # page 2 stops behind page 1
+    b = p.lease(list(range(13)), 13)
+    assert b.shared == a.shared and b.window == "w0"
+    p.release(a)
+    p.release(b)
+    assert p.lease(list(range(100, 132)), 32) is not None and p.cached == 0 and p._window == {}
+    off = PagePool(KVStore(8), P, sharing=False)
+    c = off.lease(list(range(9)), 9)
+    off.register(c, list(range(9)), fed=8)
+    assert off.cached == 0 and c.shared == [] and off.lease(list(range(9)), 9).shared == []

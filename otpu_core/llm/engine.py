@@ -16,6 +16,10 @@ hold the store and hand pages to sequences itself. Per turn:
   to stop (Ctrl-C: the card ends the reply within a token and the cache stays consistent);
 - `logits(seq)`: one step whose logits the host reads (teacher-forced checks, host sampling).
 
+Gemma 4's sliding layers keep their K/V in a ring of pages per slot (gemma_layout.ring_pages): a sequence
+resuming after pages another one wrote (otpu-serve's shared prefixes) also needs the window before
+them, which `read_window` takes from the writer's ring and `write_window` puts into its own.
+
 A model with a table kept on the host (Gemma 4's per-layer embeddings) has a `RowServer`
 (llm/offload.py) that answers the card's mailbox while every run goes on; `rows.stats` counts it.
 
@@ -215,9 +219,40 @@ class Engine:
 
     @property
     def prefix_reuse(self) -> bool:
-        """Whether KV pages alone resume a sequence (not with convolution or DeltaNet layers: their state is the
-        slot's ring and recurrent state)."""
+        """Whether KV pages resume a sequence (not with convolution or DeltaNet layers: their state is the
+        slot's ring and recurrent state). Gemma 4's sliding layers need their window beside the pages
+        (`windowed`: `read_window` / `write_window`)."""
         return self.plan.other is None
+
+    @property
+    def windowed(self) -> bool:
+        """Whether sliding layers keep their window in each slot's ring of pages (Gemma 4)."""
+        return self.plan.gemma is not None and "sliding" in self.cfg.kinds
+
+    def _window_pages(self, seq: Sequence, boundary: int):
+        """(layer block, sequence page index, its ring page) of the window before position `boundary`
+        (a page boundary): the W/P pages before it in every sliding layer with K/V of its own."""
+        G, P, cfg = self.plan.gemma, self.opts.page, self.cfg
+        if boundary % P:
+            raise ModelError(f"a sliding window is kept at page boundaries; position {boundary} is not one")
+        first = max(0, boundary // P - cfg.sliding_window // P)
+        return [(L, i, G.kv_page("sliding", seq.slot, i, 0)) for L, kind in zip(G.layers, cfg.kinds)
+                if kind == "sliding" and L.kv is not None for i in range(first, boundary // P)]
+
+    def read_window(self, seq: Sequence, boundary: int) -> list[np.ndarray]:
+        """The sliding layers' window before `boundary` from the sequence's ring: what a sequence resuming
+        at `boundary` from pages shared with this one needs beside them. Valid until this sequence writes
+        the page after the one `boundary` starts (it overwrites the window's first page)."""
+        if not boundary <= seq.kv_len <= boundary + self.opts.page:
+            raise ModelError(f"the window before position {boundary} is not in the ring of a sequence at "
+                             f"{seq.kv_len}")
+        return [self.backend.read(L.kv.k.const + r * L.page_stride, L.page_stride).copy()
+                for L, _, r in self._window_pages(seq, boundary)]
+
+    def write_window(self, seq: Sequence, boundary: int, window: list[np.ndarray]) -> None:
+        """Put a window `read_window` took into the sequence's ring, so it resumes at `boundary`."""
+        for (L, _, r), data in zip(self._window_pages(seq, boundary), window, strict=True):
+            self.backend.write(L.kv.k.const + r * L.page_stride, data)
 
     # -- programs ---------------------------------------------------------------------------------------
     def program(self, spec) -> Prepared:

@@ -88,7 +88,7 @@ def write_gemma_layers(backend, plan: ImagePlan, conv: Converted,
         for c, part in enumerate(T[f"wd.{l}"]):
             _packed(backend, Ly.wd.part(c), part, f"wd.{l}")
         if Ly.kv is not None:
-            _zeros(backend, Ly.kv.k.const, plan.opts.pages * Ly.page_stride)
+            _zeros(backend, Ly.kv.k.const, Ly.pool_pages * Ly.page_stride)
     cos, sin = cfg.rope_tables(plan.opts.ctx, "attention")
     backend.write(G.gcos.base.const, cos.astype(np.float32))
     backend.write(G.gsin.base.const, sin.astype(np.float32))

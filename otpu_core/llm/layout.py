@@ -37,14 +37,7 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
 - the program slots the generate loop chains through (a one-instruction HALT and two bucket
   programs, double-buffered).
 
-Gemma 4 (`GemmaBlocks`): one block per layer, since its layers differ in shape (sliding and full
-heads, the shared layers' double-wide MLP and no K/V projections or pool of their own): norms
-(ln1, the post-attention norm, ln2, the post-MLP norm, the PLE norm, the layer scalar), q/k
-norms, projections, the MLP, PLE gate and projection, then the layer's KV pool (full length for
-sliding layers too: the window decides what is read); plus the full layers' RoPE tables, the PLE
-model projection and norm, the host mailbox (kernels/mailbox.py) with the landing row the host
-writes a token's per-layer embeddings into (the table stays on the host), and a scratch row per
-prefill row for the per-layer inputs.
+Gemma 4: one block per layer (gemma_layout.py: `GemmaBlocks`, its sliding layers' KV rings).
 
 Heads narrower than the block size D (LFM2's 64 on a D=128 card) are zero-padded to a whole
 block (`card_config`): each half of a head's real dims starts a half of the padded head, so
@@ -58,19 +51,17 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from .. import formats, isa, ol
+from .. import isa, ol
 from ..kernels.conv import ring_rows
 from ..kernels.moe import ExpertBlob, OffloadLayout
-from ..kernels.mailbox import BYTES as MAILBOX_BYTES
-from ..kernels.mailbox import Mailbox
 from ..ol import Affine, KVCache, QTensor, Tensor
 from ..target import Config
 from .config import ModelConfig
 from .errors import ModelError
+from .gemma_layout import GemmaBlocks, gemma_blocks
+from .placement import ALIGN, BLOCK_ALIGN, Cursor, parts, weight
 from .sampling import KMAX
 
-ALIGN = 128
-BLOCK_ALIGN = 4096
 BASE = 4096                       # address 0 stays unused: a zero address is usually a bug
 STATE_WORDS = 16
 MAX_STOP_IDS = 8
@@ -231,116 +222,6 @@ class GdnLayerPlan(_RingedBlocks):
         return ol.shift(self.state, slot * self.slot_stride)
 
 
-@dataclass(eq=False)
-class GemmaLayerPlan:
-    """One Gemma 4 layer's block (static addresses); kv/wk/wv/kn are None in a KV-sharing layer."""
-    ln1: Tensor
-    an: Tensor
-    ln2: Tensor
-    fn: Tensor
-    qn: Tensor
-    kn: Tensor | None
-    ls: Tensor
-    pn: Tensor | None
-    wq: QTensor
-    wk: QTensor | None
-    wv: QTensor | None
-    wo: QTensor
-    wg: QTensor
-    wu: QTensor
-    wd: QTensor
-    pg: QTensor | None
-    pp: QTensor | None
-    kv: KVCache | None
-    hd: int
-    page_stride: int = 0
-    head_stride: int = 0
-    stride: int = 0              # the block's bytes: the next layer of its shape starts this far on
-
-    def at(self, l) -> "GemmaLayerPlan":
-        """The block l strides on (affine: a loop over a run of layers of one shape)."""
-        delta = Affine.of(l) * self.stride
-        return dataclasses.replace(self, **{f.name: ol.shift(getattr(self, f.name), delta)
-                                            for f in dataclasses.fields(self)[:18] if getattr(self, f.name) is not None})
-
-    def page(self, p, g: int) -> KVCache:
-        return ol.shift(self.kv, Affine.of(p) * self.page_stride + g * self.head_stride)
-
-
-@dataclass(eq=False)
-class GemmaBlocks:
-    layers: list                 # GemmaLayerPlan per layer
-    gcos: Tensor                 # the full layers' RoPE tables [ctx, global_head_dim/2]
-    gsin: Tensor
-    plp: QTensor | None          # PLE: the model projection [layers*ple, d], its norm, the host's mailbox,
-    pln: Tensor | None           # the landing row [layers*ple] and per prefill row the per-layer inputs
-    mailbox: Mailbox | None
-    landing: Tensor | None
-    ple_in: Tensor | None
-
-
-def _kv_pool(lc: "_Cursor", hd: int, kv_heads: int, P: int, pages: int, D: int) -> tuple[KVCache, int, int]:
-    """Page 0 / head 0 of a KV pool, the head stride and the page stride."""
-    kv0 = KVCache(lc.take(P * hd), lc.take(4 * P * (hd // D)), lc.take(hd * P), lc.take(4 * P), P, hd)
-    head_stride = -(-(kv0.v_scale.const + 4 * P - kv0.k.const) // ALIGN) * ALIGN
-    lc.at = kv0.k.const + head_stride * kv_heads * pages
-    return kv0, head_stride, head_stride * kv_heads
-
-
-def ln1_at(norms: list) -> int:
-    return norms[0].base.const
-
-
-def gemma_runs(cfg: ModelConfig, blocks: list) -> list[tuple[int, int]]:
-    """(first layer, count) of each run of consecutive layers one loop body serves: one kind, KV of
-    their own (or all of one earlier layer's), one MLP width, blocks a stride apart."""
-    runs: list[list] = []
-    for i in range(cfg.layers):
-        key = (cfg.kinds[i], cfg.kv_source(i) if cfg.shares_kv(i) else -1, cfg.ffn_of(i))
-        if runs and runs[-1][2] == key and \
-                ln1_at([blocks[i].ln1]) - ln1_at([blocks[runs[-1][0]].ln1]) == runs[-1][1] * blocks[i].stride:
-            runs[-1][1] += 1
-        else:
-            runs.append([i, 1, key])
-    return [(a, n) for a, n, _ in runs]
-
-
-def _vector(cur: "_Cursor", n: int) -> Tensor:
-    return Tensor(cur.take(4 * n), (n,))
-
-
-def _gemma_blocks(cfg: ModelConfig, cur: "_Cursor", opts: ImageOptions, wf: int, D: int, fc: int) -> GemmaBlocks:
-    d, P, ple = cfg.d, opts.page, cfg.ple_dim
-    ghd = cfg.global_head_dim or cfg.head_dim
-    gcos = Tensor(cur.take(4 * opts.ctx * ghd // 2), (opts.ctx, ghd // 2))
-    gsin = Tensor(cur.take(4 * opts.ctx * ghd // 2), (opts.ctx, ghd // 2))
-    plp = pln = mb = landing = ple_in = None
-    if ple:
-        plp, pln = _weight(cur, cfg.layers * ple, d, wf, D), Tensor(cur.take(4 * ple), (ple,))
-        mb = Mailbox(cur.take(MAILBOX_BYTES, 64))
-        landing = Tensor(cur.take(4 * cfg.layers * ple), (cfg.layers * ple,))
-        ple_in = Tensor(cur.take(4 * opts.rows * cfg.layers * ple), (opts.rows, cfg.layers * ple))
-    layers = []
-    for i in range(cfg.layers):
-        lc, hd, f, own = _Cursor(-(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN), cfg.head_dim_of(i), cfg.ffn_of(i), \
-            not cfg.shares_kv(i)
-        norms = [_vector(lc, d) for _ in range(4)]
-        qn, kn, ls = _vector(lc, hd), _vector(lc, hd) if own else None, _vector(lc, 1)
-        pn = _vector(lc, d) if ple else None
-        q, kv = cfg.heads * hd, cfg.kv_heads * hd
-        wq = _weight(lc, q, d, wf, D)
-        wk, wv = (_weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)) if own else (None, None)
-        wo, wg, wu = _weight(lc, d, q, wf, D), _weight(lc, f, d, wf, D), _weight(lc, f, d, wf, D)
-        wd = _parts(lc, d, f, fc, wf, D)
-        pg, pp = (_weight(lc, ple, d, wf, D), _weight(lc, d, ple, wf, D)) if ple else (None, None)
-        kv0, hs, ps = _kv_pool(lc, hd, cfg.kv_heads, P, opts.pages, D) if own else (None, 0, 0)
-        start = ln1_at(norms)
-        stride = -(-(lc.at - start) // BLOCK_ALIGN) * BLOCK_ALIGN
-        layers.append(GemmaLayerPlan(*norms, qn, kn, ls, pn, wq, wk, wv, wo, wg, wu, wd, pg, pp, kv0, hd, ps, hs, stride))
-        cur.at = start + stride
-    return GemmaBlocks(layers, gcos, gsin, plp, pln, mb, landing, ple_in)
-
-
 def card_config(cfg: ModelConfig, D: int) -> ModelConfig:
     """The model as the card runs it: heads narrower than a multiple of D zero-padded to one."""
     padded = -(-cfg.head_dim // D) * D
@@ -373,17 +254,6 @@ def conv_runs(cfg: ModelConfig) -> tuple[int, list[tuple[int, int]]]:
             lead += 1
             conv += 1
     return lead, [tuple(a) for a in after]
-
-
-class _Cursor:
-    def __init__(self, at: int):
-        self.at = at
-
-    def take(self, nbytes: int, align: int = ALIGN) -> int:
-        self.at = -(-self.at // align) * align
-        addr = self.at
-        self.at += max(int(nbytes), 1)
-        return addr
 
 
 @dataclass(eq=False)
@@ -438,25 +308,10 @@ class ImagePlan:
         return self.gemma.layers[0].wd.K if self.gemma else (self.layer or self.conv or self.gdn).wd.K
 
     def kv_bytes(self) -> int:
+        """DRAM of the KV pools (Gemma 4: every layer's with K/V of its own, the sliding layers' rings)."""
+        if self.gemma is not None:
+            return sum(L.pool_pages * L.page_stride for L in self.gemma.layers)
         return len(self.cfg.kind_layers("attention")) * self.opts.pages * self.layer.page_stride if self.layer else 0
-
-
-def _weight(cur: _Cursor, n: int, k: int, wf: int, D: int) -> QTensor:
-    kb = -(-k // D)
-    rs, srs = formats.row_bytes(wf, D, kb), formats.scale_row_bytes(wf, kb)
-    data = cur.take(n * rs)
-    scale = cur.take(n * srs)
-    return QTensor(data, scale, (n, kb * D), rs, srs, wf, D)
-
-
-def _parts(cur: _Cursor, n: int, k: int, part: int, wf: int, D: int) -> QTensor:
-    first = [_weight(cur, n, part, wf, D) for _ in range(k // part)]
-    q = first[0]
-    if len(first) > 1:
-        q.part_stride = (first[1].data.const - q.data.const, first[1].scale.const - q.scale.const)
-    else:
-        q.part_stride = (q.rs * n + ALIGN, q.srs * n + ALIGN)
-    return q
 
 
 def embed_kind(cfg: ModelConfig, fmt: CardFormat) -> str:
@@ -528,7 +383,7 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     check_fits(cfg, tcfg, opts)
     fmt = card_format(opts.fmt)
     D, P, V = tcfg.D, opts.page, cfg.vocab
-    cur = _Cursor(BASE)
+    cur = Cursor(BASE)
     slot_io = []
     for _ in range(opts.slots):
         io = {"state": Tensor(cur.take(4 * STATE_WORDS), (STATE_WORDS,)),
@@ -551,7 +406,7 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     n_gdn = len(cfg.kind_layers("deltanet"))
     gemma = None
     if "sliding" in cfg.kinds:
-        gemma = _gemma_blocks(cfg, cur, opts, fmt.layer_wf, D, f_chunk_for(cfg.ffn, D, opts.f_chunk, fmt.layer_wf))
+        gemma = gemma_blocks(cfg, cur, opts, fmt.layer_wf, D, f_chunk_for(cfg.ffn, D, opts.f_chunk, fmt.layer_wf))
         n_attn = 0
 
     layers_at = -(-cur.at // BLOCK_ALIGN) * BLOCK_ALIGN
@@ -559,22 +414,22 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
     wf = fmt.layer_wf
     fc = f_chunk_for(cfg.ffn, D, opts.f_chunk, wf)
 
-    def mlp(lc: _Cursor, f: int = cfg.ffn) -> tuple[QTensor, QTensor, QTensor]:
-        wg, wu = _weight(lc, f, d, wf, D), _weight(lc, f, d, wf, D)
-        return wg, wu, _parts(lc, d, f, fc, wf, D)
+    def mlp(lc: Cursor, f: int = cfg.ffn) -> tuple[QTensor, QTensor, QTensor]:
+        wg, wu = weight(lc, f, d, wf, D), weight(lc, f, d, wf, D)
+        return wg, wu, parts(lc, d, f, fc, wf, D)
 
-    def ffn(lc: _Cursor) -> tuple:
+    def ffn(lc: Cursor) -> tuple:
         """A block's MLP (wg, wu, wd), or a mixture of experts' router and selection bias instead."""
         if not cfg.experts:
             return mlp(lc) + (None, None)
-        router = _weight(lc, cfg.experts, d, fmt.head_wf, D)
+        router = weight(lc, cfg.experts, d, fmt.head_wf, D)
         return None, None, None, router, Tensor(lc.take(4 * cfg.experts), (cfg.experts,)) if cfg.expert_bias else None
 
-    def conv_blocks(lc: _Cursor, mlp_parts) -> ConvLayerPlan:
+    def conv_blocks(lc: Cursor, mlp_parts) -> ConvLayerPlan:
         start = lc.at
         ln1, ln2, taps = Tensor(lc.take(4 * d), (d,)), Tensor(lc.take(4 * d), (d,)), cfg.conv_taps
         tw = Tensor(lc.take(4 * taps * d), (taps, d))
-        cin, cout = _weight(lc, 3 * d, d, wf, D), _weight(lc, d, d, wf, D)
+        cin, cout = weight(lc, 3 * d, d, wf, D), weight(lc, d, d, wf, D)
         wg, wu, wd, router, ebias = mlp_parts(lc)
         slot_stride = -(-4 * ring_rows(taps) * d // ALIGN) * ALIGN
         ring = Tensor(lc.take(slot_stride * opts.slots), (ring_rows(taps), d))
@@ -584,14 +439,14 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
 
     at, layer, conv = layers_at, None, None
     if n_attn:
-        lc = _Cursor(at)
+        lc = Cursor(at)
         ln1, ln2 = Tensor(lc.take(4 * d), (d,)), Tensor(lc.take(4 * d), (d,))
         qn, kn = Tensor(lc.take(4 * hd), (hd,)), Tensor(lc.take(4 * hd), (hd,))
         gate = Tensor(lc.take(8), (2,))
         after = Tensor(lc.take(4), (1,)) if n_conv or n_gdn else None
-        wq = _weight(lc, 2 * q if cfg.attn_gate else q, d, wf, D)       # with the output gates' rows (Qwen3.5)
-        wk, wv = _weight(lc, kv, d, wf, D), _weight(lc, kv, d, wf, D)
-        wo = _weight(lc, d, q, wf, D)
+        wq = weight(lc, 2 * q if cfg.attn_gate else q, d, wf, D)       # with the output gates' rows (Qwen3.5)
+        wk, wv = weight(lc, kv, d, wf, D), weight(lc, kv, d, wf, D)
+        wo = weight(lc, d, q, wf, D)
         wg, wu, wd, router, ebias = ffn(lc)
         kb_h = hd // D
         kv0 = KVCache(lc.take(P * hd), lc.take(4 * P * kb_h), lc.take(hd * P), lc.take(4 * P), P, hd)
@@ -605,26 +460,26 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
         at += n_attn * stride
     conv_dense = None
     if n_conv:
-        conv = conv_blocks(_Cursor(at), ffn)
+        conv = conv_blocks(Cursor(at), ffn)
         at += n_conv * conv.stride
     if cfg.dense_layers:           # their own blocks: a dense MLP of the dense layers' width
-        conv_dense = conv_blocks(_Cursor(at), lambda lc: mlp(lc, cfg.dense_ffn) + (None, None))
+        conv_dense = conv_blocks(Cursor(at), lambda lc: mlp(lc, cfg.dense_ffn) + (None, None))
         at += cfg.dense_layers * conv_dense.stride
     gdn = None
     if n_gdn:
-        gdn = _gdn_plan(_Cursor(at), cfg, opts, wf, D, mlp)
+        gdn = _gdn_plan(Cursor(at), cfg, opts, wf, D, mlp)
         at += n_gdn * gdn.stride
 
-    gc = _Cursor(at)
+    gc = Cursor(at)
     final_norm = Tensor(gc.take(4 * d), (d,))
-    head = _weight(gc, V, d, fmt.head_wf, D)
+    head = weight(gc, V, d, fmt.head_wf, D)
     ekind = embed_kind(cfg, fmt)
     if ekind == "head":
         embed = head
     elif ekind == "f32":
         embed = Tensor(gc.take(4 * V * d), (V, d))
     else:
-        embed = _weight(gc, V, d, isa.WF_INT8, D)
+        embed = weight(gc, V, d, isa.WF_INT8, D)
     offload = None
     if cfg.experts:
         try:
@@ -648,7 +503,7 @@ def plan(cfg: ModelConfig, tcfg: Config, opts: ImageOptions = ImageOptions()) ->
                      gdn_rows, offload, gemma, conv_dense)
 
 
-def _gdn_plan(lc: _Cursor, cfg: ModelConfig, opts: ImageOptions, wf: int, D: int, mlp) -> GdnLayerPlan:
+def _gdn_plan(lc: Cursor, cfg: ModelConfig, opts: ImageOptions, wf: int, D: int, mlp) -> GdnLayerPlan:
     d, taps, C = cfg.d, cfg.conv_taps, cfg.gdn_conv_dim
     hv, vd = cfg.lin_v_heads, cfg.lin_v_heads * cfg.lin_v_dim
     at = lc.at
@@ -656,9 +511,9 @@ def _gdn_plan(lc: _Cursor, cfg: ModelConfig, opts: ImageOptions, wf: int, D: int
     tw = Tensor(lc.take(4 * taps * C), (taps, C))
     a_log, dt_bias = Tensor(lc.take(4 * hv), (hv,)), Tensor(lc.take(4 * hv), (hv,))
     norm = Tensor(lc.take(4 * cfg.lin_v_dim), (cfg.lin_v_dim,))
-    gqkv, gz = _weight(lc, C, d, wf, D), _weight(lc, vd, d, wf, D)
-    gb, ga = _weight(lc, hv, d, wf, D), _weight(lc, hv, d, wf, D)
-    gout = _weight(lc, d, vd, wf, D)
+    gqkv, gz = weight(lc, C, d, wf, D), weight(lc, vd, d, wf, D)
+    gb, ga = weight(lc, hv, d, wf, D), weight(lc, hv, d, wf, D)
+    gout = weight(lc, d, vd, wf, D)
     wg, wu, wd = mlp(lc)
     ring_bytes = -(-4 * ring_rows(taps) * C // ALIGN) * ALIGN
     state_bytes = -(-4 * vd * cfg.lin_k_dim // ALIGN) * ALIGN

@@ -17,7 +17,7 @@ turned into address offsets by RLD (`Pos`), and its tokens are read from the slo
   expert-major; LFM2-MoE's sigmoid router with its selection bias, its leading dense layers
   straight-line on their own blocks), its layer's first global expert id counted on the card.
   Gemma 4's layers have a block each, a run of one shape a hardware loop (`_gemma_layers`):
-  sliding layers attend over their window of pages, the KV-sharing ones over an earlier layer's pages, scores with q.k
+  sliding layers append to and attend over their window in their slot's ring of pages, the KV-sharing ones over an earlier layer's pages, scores with q.k
   unscaled, the sandwich norms, GeGLU, the per-layer inputs (the token's row of the table is
   asked of the host through the mailbox, kernels/mailbox.host_row) and the layer scalar; its
   logits are soft-capped wherever they are made; a run's per-row work is a hardware loop over its
@@ -61,8 +61,8 @@ from ..kernels.norm import rmsnorm, rmsnorm_quantized
 from ..kernels.rope import rope
 from ..kernels.sampling import SampleParams, head_choice
 from ..ol import Affine, KVCache, Tensor, Tile
-from .layout import (S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP, ImagePlan,
-                     gemma_runs)
+from .gemma_layout import gemma_runs
+from .layout import S_ALIVE, S_LEFT, S_PEN_A, S_PEN_B, S_POS, S_STOP, S_STOP_IDS, S_TINV, S_TOPP, ImagePlan
 
 
 @dataclass(frozen=True)
@@ -559,7 +559,7 @@ def _gemma_attention(plan: ImagePlan, kind: str, Ly, block0, src, h: Tile, rows:
     post-attention norm. Every
     row appends before any attends (a row's mask hides the later rows' slots, so the bits are those
     of one row at a time), which keeps the append loop's addresses out of the attention loop's."""
-    cfg = plan.cfg
+    cfg, G = plan.cfg, plan.gemma
     H, KV, hd, grp_size, mcols = cfg.heads, cfg.kv_heads, Ly.hd, cfg.group, ol.config().MCOLS
     window = cfg.sliding_window if kind == "sliding" else None
     cos, sin = tables[kind]
@@ -579,7 +579,7 @@ def _gemma_attention(plan: ImagePlan, kind: str, Ly, block0, src, h: Tile, rows:
             kr = rope(rmsnorm(_row(k, r).reshape(KV, hd), kn, cfg.norm_eps), _row(cos, r), _row(sin, r))
             vr = rmsnorm(_row(v, r).reshape(KV, hd), ones, cfg.norm_eps)
             for kh in ol.static_range(KV):
-                page = grp.pages[-1]
+                page = G.kv_page(kind, grp.slot, grp.bucket, grp.pages[-1])
                 at = counted and (block0.page(page, kh), counted[g].offsets())
                 slot = rows.token_slot(Ly.page(page, kh), g, j, at)
                 ol.kv_append_k(slot, 0, kr[kh])
@@ -597,7 +597,8 @@ def _gemma_attention(plan: ImagePlan, kind: str, Ly, block0, src, h: Tile, rows:
         qr = rope(rmsnorm(_row(q, r).reshape(H, hd), qn, cfg.norm_eps), _row(cos, r), _row(sin, r))
         ar = _row(q, r).reshape(H, hd)        # the output takes row r of q (read already): TMEM for 4 full rows
         for kh in ol.static_range(KV):
-            pages = [src.page(p, kh) for p in grp.pages]
+            # a sliding layer's list repeats its ring's pages: PagedAttention reads only the window's
+            pages = [src.page(G.kv_page(kind, grp.slot, i, p), kh) for i, p in enumerate(grp.pages)]
             for h0 in range(kh * grp_size, (kh + 1) * grp_size, mcols):
                 h1 = min(h0 + mcols, (kh + 1) * grp_size)
                 ar[h0:h1].set(PagedAttention(qr[h0:h1], pages, last_mask=rows.mask_row(g, j), window=window,
@@ -630,7 +631,7 @@ def _gemma_layer(plan: ImagePlan, kind: str, Ly, block0, src, li, h: Tile, rows:
 
 
 def _gemma_layers(plan: ImagePlan, h: Tile, rows: _Rows) -> Tile:
-    """Gemma 4's layers: each run of layers of one shape (layout.gemma_runs) one hardware loop over
+    """Gemma 4's layers: each run of layers of one shape (gemma_layout.gemma_runs) one hardware loop over
     its blocks (a shared layer reads the same earlier layer's pages every pass), a lone layer straight."""
     cfg, G = plan.cfg, plan.gemma
     if cfg.ple_dim:

@@ -9,7 +9,11 @@ prompt starting with the same tokens reuses the page instead of prefilling it ag
 page is shared read-only: every sequence writes only positions past its reused prefix. Pages
 nobody references stay cached until the pool needs them (least recently used first). A model
 with state outside the KV pages (LFM2's convolution rings, one per sequence slot) cannot resume
-from pages alone: its pool is made with `sharing=False` and never matches a prefix.
+from pages alone: its pool is made with `sharing=False` and never caches or matches a prefix.
+Gemma 4's sliding layers keep their window in each slot's ring of pages, which the sequence that
+wrote a prefix overwrites as it goes on: a page is cached there with a private copy of the window
+before its end (`register(..., windows=)`, host memory), which a sequence resuming after it gets
+written into its own ring (`Lease.window`); a page without one is not cached.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ class Lease:
     """The pages a sequence holds: `shared` (cached prefix pages, in order) then `own`."""
     shared: list[int] = field(default_factory=list)
     own: list[int] = field(default_factory=list)
+    window: object = None          # the sliding layers' window before the shared pages' end (Gemma 4)
 
     @property
     def pages(self) -> list[int]: return self.shared + self.own
@@ -36,6 +41,7 @@ class PagePool:
         self._prefix_of: dict[int, tuple[int, ...]] = {}
         self._refs: dict[int, int] = {}                          # cached page -> sequences using it
         self._idle: OrderedDict[int, None] = OrderedDict()       # cached, unreferenced (LRU first)
+        self._window: dict[int, object] = {}                     # cached page -> the window before its end
 
     @property
     def total(self) -> int: return self.store.pages
@@ -76,18 +82,24 @@ class PagePool:
             self._refs[p] = self._refs.get(p, 0) + 1
         while need > self.free:
             self._evict()
-        return Lease(shared, self.store.take(need))
+        return Lease(shared, self.store.take(need), self._window.get(shared[-1]) if shared else None)
 
-    def register(self, lease: Lease, tokens: list[int], fed: int) -> None:
-        """Cache the lease's own pages whose positions are all in the first `fed` (prompt) tokens."""
+    def register(self, lease: Lease, tokens: list[int], fed: int, windows: dict | None = None) -> None:
+        """Cache the lease's own pages whose positions are all in the first `fed` (prompt) tokens (none
+        without sharing: nothing could match them). `windows` (sliding layers kept in rings): page index k
+        -> the window before page k's end; a page without one is not cached."""
         P = self.page
+        if not self.sharing:
+            return
         while len(lease.shared) < fed // P and lease.own:
             k = len(lease.shared)
             key = tuple(tokens[:(k + 1) * P])
-            if key in self._by_prefix:        # another sequence cached the same prefix meanwhile
-                break
+            if key in self._by_prefix or (windows is not None and k not in windows):
+                break                     # cached by another sequence meanwhile, or no window to resume with
             p = lease.own.pop(0)
             self._by_prefix[key], self._prefix_of[p], self._refs[p] = p, key, 1
+            if windows is not None:
+                self._window[p] = windows[k]
             lease.shared.append(p)
 
     def release(self, lease: Lease) -> None:
@@ -102,4 +114,5 @@ class PagePool:
     def _evict(self) -> None:
         p, _ = self._idle.popitem(last=False)
         del self._by_prefix[self._prefix_of.pop(p)]
+        self._window.pop(p, None)
         self.store.give([p])

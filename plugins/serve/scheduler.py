@@ -80,6 +80,7 @@ class Active:
     seen: np.ndarray | None
     prefilled: bool = False
     out: int = 0
+    windows: dict | None = None            # sliding rings: page index -> the window before its end
 
 
 def logprob_rows(logits: np.ndarray, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
@@ -120,12 +121,14 @@ class CardWorker(threading.Thread):
             seq = self.engine.new_sequence()
             seq.pages, seq.tokens = lease.pages, list(job.prompt)
             seq.kv_len = job.reused = len(lease.shared) * self.pool.page
+            if lease.window is not None:      # the sliding layers' window into the slot's own ring
+                self.engine.write_window(seq, seq.kv_len, lease.window)
             seen = None
             if job.sampling.penalty:
                 seen = np.zeros(self.engine.cfg.vocab, bool)
                 seen[np.asarray(job.prompt, np.int64)] = True
             u = np.random.default_rng(job.sampling.seed).random(job.max_new)
-            new.append(Active(job, seq, lease, u, seen))
+            new.append(Active(job, seq, lease, u, seen, windows={} if self.engine.windowed else None))
             self.sched.metrics.admitted(job, self.card.device)
         return new
 
@@ -175,12 +178,17 @@ class CardWorker(threading.Thread):
                 end = len(seq.tokens) - 1
                 if seq.kv_len < end:
                     t = time.monotonic()
+                    before = seq.kv_len
                     eng.prefill(seq, self.prefill_cost, upto=min(end, seq.kv_len + eng.opts.rows))
+                    boundary = seq.kv_len // eng.opts.page * eng.opts.page
+                    if a.windows is not None and before < boundary:     # (a run feeds at most a page)
+                        a.windows[boundary // eng.opts.page - 1] = eng.read_window(seq, boundary)
                     card_s += time.monotonic() - t
                 if seq.kv_len >= end:
                     a.prefilled = True
                     with self.sched.cond:
-                        self.pool.register(a.lease, seq.tokens, seq.kv_len)
+                        self.pool.register(a.lease, seq.tokens, seq.kv_len, a.windows)
+                    a.windows = None              # the pool holds those it cached
         ready = [a for a in self.running if a.prefilled and not a.job.cancelled]
         t0 = time.monotonic()
         i = 0
