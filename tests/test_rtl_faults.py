@@ -35,7 +35,7 @@ def test_a_unit_fault_names_its_instruction_after_the_dispatch_has_moved_on(rtl_
     the sequencer's pc is at the HALT when the MXU reports the MM's error."""
     r = _same_fault(rtl_backend, f"{LONG_LD}\n{BAD_MM}\n{VOPS}\nhalt", pc=1)
     assert r.rtl_fault.name == "shape" and r.golden_fault.kind == "shape"
-    assert rtl_backend.last["icount"] >= 14, "the VOPs and the HALT dispatched before the MM faulted"
+    assert rtl_backend.last["icount"] >= 14, "the twelve VOPs dispatched before the MM faulted"
 
 
 def test_the_oldest_fault_wins_over_a_younger_one_reported_first(rtl_backend):
