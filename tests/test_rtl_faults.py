@@ -38,6 +38,21 @@ def test_a_unit_fault_names_its_instruction_after_the_dispatch_has_moved_on(rtl_
     assert rtl_backend.last["icount"] >= 14, "the twelve VOPs dispatched before the MM faulted"
 
 
+def test_a_dma_waitw_timeout_names_the_waitw_after_the_dispatch_has_moved_on(rtl_backend):
+    """Nobody writes the word: the WAITW (the DMA) times out after 400 cycles of polls while the
+    VOPs behind it dispatch and complete."""
+    r = _same_fault(rtl_backend, f"waitw addr=0x1000 dst=32 ref=1 cmp=eq interval=20 timeout=400 !\n{VOPS}\nhalt", pc=0)
+    assert r.rtl_fault.name == "WAITW timeout" and r.golden_fault.kind == "waitw-timeout"
+
+
+def test_a_dstep_fault_names_the_dstep_behind_the_long_ld_of_its_queue(rtl_backend):
+    """DSTEP (in the DMA's queue, so after the LD) with a state address that is not a multiple of D:
+    the DSTEP engine refuses it ~640 cycles after its dispatch."""
+    r = _same_fault(rtl_backend, f"{LONG_LD}\ndstep state=0x40004 qk=100 v=164 rows=16 cols=32 g=700 gs=1 o=800 !\n"
+                                 f"{VOPS}\nhalt", pc=1)
+    assert r.rtl_fault.name == "shape"
+
+
 def test_the_oldest_fault_wins_over_a_younger_one_reported_first(rtl_backend):
     """The QACT behind the MM faults at once; the MM faults ~640 cycles later: the golden
     simulator, one instruction at a time, faults on the MM, and so does the RTL."""
