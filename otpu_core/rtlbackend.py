@@ -12,7 +12,8 @@ one, the safe order for hand-written programs).
 
 `rtl_sources()` is the RTL in build order (`Target.sources()` names the same files);
 `build_for(target)` the simulator of a target; `RtlError` when a target cannot be built or a
-run fails.
+run fails, `RtlFault` (an `RtlError`) when the program stopped the machine with an error: the
+faulting instruction's pc and disassembly, as the golden simulator's `SimError` names them.
 """
 from __future__ import annotations
 
@@ -36,6 +37,20 @@ MODEL_DRAM_MAX = 64 << 20         # the testbench DRAM model holds at most this 
 ERRORS = {1: "illegal opcode", 2: "TMEM or DRAM range", 3: "DRAM range", 4: "shape", 5: "unsupported by the RTL",
           6: "loop", 7: "HALT CHAIN or program length", 8: "WAITW timeout", 9: "ran past the end of the program"}
 RUN_TIMEOUT_S = 1800.0
+
+
+class RtlFault(RtlError):
+    """The RTL stopped on an error: `code` (otpu_defs.svh), its `name`, the faulting instruction's
+    `pc` and `disasm` (None when pc is outside the program, or the program chains: the pc may be
+    in a program the backend did not load)."""
+
+    def __init__(self, code: int, pc: int, instrs: Sequence[isa.Instr]):
+        from .asm import disasm_one
+        self.code, self.pc, self.name = code, pc, ERRORS.get(code, str(code))
+        chains = any(i.op == isa.Op.HALT and i.has(isa.F_CHAIN) for i in instrs)
+        self.disasm = disasm_one(instrs[pc]) if 0 <= pc < len(instrs) and not chains else None
+        super().__init__(f"the RTL stopped with an error at pc {pc}" + (f" ({self.disasm})" if self.disasm else "") +
+                         f": {self.name}")
 SYNC = isa.WaitEntry(sync=True)
 # the testbench's run statistics that count, under the names of the card's counters
 COUNTERS = {"cycles": "CYCLES", "icount": "ICOUNT", "dram_read_beats": "B_RD", "dram_write_beats": "B_WR"}
@@ -170,8 +185,7 @@ class RtlBackend:
         if stats["dram_range_error"]:
             raise RtlError(f"the run accessed DRAM outside the RTL model's {self.dram_bytes} bytes")
         if stats["error"]:
-            raise RtlError(f"the RTL stopped with an error at pc {stats['error_pc']}: "
-                           f"{ERRORS.get(stats['error'], stats['error'])}")
+            raise RtlFault(stats["error"], stats["error_pc"], prog.instrs)
         if not stats["halted"]:
             raise RtlError(f"the program did not halt within {self.max_cycles} cycles")
         beats = self.beat // 64 if self.beat >= 64 else 1

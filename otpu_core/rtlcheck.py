@@ -5,7 +5,10 @@ TMEM and DRAM bit compared, and the cycle counts of the RTL and of the timing mo
 `Machine` holding the same state (DRAM, TMEM, ACT RAM copied from the backend before the run)
 and returns a `Comparison`; `compare_case` does so for a kernel case, `compare_op_checks` for
 every op check of selftest/diag. The program area the RTL loads its program from is written into the
-golden DRAM too, so the two memories are compared whole.
+golden DRAM too, so the two memories are compared whole. A program the golden simulator faults on
+must stop the RTL with the same fault: an error code that stands for the golden's kind
+(`RTL_KINDS`) at the same pc (the faulting instruction's); the memories are not compared then
+(the golden stops at the fault, the RTL finishes the older instructions in flight).
 """
 from __future__ import annotations
 
@@ -14,7 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .isasim import Machine, SimError
-from .rtlbackend import RtlBackend
+from .rtlbackend import RtlBackend, RtlFault
+
+# the golden simulator's fault kinds each RTL error code (otpu_defs.svh) stands for
+RTL_KINDS = {1: {"illegal-opcode"}, 2: {"out-of-range"}, 3: {"out-of-range"}, 4: {"shape", "misaligned", "out-of-range"},
+             5: {"illegal-opcode"}, 6: {"loop-end", "loop-depth"}, 7: {"chain"}, 8: {"waitw-timeout"},
+             9: {"program-end"}}
 
 
 @dataclass
@@ -25,17 +33,30 @@ class Comparison:
     first_dram: int | None
     rtl_cycles: int
     model_cycles: int
-    golden_error: str | None = None
+    golden_fault: SimError | None = None
+    rtl_fault: RtlFault | None = None
 
     @property
-    def ok(self) -> bool: return self.golden_error is None and self.tmem_words == 0 and self.dram_bytes == 0
+    def same_fault(self) -> bool:
+        """Both stopped on a fault: the same instruction (pc) and an RTL code for the golden's kind."""
+        g, r = self.golden_fault, self.rtl_fault
+        return g is not None and r is not None and g.pc == r.pc and g.kind in RTL_KINDS.get(r.code, ())
+
+    @property
+    def ok(self) -> bool:
+        if self.golden_fault or self.rtl_fault:
+            return self.same_fault
+        return self.tmem_words == 0 and self.dram_bytes == 0
 
     @property
     def ratio(self) -> float: return self.rtl_cycles / self.model_cycles if self.model_cycles else float("nan")
 
     def message(self) -> str:
-        if self.golden_error:
-            return f"the golden simulator refused the program: {self.golden_error}"
+        g, r = self.golden_fault, self.rtl_fault
+        if g or r:
+            both = (f"the golden simulator: {g.message if g else 'no fault'}; "
+                    f"the RTL: {r.message if r else 'no fault'}")
+            return ("the same fault: " if self.same_fault else "the faults differ: ") + both
         if self.ok:
             return f"bit-exact; {self.rtl_cycles} RTL cycles, {self.model_cycles} model cycles (ratio {self.ratio:.3f})"
         return (f"{self.tmem_words} TMEM words differ (first {self.first_tmem}), {self.dram_bytes} DRAM bytes differ "
@@ -59,15 +80,18 @@ def compare_run(rtl: RtlBackend, program, args=None, waits=None) -> Comparison:
     prog = rtl.prepare(program, waits)
     m = golden_machine(rtl)
     m.write_dram(rtl.prog_at, prog.image)
-    err = None
+    golden = None
     try:
         m.load(list(prog.instrs), args, waits=list(prog.waits) if prog.waits is not None else None)
         m.run()
     except SimError as e:
-        err = str(e)
-    stats = rtl.run(prog, args)
-    if err:
-        return Comparison(0, 0, None, None, stats.cycles, 0, err)
+        golden = e
+    try:
+        stats = rtl.run(prog, args)
+    except RtlFault as e:
+        return Comparison(0, 0, None, None, rtl.last["cycles"], 0, golden, e)
+    if golden:
+        return Comparison(0, 0, None, None, stats.cycles, 0, golden)
     gd = m.slice.dram.bytes[: rtl.dram_bytes]
     dt = np.flatnonzero(rtl.tmem != m.slice.tmem.t)
     dd = np.flatnonzero(rtl.dram[: rtl.dram_bytes] != gd)

@@ -105,8 +105,11 @@ def test_backend_interface_keeps_state_between_runs_like_a_card(rtl_backend):
 def test_a_program_the_rtl_refuses_is_an_error_naming_the_pc(rtl_backend):
     be = rtl_backend
     reset_state(be)
-    with pytest.raises(RtlError, match="pc 1: TMEM or DRAM range"):
-        be.run(f"nop\nld dram=0 tmem={be.cfg.TMEM_WORDS - 4} n=8\nhalt")
+    prog = f"nop\nld dram=0 tmem={be.cfg.TMEM_WORDS - 4} n=8\nhalt"
+    with pytest.raises(RtlError, match=rf"at pc 1 \(ld tmem={be.cfg.TMEM_WORDS - 4} n=8\): TMEM or DRAM range$"):
+        be.run(prog)
+    r = compare_run(be, prog)
+    assert r.same_fault and r.golden_fault.pc == r.rtl_fault.pc == 1, r.message()
 
 
 def test_a_program_that_never_halts_is_reported(rtl_backend):

@@ -1,13 +1,13 @@
 """MM PAIR and QACT DUP (column reuse) on the RTL of nangate45-pair (nangate45-small with PAIR and
 4 MXU columns) under Verilator, against the golden simulator: TMEM and DRAM bit for bit after
 each program, RTL cycles against the timing model's, and the programs the golden simulator
-faults on stopping the RTL with the same error. Every case is slow (a Verilator build)."""
+faults on stopping the RTL with the same error at the same pc. Every case is slow (a Verilator build)."""
 import numpy as np
 import pytest
 
 from otpu_core import formats, isa, rtlcases
 from otpu_core.isasim import SimError
-from otpu_core.rtlbackend import RtlBackend, RtlError
+from otpu_core.rtlbackend import RtlBackend
 from otpu_core.rtlcheck import compare_op_checks, compare_run, golden_machine, reset_state
 from rtl_support import compare_kernels, require_verilator, rtl_backend  # noqa: F401  (fixture)
 
@@ -17,9 +17,6 @@ PAIR_TARGET = "nangate45-pair"
 D = 32
 ACT, WEIGHTS, SCALES, PRIOR, ALPHA, OUT = 0x10000, 0x20000, 0x30000, 0x40000, 0x48000, 0x50000
 T_OUT, T_ALPHA = 2048, 4000
-# a golden fault kind as the RTL's error (rtlbackend.ERRORS): the RTL folds range and alignment into shape
-RTL_ERROR = {"illegal-opcode": "illegal opcode", "shape": "shape", "misaligned": "shape", "out-of-range": "shape"}
-
 
 @pytest.fixture(scope="module")
 def pair_backend():
@@ -165,11 +162,12 @@ def test_a_pair_program_the_golden_faults_on_stops_the_rtl_with_its_error(pair_b
 
 
 def _assert_rtl_stops(be, prog, fault: SimError) -> None:
-    """The RTL stops with the golden fault's error. A unit's error names the sequencer's pc when
-    the unit reports it (the dispatch has moved on), so it is at or after the faulting instruction."""
-    with pytest.raises(RtlError, match=f"at pc (\\d+): {RTL_ERROR[fault.kind]}$") as e:
-        be.run(prog)
-    assert int(e.value.message.split("at pc ")[1].split(":")[0]) >= fault.pc
+    """The RTL stops with the golden fault's error, naming the faulting instruction (its pc and
+    disassembly) as the golden simulator does."""
+    r = compare_run(be, prog)
+    assert r.rtl_fault is not None, r.message()
+    assert r.golden_fault.pc == fault.pc and r.ok and r.same_fault, r.message()
+    assert (r.rtl_fault.pc, r.rtl_fault.disasm) == (fault.pc, fault.disasm), r.message()
 
 
 def test_pair_and_dup_on_a_target_without_pair_are_illegal_opcodes(rtl_backend):

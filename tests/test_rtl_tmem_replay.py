@@ -55,3 +55,9 @@ def test_every_kernel_is_bit_exact_on_the_single_copy_tmem(capsys):
     assert not bad, bad
     assert len(rows) >= 16
     assert denied > 0, "no port was ever denied: the replay path was not exercised"
+    # port B reads a ROW word once a row and a COL operand in the first row only, so the OUTER and
+    # RDOT of the recurrent steps do not lose every other cycle to port A (1.69-1.78 x the model
+    # when B re-read them; 1.22-1.25 x now, the rest the ST of each state beside the RDOT reading it)
+    slow = {n: round(r.ratio, 3) for n, (r, _) in results.items()
+            if n in ("mamba2_step", "gla_step", "retnet_step", "rmsnorm") and r.ratio > 1.3}
+    assert not slow, slow

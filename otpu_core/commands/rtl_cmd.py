@@ -30,7 +30,9 @@ def _backend(target: str):
 
 def _row(name: str, r) -> dict:
     return {"name": name, "ok": r.ok, "result": r.message(), "rtl_cycles": r.rtl_cycles, "model_cycles": r.model_cycles,
-            "ratio": round(r.ratio, 4) if r.model_cycles else None, "tmem_words": r.tmem_words, "dram_bytes": r.dram_bytes}
+            "ratio": round(r.ratio, 4) if r.model_cycles else None, "tmem_words": r.tmem_words, "dram_bytes": r.dram_bytes,
+            "fault_pc": r.golden_fault.pc if r.golden_fault else (r.rtl_fault.pc if r.rtl_fault else None),
+            "faulted": bool(r.golden_fault or r.rtl_fault)}
 
 
 def _report(rows: list[dict], title: str, json_out: bool) -> None:
@@ -41,7 +43,10 @@ def _report(rows: list[dict], title: str, json_out: bool) -> None:
         for col in ("program", "TMEM and DRAM", "RTL cycles", "model cycles", "ratio"):
             table.add_column(col, justify="right" if "cycles" in col or col == "ratio" else "left")
         for r in rows:
-            result = "[otpu.ok]bit-exact[/]" if r["ok"] else f"[otpu.fail]{r['tmem_words']} words, {r['dram_bytes']} bytes differ[/]"
+            if r["faulted"]:
+                result = f"[otpu.ok]the same fault at pc {r['fault_pc']}[/]" if r["ok"] else f"[otpu.fail]{r['result']}[/]"
+            else:
+                result = "[otpu.ok]bit-exact[/]" if r["ok"] else f"[otpu.fail]{r['tmem_words']} words, {r['dram_bytes']} bytes differ[/]"
             table.add_row(r["name"], result, str(r["rtl_cycles"]), str(r["model_cycles"]),
                           f"{r['ratio']:.3f}" if r["ratio"] is not None else "-")
         stdout().print(table)

@@ -12,6 +12,11 @@
 // waits for every older in-flight instruction its footprint conflicts with; an MM's TMEM ranges
 // hold back only its write-back, `mxu_wr_ok`), with SEQ_WC = 1 its WAITC entry (per-queue counts
 // of incomplete instructions, a mask of recent dispatches that must have released, sync).
+//
+// Faults: each slot keeps its instruction's pc and dispatch number. An error (a unit's, on the
+// instruction it runs, or the sequencer's own at pc) stops dispatch (S_FAULT) and the machine
+// stops once every older instruction has completed, naming the oldest faulting instruction's pc
+// and code: the instruction the golden simulator, which runs them one at a time, faults on.
 module otpu_seq
 #(
   parameter int D = 32,
@@ -84,7 +89,7 @@ module otpu_seq
   logic [2:0]  lp_depth;
   logic [7:0][31:0] saved_args;
 
-  typedef enum logic [2:0] {S_IDLE, S_FETCH, S_RUN, S_RLD, S_HALT, S_DONE} state_t;
+  typedef enum logic [2:0] {S_IDLE, S_FETCH, S_RUN, S_RLD, S_HALT, S_FAULT, S_DONE} state_t;
   state_t state;
 
   // -- fetch ----------------------------------------------------------------------------------------
@@ -114,6 +119,10 @@ module otpu_seq
   logic [NUNITS-1:0][SW:0]            uq_n;
   logic [NUNITS-1:0][SW-1:0]          u_slot;
   logic [7:0][31:0]                   slot_words [WIN];
+  logic [31:0]                        slot_pc [WIN];    // the instruction's pc
+  logic [31:0]                        slot_ord [WIN];   // its dispatch number (icount then): older is smaller
+  logic [7:0]                         f_code;           // S_FAULT: the oldest fault so far
+  logic [31:0]                        f_pc, f_ord;
 
   // -- the instruction at pc ----------------------------------------------------------------------------
   logic [7:0][31:0] ins, w;
@@ -321,7 +330,8 @@ module otpu_seq
       can_start[s] = ok;
     end
     for (int u = 0; u < NUNITS; u++) begin
-      u_valid[u] = uq_n[u] != 0 && can_start[uq[u][0]];
+      // after a fault only the instructions older than it start
+      u_valid[u] = uq_n[u] != 0 && can_start[uq[u][0]] && (state != S_FAULT || slot_ord[uq[u][0]] < f_ord);
       u_words[u] = slot_words[uq[u][0]];
     end
     mxu_queued = uq_n[U_MXU] != 0;
@@ -361,7 +371,7 @@ module otpu_seq
   logic [2:0] rld_wait;
   logic       any_busy;
   assign any_busy = slot_valid != 0;
-  assign running = state == S_FETCH || state == S_RUN || state == S_RLD || state == S_HALT;
+  assign running = state == S_FETCH || state == S_RUN || state == S_RLD || state == S_HALT || state == S_FAULT;
 
   logic [WIN-1:0] u_take_slots;
   always_comb begin
@@ -369,13 +379,29 @@ module otpu_seq
     for (int u = 0; u < NUNITS; u++) if (u_take[u]) u_take_slots[uq[u][0]] = 1'b1;
   end
 
-  // a unit error stops the run
+  // a unit error stops the run: the oldest of the instructions the units report an error on
   logic        unit_err;
   logic [7:0]  unit_err_code;
+  logic [31:0] unit_err_pc, unit_err_ord;
   always_comb begin
     unit_err = 1'b0;
     unit_err_code = E_NONE;
-    for (int u = NUNITS - 1; u >= 0; u--) if (u_error[u]) begin unit_err = 1'b1; unit_err_code = u_error_code[u]; end
+    unit_err_pc = 0;
+    unit_err_ord = 0;
+    for (int u = 0; u < NUNITS; u++)
+      if (u_error[u] && (!unit_err || slot_ord[u_slot[u]] < unit_err_ord)) begin
+        unit_err = 1'b1;
+        unit_err_code = u_error_code[u];
+        unit_err_pc = slot_pc[u_slot[u]];
+        unit_err_ord = slot_ord[u_slot[u]];
+      end
+  end
+
+  // S_FAULT: whether an instruction older than the oldest fault so far is still in flight
+  logic        older_busy;
+  always_comb begin
+    older_busy = 1'b0;
+    for (int s = 0; s < WIN; s++) if (all_valid[s] && slot_ord[s] < f_ord) older_busy = 1'b1;
   end
 
   // every TMEM and DRAM range inside its memory (checked once, at dispatch); a STREAM's footprint is
@@ -408,10 +434,17 @@ module otpu_seq
     end else pc <= pc + 1;
   endtask
 
+  // a fault of the instruction at `at`, dispatch number `ord`: stop once the older ones are done
+  task automatic fault(input logic [7:0] code, input logic [31:0] at, input logic [31:0] ord);
+    f_code <= code;
+    f_pc <= at;
+    f_ord <= ord;
+    state <= S_FAULT;
+  endtask
+
+  // the sequencer's own error at pc: younger than every instruction in flight
   task automatic fail(input logic [7:0] code);
-    error <= code;
-    error_pc <= pc;
-    state <= S_DONE;
+    fault(code, pc, icount);
   endtask
 
   task automatic begin_fetch(input logic [31:0] addr, input logic [31:0] n);
@@ -489,8 +522,8 @@ module otpu_seq
           end
         end
         S_RUN: begin
-          if (unit_err) fail(unit_err_code);
-          else if (pc >= nprog) fail(E_PROGRAM_END);
+          if (unit_err) fault(unit_err_code, unit_err_pc, unit_err_ord);
+          else if (pc >= nprog) fault(E_PROGRAM_END, nprog - 1, icount);   // the golden's pc: the last instruction
           else if (illegal) fail(op == OP_DSTEP ? E_UNSUPPORTED : E_OPCODE);
           else if (range_bad) fail(E_TMEM_RANGE);
           else begin
@@ -520,6 +553,8 @@ module otpu_seq
                 // into a slot and the unit's queue
                 slot_valid[free_slot] <= 1'b1;
                 slot_words[free_slot] <= w;
+                slot_pc[free_slot] <= pc;
+                slot_ord[free_slot] <= icount;
                 slot_barrier[free_slot] <= fp_barrier;
                 for (int r = 0; r < NRANGES; r++) slot_rng[free_slot][r] <= fp[r];
                 slot_dep[free_slot] <= (SEQ_WC != 0) ? (fp_barrier || wtab[pc[IW-1:0]][59] ? all_valid : conf_start & slot_barrier)
@@ -546,7 +581,8 @@ module otpu_seq
           end
         end
         S_RLD: begin
-          if (rld_rd && rld_gnt) rld_wait <= 1;
+          if (unit_err) fault(unit_err_code, unit_err_pc, unit_err_ord);
+          else if (rld_rd && rld_gnt) rld_wait <= 1;
           else if (rld_wait != 0) begin
             if (rld_wait == 2) begin
               logic [31:0] v;
@@ -559,7 +595,7 @@ module otpu_seq
             end else rld_wait <= rld_wait + 1;
           end
         end
-        S_HALT: if (unit_err) fail(unit_err_code);
+        S_HALT: if (unit_err) fault(unit_err_code, unit_err_pc, unit_err_ord);
         else if (!any_busy) begin
           icount <= icount + 1;
           if (flags[F_CHAIN]) begin
@@ -574,6 +610,12 @@ module otpu_seq
             halted <= 1'b1;
             state <= S_DONE;
           end
+        end
+        S_FAULT: if (unit_err && unit_err_ord < f_ord) fault(unit_err_code, unit_err_pc, unit_err_ord);
+        else if (!older_busy) begin
+          error <= f_code;
+          error_pc <= f_pc;
+          state <= S_DONE;
         end
         default: ;
       endcase

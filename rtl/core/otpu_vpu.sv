@@ -12,6 +12,9 @@
 //   are that map). RMAX and ARGMAX keep the running first maximum of the total order.
 // - OUTER first reads its column vector Cv and its decay Dv into local buffers (they are read
 //   before any write), then streams dst in place: dst = dst * Dv(c) + B(r) * Cv(c).
+// - Port B reads a word once where the operand repeats it: a ROW operand (and OUTER's B(r)) once
+//   per row, a COL operand in the first row only (later rows take it from a local copy). Under
+//   TMEM_IMPL 3 that keeps port B off the banks port A reads (docs/rtl.md).
 module otpu_vpu
 #(
   parameter int LANES = 4,
@@ -113,6 +116,17 @@ module otpu_vpu
   logic        pl_pend;
   logic [15:0] pl_pc;
 
+  // the word each lane of port B read last (the port's data holds it): a group whose B words are
+  // those (ROW and OUTER's row operand within a row) does not read them again, so under TMEM_IMPL 3
+  // it does not take their bank from port A each cycle
+  logic [LANES-1:0][31:0] b_last;
+  logic [LANES-1:0]       b_last_ok;
+  // a COL operand is the same `cols` words in every row: rows after the first take them from the
+  // words the first row read (kept in cv, which only OUTER uses otherwise). cols >= LANES keeps a
+  // group's later-row lanes behind the first row's lanes of their columns
+  logic                   col_cache;
+  assign col_cache = bmode == B_COL && !is_outer && reads_b && rows > 1 && 32'(cols) >= LANES && 32'(cols) <= OMAX;
+
   always_comb begin
     need_a = 1'b0; need_b = 1'b0;
     a_en = '0; b_en = '0;
@@ -129,7 +143,8 @@ module otpu_vpu
       end
       if (issue_want) begin
         a_en[l] = g_en[l] && (reads_a || is_outer);
-        b_en[l] = g_en[l] && reads_b && (bmode != B_SCALAR || is_outer);
+        b_en[l] = g_en[l] && reads_b && (bmode != B_SCALAR || is_outer) && !(b_last_ok[l] && b_last[l] == b_addr[l]) &&
+                  !(col_cache && g_r[l] != 0);
       end
       if (state == S_PRELOAD) begin
         a_addr[l] = imm + 32'(pl_c) + l;                         // Cv
@@ -147,6 +162,10 @@ module otpu_vpu
   end
 
   always_ff @(posedge clk) begin
+    for (int l = 0; l < LANES; l++) if (b_en[l] && b_gnt) b_last[l] <= b_addr[l];
+    // a new instruction reads afresh: other units may have written the words since
+    if (rst || take) b_last_ok <= '0;
+    else b_last_ok <= b_last_ok | (b_gnt ? b_en : '0);
     if (rst || take || issue || pl_go) begin
       a_got <= 1'b0;
       b_got <= 1'b0;
@@ -169,7 +188,7 @@ module otpu_vpu
   logic [LANES-1:0][31:0] A, B;
   always_comb for (int l = 0; l < LANES; l++) begin
     A[l] = a_data[l];
-    B[l] = bmode == B_SCALAR && !is_outer ? imm : b_data[l];
+    B[l] = bmode == B_SCALAR && !is_outer ? imm : (col_cache && s1_r[l] != 0 ? cv[s1_c[l][7:0]] : b_data[l]);
   end
 
   // per-lane arithmetic
@@ -404,6 +423,10 @@ module otpu_vpu
         bank_busy[f_bank] <= 1'b0;
         for (int q = 0; q < 64; q++) part[f_bank][q] <= 32'd0;
       end
+
+      // the first row's COL words, for the rows after it
+      if (col_cache)
+        for (int l = 0; l < LANES; l++) if (s1_en[l] && s1_r[l] == 0) cv[s1_c[l][7:0]] <= b_data[l];
 
       if (take) begin
         w <= in_w;
