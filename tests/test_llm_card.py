@@ -132,10 +132,10 @@ def _min_cosine_vs_quant(eng, ck, conv, prompt, n=6):
     return min(R.cosine(a, b) for a, b in zip(turn.logits, ref)), R.max_abs(np.stack(turn.logits), ref)
 
 
-def _v_token_major(kv, pos, v):
+def _v_token_major(kv, pos, v, half=False):
     """A KV layout mistake: V written token-major like K (element stride 1 instead of the page width)."""
     from otpu_core.ol import ops
-    ops.kv_append_v(kv, pos, v)
+    ops.kv_append_v(kv, pos, v, half)
     b = ops.current()
     b.blocks[-1][-1].imm["es"] = 1
 

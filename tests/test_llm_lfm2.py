@@ -9,7 +9,8 @@ the convolution as a sum of shifted sequences), and the card's zero-padded heads
 unpadded model. Card: 32 greedy tokens from the generate loop, bit for bit the logits of
 host-driven one-row steps on a second card (KV pages and conv rings byte-equal too) and token
 for token the quantised golden's own greedy run; the fp32 golden's cosine, max-abs and top-1
-reported. Tiny models on sim-small (D=32; heads of 16 padded to 32).
+reported; the V^T appends of the padded heads write only the real half. Tiny models on sim-small
+(D=32; heads of 16 padded to 32).
 """
 import functools
 import json
@@ -157,6 +158,36 @@ def test_lfm2_gguf_32_greedy_tokens_on_the_card(models):
     assert np.array_equal(state_bytes(steps, be2), state_bytes(eng, be)), "KV pages and conv rings"
     quant = llmtiny.goldens_greedy_tokens(eng, conv, prompt, turn)
     llmtiny.against_goldens("lfm2", turn, prompt, quant, ck, eng.opts.ctx, fp32_bound=0.995)
+
+
+def test_vt_appends_write_only_the_real_half(models):
+    """A padded head's V holds its real dims first (convert.pad_heads), so every V^T append (prefill
+    runs and decode steps) writes only the first half's rows of V^T: a sentinel written into the
+    other half of every page stays, byte for byte, while the real rows fill."""
+    path, _, _ = models["gguf"]
+    eng, _, conv, be = make(path)
+    plan, cfg, P = eng.plan, eng.plan.cfg, eng.opts.page
+    r, hd = cfg.real_head_dim, cfg.head_dim
+    assert 2 * r == hd
+    wv = conv.tensors["wv.1"].dequantize().reshape(cfg.kv_heads, hd, cfg.d)
+    assert not wv[:, r:].any() and wv[:, :r].any(), "V's padding is its second half"
+    vts = [plan.layer.at(i).page(p, g).vt.const for i in range(len(cfg.kind_layers("attention")))
+           for p in range(eng.opts.pages) for g in range(cfg.kv_heads)]
+    sentinel = np.full((hd - r) * P, 0x5A, np.uint8)
+    for vt in vts:
+        be.write(vt + r * P, sentinel)
+    seq = eng.new_sequence()
+    eng.submit(seq, llmtiny.prompts(1, 384, length=6)[0])          # a prefill run of 4 rows and one of 2
+    eng.logits(seq)
+    eng.submit(seq, [1])                                          # a decode step
+    eng.logits(seq)
+    for vt in vts:
+        assert np.array_equal(be.read(vt + r * P, (hd - r) * P), sentinel), f"V^T pad rows at 0x{vt:x} written"
+    used = {plan.layer.at(i).page(seq.pages[0], g).vt.const for i in range(len(cfg.kind_layers("attention")))
+            for g in range(cfg.kv_heads)}
+    for vt in used:
+        real = be.read(vt, r * P).reshape(r, P)
+        assert real[:, :7].any(axis=0).all() and not real[:, 7:].any(), f"V^T real rows at 0x{vt:x}"
 
 
 def test_lfm2_safetensors_two_sequences_in_one_step(models):

@@ -6,8 +6,8 @@ its F-chunk column parts (each part quantised on its own, as the MLP kernel read
 expert's down projection too), quantises a router in the head format (routing is where a few
 bits matter most; llama.cpp leaves ffn_gate_inp unquantised), keeps the
 norms (and a convolution's taps) as fp32, zero-pads heads narrower than the block to it
-(`layout.card_config`; `pad_heads` places each half of a head's dims at the start of a half of
-the padded head and scales the q/k norms, or q itself without them, so scores keep the real
+(`layout.card_config`; `pad_heads` places each half of a q/k head's dims at the start of a half
+of the padded head, a V head's (and o_proj's input columns) at its start, and scales the q/k norms, or q itself without them, so scores keep the real
 width's 1/sqrt(head_dim)), and makes the embedding table the card gathers from (`layout.embed_kind`: fp32
 rows for a small table, else int8 rows, the head itself when it is tied and int8). Tensors are read one at a time and large ones quantised in row chunks,
 and each result is appended to the cache file as soon as it exists, so memory stays near one
@@ -41,7 +41,7 @@ from .errors import ModelError
 from .families import NORM_TENSORS
 from .layout import CardFormat, card_config, card_format, embed_kind, f_chunk_for
 
-CONVERT_VERSION = 4
+CONVERT_VERSION = 5
 ROW_CHUNK = 8192                   # rows quantised at once (bounds the float64 temporaries)
 Progress = Callable[[int, int, str], None]   # (done, total, what)
 
@@ -91,20 +91,26 @@ def _plan_tensors(ckpt: Checkpoint, fmt: CardFormat) -> list[tuple[str, str, int
 def pad_heads(kind: str, w: np.ndarray, cfg) -> np.ndarray:
     """A head tensor of the model (real head_dim r) in the card's padded heads (cfg.head_dim P)."""
     r, P = cfg.real_head_dim, cfg.head_dim
-    at = np.concatenate([np.arange(r // 2), P // 2 + np.arange(r - r // 2)])
+    # q and k: each half of the real dims starts a half of the padded head (rotate-half RoPE pairs
+    # dim i with i + P/2); V and o_proj's input columns: the real dims first, so a V^T append can
+    # write the real half alone (QST HALF)
+    rope_at = np.concatenate([np.arange(r // 2), P // 2 + np.arange(r - r // 2)])
+    first_at = np.arange(r)
 
-    def rows(a: np.ndarray, heads: int) -> np.ndarray:
+    def rows(a: np.ndarray, heads: int, at: np.ndarray) -> np.ndarray:
         out = np.zeros((heads, P) + a.shape[1:], np.float64)
         out[:, at] = a.reshape((heads, r) + a.shape[1:])
         return out.reshape((heads * P,) + a.shape[1:])
     if kind == "wq":
-        out = rows(w, cfg.heads)
+        out = rows(w, cfg.heads, rope_at)
         return out if cfg.qk_norm else out * np.sqrt(P / r)
-    if kind in ("wk", "wv"):
-        return rows(w, cfg.kv_heads)
+    if kind == "wk":
+        return rows(w, cfg.kv_heads, rope_at)
+    if kind == "wv":
+        return rows(w, cfg.kv_heads, first_at)
     if kind == "wo":
-        return rows(w.T, cfg.heads).T
-    return rows(w, 1) * (np.sqrt(r / P) if kind == "kn" else 1.0)       # qn, kn
+        return rows(w.T, cfg.heads, first_at).T
+    return rows(w, 1, rope_at) * (np.sqrt(r / P) if kind == "kn" else 1.0)       # qn, kn
 
 
 HEAD_TENSORS = ("wq", "wk", "wv", "wo", "qn", "kn")

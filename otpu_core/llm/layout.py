@@ -40,10 +40,12 @@ size, context, prefill rows, the logits ring), the plan places, from low to high
 Gemma 4: one block per layer (gemma_layout.py: `GemmaBlocks`, its sliding layers' KV rings).
 
 Heads narrower than the block size D (LFM2's 64 on a D=128 card) are zero-padded to a whole
-block (`card_config`): each half of a head's real dims starts a half of the padded head, so
+block (`card_config`): each half of a q/k head's real dims starts a half of the padded head, so
 rotate-half RoPE over the padded width turns the real pairs (the tables' padding frequencies
 are 0), and convert.py scales the q/k norm weights so the norms and the attention's
-1/sqrt(head_dim) come out as the real width's.
+1/sqrt(head_dim) come out as the real width's. A V head (and o_proj's input columns) holds its
+real dims first: with at most half the width real, the V^T appends write only the first half's
+rows of V^T (QST HALF) and the rest keeps the zeros the image wrote into the KV pool.
 """
 from __future__ import annotations
 

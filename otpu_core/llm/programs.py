@@ -257,6 +257,9 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
     gated = cfg.attn_gate                     # Qwen3.5: q_proj gives per head the query, then its output gate
     qw = 2 * hd if gated else hd
     att = rows.tile(H * hd) if gated else None
+    # a padded head's V is its real dims, then zeros (convert.pad_heads): at most half real, the
+    # V^T appends write the first half alone (QST HALF) and the zeros the image wrote stay
+    v_half = 0 < cfg.real_head_dim <= hd // 2
     pending, done = [], []
     for batch in _attention_batches(rows, grp_size, mcols):
         # Each row appends its K and V^T, then attends; its mask hides every later slot of the page, so
@@ -286,7 +289,7 @@ def _attention(plan: ImagePlan, Ly, h: Tile, rows: _Rows, cos: Tile, sin: Tile) 
             # each head's V^T appends (byte-strided stores, the slow ones) just before its queries:
             # they overlap the heads before it instead of holding up the quantiser ahead of all of them
             for i, vr in enumerate(vrs):
-                ol.kv_append_v(slots[kh], i, vr[kh * hd:(kh + 1) * hd])
+                ol.kv_append_v(slots[kh], i, vr[kh * hd:(kh + 1) * hd], half=v_half)
             pages = [Ly.page(p, kh) for p in grp.pages]
             for h0 in range(kh * grp_size, (kh + 1) * grp_size, mcols):
                 h1 = min(h0 + mcols, (kh + 1) * grp_size)

@@ -500,18 +500,22 @@ def kv_append_k(kv: KVCache, pos, k: Tile) -> None:
                 [Access(TMEM, k.base, kv.d)], [Access(DRAM, kdst, kv.d), Access(DRAM, ksd, 4 * kb)]))
 
 
-def kv_append_v(kv: KVCache, pos, v: Tile) -> None:
+def kv_append_v(kv: KVCache, pos, v: Tile, half: bool = False) -> None:
     """One QST: V as column `pos` of the dim-major V^T (element stride = capacity), one scale (the
-    slow byte-strided store: a program places it where its cost overlaps other work)."""
+    slow byte-strided store: a program places it where its cost overlaps other work). `half`: V's
+    second half is zero padding (a padded head's real dims first): HALF writes only the first
+    half's rows of V^T (the scale is the whole row's, the same), the rest keeps the zeros the
+    image wrote, so P.V^T reads the same bytes."""
     b = current()
     _kv_check(kv, "v", v)
     pos = Affine.of(pos)
     kb = kv.d // b.cfg.D
+    written = kv.d // 2 if half else kv.d
     vdst, vsd = kv.vt + pos, kv.v_scale + 4 * pos
     b.emit(Node("QST", {"src": v.base, "dst": vdst, "sdst": vsd},
-                {"rows": 1, "kb": kb, "srs": kv.d, "drs": 1, "es": kv.cap, "row": True, "half": False},
+                {"rows": 1, "kb": kb, "srs": kv.d, "drs": 1, "es": kv.cap, "row": True, "half": half},
                 [Access(TMEM, v.base, kv.d)],
-                [Access(DRAM, vdst, (kv.d - 1) * kv.cap + 1), Access(DRAM, vsd, 4)]))
+                [Access(DRAM, vdst, (written - 1) * kv.cap + 1), Access(DRAM, vsd, 4)]))
 
 
 __all__ = ["LOG2E", "LN2", "config", "block_size", "mxu_columns", "act_rows", "empty", "full", "zeros",
