@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from . import isa, rtlsim
+from .asm import disasm_one
 from . import target as target_mod
 from .board import RunStats, check_features
 from .card import regs
@@ -45,7 +46,6 @@ class RtlFault(RtlError):
     in a program the backend did not load)."""
 
     def __init__(self, code: int, pc: int, instrs: Sequence[isa.Instr]):
-        from .asm import disasm_one
         self.code, self.pc, self.name = code, pc, ERRORS.get(code, str(code))
         chains = any(i.op == isa.Op.HALT and i.has(isa.F_CHAIN) for i in instrs)
         self.disasm = disasm_one(instrs[pc]) if 0 <= pc < len(instrs) and not chains else None
